@@ -1,0 +1,30 @@
+# Two commands on a fresh machine: `make demo` and `make test` (each sets up .venv first).
+# PYTHON picks the interpreter the virtual environment is made from; VENV where it lives.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.jaxsparse-installed
+
+.PHONY: demo test bench lint clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test,examples,bench]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python examples/quickstart.py
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/run.py
+
+lint: $(STAMP)
+	$(BIN)/ruff check jaxsparse tests examples benchmarks
+	$(BIN)/ruff format --check jaxsparse tests examples benchmarks
+
+clean:
+	rm -rf $(VENV) .venv-* .pytest_cache

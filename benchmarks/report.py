@@ -1,0 +1,233 @@
+"""Text and numbers from the benchmark records: progress lines, tables, the byte model and
+the issue's target ratios."""
+
+import math
+
+SYSTEMS = ("jaxsparse", "scipy-dia", "scipy-csr", "jax-bcsr", "jax-bcoo", "dense-jnp")
+VALUE_BYTES = INDEX_BYTES = 4  # float32 values, int32 indices
+TARGET_ROWS = 1_000_000
+
+NOTES = [
+    "times are medians of warm calls; first calls (compilation for jax) are reported apart",
+    "speedup = best peer's median / jaxsparse's median (> 1: jaxsparse faster)",
+    "GB/s from the byte model: CSR nnz*(v+i) + (m+1)*i + n*k*v + m*k*v; "
+    "DIA ndiag*n*v + n*k*v + m*k*v (v = i = 4 bytes)",
+    "scipy has no autodiff: its gradient step is not timed",
+    "dense-jnp only where the dense matrix takes < 1 GB",
+]
+
+
+def model_bytes(record: dict) -> int:
+    m, n, k = record["rows"], record["cols"], record["k"]
+    dense = (n + m) * k * VALUE_BYTES
+    if record["format"] == "dia":
+        return record["ndiag"] * n * VALUE_BYTES + dense
+    return record["nnz"] * (VALUE_BYTES + INDEX_BYTES) + (m + 1) * INDEX_BYTES + dense
+
+
+def progress_line(record: dict) -> str:
+    case = (
+        f"{record['format']}:{record['matrix']:<15} rows={record['rows']:>8} "
+        f"k={record['k']:>2} {record['op']:<8} {record['system']:<10}"
+    )
+    if not record["ok"]:
+        return f"{case} FAILED: {record['error']}"
+    return (
+        f"{case} median {record['median_s'] * 1e3:9.3f} ms  "
+        f"first call {record['first_call_s'] * 1e3:8.1f} ms  ({record['repeats']} repeats)"
+    )
+
+
+def header(env: dict) -> str:
+    lines = [
+        f"jaxsparse benchmark, {env['date']}, {env['machine']}",
+        f"python {env['python']}, jax {env['jax']} ({', '.join(env['jax_devices'])}), "
+        f"numpy {env['numpy']}, scipy {env['scipy']}, dtype {env['dtype']}",
+    ]
+    if env["environment"]:
+        settings = ", ".join(f"{k}={v}" for k, v in env["environment"].items())
+        lines.append(f"environment: {settings}")
+    else:
+        lines.append("environment: no OPENBLAS_*, GLIBC_TUNABLES, XLA_FLAGS set")
+    return "\n".join(lines)
+
+
+def _cases(records):
+    keys = []
+    for r in records:
+        key = (r["op"], r["format"], r["matrix"], r["rows"], r["k"])
+        if key not in keys:
+            keys.append(key)
+    return keys
+
+
+def _lookup(records):
+    return {
+        (r["op"], r["format"], r["matrix"], r["rows"], r["k"], r["system"]): r
+        for r in records
+    }
+
+
+def _time(table, key, system):
+    record = table.get((*key, system))
+    if record is None:
+        return None
+    return record["median_s"] if record["ok"] else math.nan
+
+
+def speedup(table, key):
+    """Best peer's median over jaxsparse's, or None."""
+    ours = _time(table, key, "jaxsparse")
+    peers = [
+        t for s in SYSTEMS[1:] if (t := _time(table, key, s)) is not None and not math.isnan(t)
+    ]
+    if not ours or math.isnan(ours) or not peers:
+        return None
+    return min(peers) / ours
+
+
+def tables(records, bandwidth, skipped) -> str:
+    table = _lookup(records)
+    lines = [
+        f"\nstreaming bandwidth: numpy a + b (preallocated output, 3 x "
+        f"{bandwidth['bytes_per_array'] / 1e6:.0f} MB moved) "
+        f"{bandwidth['numpy_add_gbs']:.1f} GB/s; "
+        f"jitted a + b (fresh output buffer) {bandwidth['jax_add_new_output_gbs']:.1f} GB/s",
+        *(f"note: {n}" for n in NOTES),
+    ]
+    for op in ("forward", "gradient"):
+        keys = [key for key in _cases(records) if key[0] == op]
+        if not keys:
+            continue
+        lines.append(f"\n== {op}: median time [ms] ==")
+        head = f"{'matrix':<20} {'rows':>8} {'nnz':>10} {'k':>3}"
+        head += "".join(f" {s:>10}" for s in SYSTEMS) + f" {'speedup':>8} {'GB/s':>6}"
+        lines.append(head)
+        for key in keys:
+            record = table.get((*key, "jaxsparse"), {})
+            nnz = next(r["nnz"] for r in records if r["rows"] == key[3] and r["matrix"] == key[2])
+            row = f"{key[1] + ':' + key[2]:<20} {key[3]:>8} {nnz:>10} {key[4]:>3}"
+            for s in SYSTEMS:
+                t = _time(table, key, s)
+                row += f" {'-':>10}" if t is None else f" {t * 1e3:>10.3f}"
+            ratio = speedup(table, key)
+            row += f" {ratio:>8.2f}" if ratio else f" {'-':>8}"
+            if record.get("ok") and op == "forward":
+                row += f" {model_bytes(record) / record['median_s'] / 1e9:>6.1f}"
+            lines.append(row)
+        lines.append(f"\n== {op}: first call (compilation + one run) [ms] ==")
+        jax_systems = [s for s in SYSTEMS if s.startswith(("jax", "dense"))]
+        lines.append(
+            f"{'matrix':<20} {'rows':>8} {'k':>3}" + "".join(f" {s:>10}" for s in jax_systems)
+        )
+        for key in keys:
+            row = f"{key[1] + ':' + key[2]:<20} {key[3]:>8} {key[4]:>3}"
+            for s in jax_systems:
+                r = table.get((*key, s))
+                ok = r is not None and r["ok"]
+                row += f" {r['first_call_s'] * 1e3:>10.1f}" if ok else f" {'-':>10}"
+            lines.append(row)
+    failed = [r for r in records if not r["ok"]]
+    if failed:
+        lines.append("\nfailed or wrong (not timed):")
+        lines += [
+            f"  {r['op']} {r['format']}:{r['matrix']} rows={r['rows']} k={r['k']} "
+            f"{r['system']}: {r['error']}"
+            for r in failed
+        ]
+    if skipped:
+        lines.append("\nskipped:")
+        lines += [f"  {s}" for s in skipped]
+    return "\n".join(lines)
+
+
+def _geomean(values):
+    values = [v for v in values if v]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def targets(records, bandwidth) -> dict:
+    """The issue's targets, at the largest sizes (>= 1e6 rows) present in `records`."""
+    table = _lookup(records)
+    out = {"dia": [], "csr": [], "gradient_over_forward": []}
+    for key in _cases(records):
+        op, fmt, matrix, rows, k = key
+        ours = _time(table, key, "jaxsparse")
+        if op != "forward" or rows < TARGET_ROWS or not ours or math.isnan(ours):
+            continue
+        if fmt == "dia" and k in (1, 8):
+            record = table[(*key, "jaxsparse")]
+            out["dia"].append(
+                {
+                    "matrix": matrix,
+                    "rows": rows,
+                    "k": k,
+                    "vs_scipy_dia": _ratio(table, key, ("scipy-dia",), ours),
+                    "vs_scipy_csr": _ratio(table, key, ("scipy-csr",), ours),
+                    "bandwidth_fraction": model_bytes(record)
+                    / ours
+                    / 1e9
+                    / bandwidth["numpy_add_gbs"],
+                }
+            )
+        if fmt == "csr":
+            peers = ("scipy-csr",) if k == 1 else ("scipy-csr", "jax-bcsr")
+            out["csr"].append(
+                {"matrix": matrix, "rows": rows, "k": k, "vs_peers": _ratio(table, key, peers, ours)}
+            )
+    for key in _cases(records):
+        if key[0] != "gradient":
+            continue
+        step = _time(table, key, "jaxsparse")
+        forward = _time(table, ("forward", *key[1:]), "jaxsparse")
+        if step and forward and not math.isnan(step) and not math.isnan(forward):
+            out["gradient_over_forward"].append(
+                {"format": key[1], "matrix": key[2], "rows": key[3], "k": key[4],
+                 "ratio": step / forward}
+            )
+    out["csr_geomean"] = {
+        f"k={k}": _geomean([c["vs_peers"] for c in out["csr"] if c["k"] == k])
+        for k in sorted({c["k"] for c in out["csr"]})
+    }
+    return out
+
+
+def _ratio(table, key, peers, ours):
+    times = [t for s in peers if (t := _time(table, key, s)) and not math.isnan(t)]
+    return min(times) / ours if times else None
+
+
+def targets_text(t: dict) -> str:
+    lines = ["\n== targets (forward at >= 1e6 rows; ratio > 1: jaxsparse faster) =="]
+    for c in t["dia"]:
+        lines.append(
+            f"DIA {c['matrix']:<15} rows={c['rows']:>8} k={c['k']:>2}: "
+            f"vs scipy DIA {_fmt(c['vs_scipy_dia'])} (target 1.5), "
+            f"vs scipy CSR {_fmt(c['vs_scipy_csr'])} (target 1.0), "
+            f"bandwidth {100 * c['bandwidth_fraction']:.0f}% of streaming"
+            + (" (target 70%)" if c["k"] == 1 else "")
+        )
+    for c in t["csr"]:
+        peers = "scipy" if c["k"] == 1 else "faster of scipy, BCSR"
+        lines.append(
+            f"CSR {c['matrix']:<15} rows={c['rows']:>8} k={c['k']:>2}: vs {peers} "
+            f"{_fmt(c['vs_peers'])}"
+        )
+    for k, g in t["csr_geomean"].items():
+        lines.append(f"CSR geometric mean {k}: {_fmt(g)} (target 1.0)")
+    ratios = t["gradient_over_forward"]
+    for fmt in ("dia", "csr"):
+        values = [r["ratio"] for r in ratios if r["format"] == fmt]
+        big = [r["ratio"] for r in ratios if r["format"] == fmt and r["rows"] >= TARGET_ROWS]
+        if values:
+            lines.append(
+                f"gradient step / forward, {fmt.upper()}: median {sorted(values)[len(values) // 2]:.2f}, "
+                f"max {max(values):.2f}"
+                + (f", at >= 1e6 rows max {max(big):.2f}" if big else "")
+                + " (target <= 3)"
+            )
+    return "\n".join(lines)
+
+
+def _fmt(value):
+    return "-" if value is None else f"{value:.2f}x"

@@ -1,0 +1,186 @@
+"""Benchmark jaxsparse's products against scipy.sparse, jax.experimental.sparse and dense jnp.
+
+Run `make bench` (or `python benchmarks/run.py --quick` for a < 1 minute smoke run). One
+process times every system on every matrix (float32): forward `A @ X` and a gradient step
+(`value_and_grad` of `sum((A @ X) * W)` in the values and `X`), after checking each
+system's result against scipy's. Prints progress to stderr, then a table, the machine's
+streaming bandwidth and the issue's target ratios; writes JSON and a PNG plot.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import matrices  # noqa: E402
+import report  # noqa: E402
+import systems  # noqa: E402
+import timing  # noqa: E402
+from plot import plot  # noqa: E402
+
+KS = (1, 8, 64)
+MAX_ROWS_FOR_K = {1: 10**9, 8: 1_100_000, 64: 150_000}
+MAX_ROWS_GRADIENT = 1_100_000
+GRADIENT_KS = (1, 8)
+TOLERANCE = 1e-4  # max abs error relative to max |reference|, float32
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, few repeats")
+    parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    parser.add_argument("--max-rows", type=int, default=None)
+    parser.add_argument("--kinds", default=None, help="comma-separated matrix names")
+    parser.add_argument("--k", default=None, help="comma-separated column counts")
+    parser.add_argument("--no-gradient", action="store_true")
+    return parser.parse_args(argv)
+
+
+def relative_error(result, reference) -> float:
+    scale = max(float(np.max(np.abs(reference))), 1e-30)
+    return float(np.max(np.abs(np.asarray(result, np.float64) - reference))) / scale
+
+
+def measure(fn, reference, budget) -> dict:
+    """Check `fn()` against `reference`, then time it (a wrong answer is not timed)."""
+    try:
+        result = fn()
+    except Exception as error:  # a peer that cannot run this case is reported, not fatal
+        return {"ok": False, "error": f"{type(error).__name__}: {error}"[:200]}
+    if isinstance(result, tuple):  # gradient step: (loss, dX)
+        result = result[1]
+    error = relative_error(result, reference)
+    if not error <= TOLERANCE:
+        return {"ok": False, "error": f"wrong result, relative error {error:.2e}"}
+    return {"ok": True, "rel_error": error, **timing.time_call(fn, **budget)}
+
+
+def skip_reason(rows, k, max_rows):
+    if max_rows is not None and rows > max_rows:
+        return f"rows > --max-rows={max_rows}"
+    if rows > MAX_ROWS_FOR_K[k]:
+        return f"k={k} only up to {MAX_ROWS_FOR_K[k]:.1e} rows (time and memory)"
+    return None
+
+
+def run_cases(args) -> tuple[list[dict], list[str]]:
+    budget = (
+        {"budget_s": 0.05, "min_repeats": 2, "max_repeats": 3}
+        if args.quick
+        else {"budget_s": 0.6, "min_repeats": 3, "max_repeats": 15}
+    )
+    names = set(args.kinds.split(",")) if args.kinds else None
+    ks = tuple(int(k) for k in args.k.split(",")) if args.k else ((1, 8) if args.quick else KS)
+    records, skipped = [], []
+    rng = np.random.default_rng(1)
+    for kind in matrices.KINDS:
+        if names is not None and kind.name not in names:
+            continue
+        for target_rows in kind.quick_sizes[:1] if args.quick else kind.sizes:
+            dia, csr = matrices.build(kind, target_rows)
+            m, n = csr.shape
+            csr64 = csr.astype(np.float64)
+            for k in ks:
+                reason = skip_reason(m, k, args.max_rows)
+                if reason:
+                    skipped.append(f"{kind.fmt}:{kind.name} rows={m} k={k}: {reason}")
+                    continue
+                x = rng.standard_normal((n, k)).astype(np.float32)
+                w = rng.standard_normal((m, k)).astype(np.float32)
+                y_ref = csr64 @ x.astype(np.float64)
+                dx_ref = csr64.T @ w.astype(np.float64)
+                with_gradient = (
+                    not args.no_gradient and k in GRADIENT_KS and m <= MAX_ROWS_GRADIENT
+                )
+                case = {
+                    "format": kind.fmt,
+                    "matrix": kind.name,
+                    "rows": m,
+                    "cols": n,
+                    "nnz": int(csr.nnz),
+                    "ndiag": None if dia is None else int(dia.offsets.size),
+                    "k": k,
+                }
+                for system in systems.systems_for(dia, csr, x, w, kind.fmt):
+                    ops = [("forward", system.forward(), y_ref)]
+                    if with_gradient and system.gradient() is not None:
+                        ops.append(("gradient", system.gradient(), dx_ref))
+                    for op, fn, reference in ops:
+                        record = {**case, "system": system.name, "op": op}
+                        record.update(measure(fn, reference, budget))
+                        records.append(record)
+                        print(report.progress_line(record), file=sys.stderr, flush=True)
+    return records, skipped
+
+
+def environment() -> dict:
+    blas_env = {
+        key: os.environ[key]
+        for key in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_NUM_THREADS",
+                    "GLIBC_TUNABLES", "XLA_FLAGS", "JAXSPARSE_BACKEND")
+        if key in os.environ
+    }
+    return {
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "machine": f"{platform.node()} {platform.machine()} {_cpu_name()}, "
+        f"{os.cpu_count()} cpus",
+        "python": platform.python_version(),
+        "jax": jax.__version__,
+        "numpy": np.__version__,
+        "scipy": __import__("scipy").__version__,
+        "jax_devices": [str(d) for d in jax.devices()],
+        "environment": blas_env,
+        "dtype": "float32",
+    }
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    env = environment()
+    print(report.header(env), file=sys.stderr, flush=True)
+    bandwidth = timing.streaming_bandwidth(
+        bytes_per_array=10_000_000 if args.quick else 100_000_000
+    )
+    records, skipped = run_cases(args)
+    results = {
+        **env,
+        "quick": args.quick,
+        "bandwidth": bandwidth,
+        "skipped": skipped,
+        "notes": report.NOTES,
+        "records": records,
+    }
+    results["targets"] = report.targets(records, bandwidth)
+    print(report.header(env))
+    print(report.tables(records, bandwidth, skipped))
+    print(report.targets_text(results["targets"]))
+    stem = "quick" if args.quick else "results"
+    (out / f"{stem}.json").write_text(json.dumps(results, indent=1))
+    plot(records, str(out / f"{stem}.png"))
+    print(f"\nwrote {out / (stem + '.json')} and {out / (stem + '.png')}")
+    return results
+
+
+if __name__ == "__main__":
+    main()

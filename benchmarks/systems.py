@@ -1,0 +1,116 @@
+"""The systems compared: jaxsparse and its peers, each as forward and gradient callables.
+
+Every system computes `Y = A @ X` (float32) and, where it has autodiff, the gradient step
+`value_and_grad(sum((A @ X) * W))` with respect to its stored values and `X`. scipy has no
+autodiff, so it has no gradient step. The jax systems are jitted with the matrix values
+and operands as arguments, so the first call compiles and later calls do not.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import sparse as jsparse
+
+import jaxsparse as js
+
+DENSE_LIMIT_BYTES = 1_000_000_000
+
+
+class System:
+    """One way of computing the product: `forward()` and `gradient()` return callables
+    that run to completion and return host arrays (`Y`, and `(loss, dX)` for the gradient)."""
+
+    def __init__(self, name, forward, gradient=None):
+        self.name = name
+        self._forward = forward
+        self._gradient = gradient
+
+    def forward(self):
+        return self._forward
+
+    def gradient(self):
+        return self._gradient
+
+
+def _jax_system(name, build_matrix, values, structure, x, w):
+    """A jax system from `build_matrix(values, *structure) -> matrix supporting @`."""
+
+    @jax.jit
+    def forward(values, structure, x):
+        return build_matrix(values, *structure) @ x
+
+    def loss(values, x, structure, w):
+        return jnp.sum((build_matrix(values, *structure) @ x) * w)
+
+    step = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))
+
+    def run_forward():
+        return jax.block_until_ready(forward(values, structure, x))
+
+    def run_gradient():
+        value, (_, dx) = jax.block_until_ready(step(values, x, structure, w))
+        return value, dx
+
+    return System(name, run_forward, run_gradient)
+
+
+def systems_for(dia, csr, x: np.ndarray, w: np.ndarray, fmt: str) -> list[System]:
+    """The systems for one matrix: `dia` (scipy DIA or None), `csr` (scipy CSR)."""
+    m, n = csr.shape
+    xj, wj = jax.device_put(x), jax.device_put(w)
+    out = []
+    if fmt == "dia":
+        a = js.DIAMatrix.from_scipy(dia)
+        offsets, shape = a.offsets, a.shape
+        out.append(
+            _jax_system(
+                "jaxsparse",
+                lambda data: js.DIAMatrix(data, offsets, shape),
+                a.data,
+                (),
+                xj,
+                wj,
+            )
+        )
+    else:
+        a = js.CSRMatrix.from_scipy(csr)
+        shape = a.shape
+        out.append(
+            _jax_system(
+                "jaxsparse",
+                lambda data, indices, indptr: js.CSRMatrix(data, indices, indptr, shape),
+                a.data,
+                (a.indices, a.indptr),
+                xj,
+                wj,
+            )
+        )
+    if dia is not None:
+        out.append(System("scipy-dia", lambda: dia @ x))
+    out.append(System("scipy-csr", lambda: csr @ x))
+    bcsr = jsparse.BCSR.from_scipy_sparse(csr)
+    out.append(
+        _jax_system(
+            "jax-bcsr",
+            lambda data, indices, indptr: jsparse.BCSR((data, indices, indptr), shape=(m, n)),
+            bcsr.data,
+            (bcsr.indices, bcsr.indptr),
+            xj,
+            wj,
+        )
+    )
+    bcoo = jsparse.BCOO.from_scipy_sparse(csr)
+    out.append(
+        _jax_system(
+            "jax-bcoo",
+            lambda data, indices: jsparse.BCOO((data, indices), shape=(m, n)),
+            bcoo.data,
+            (bcoo.indices,),
+            xj,
+            wj,
+        )
+    )
+    if m * n * x.itemsize < DENSE_LIMIT_BYTES:
+        dense = jax.device_put(csr.toarray())
+        out.append(_jax_system("dense-jnp", lambda values: values, dense, (), xj, wj))
+    return out

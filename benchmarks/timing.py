@@ -1,0 +1,58 @@
+"""Timing: first call (compile) apart, then the median of repeats; and the machine's
+streaming bandwidth, the ceiling beside every GB/s figure."""
+
+import time
+
+import jax
+import numpy as np
+
+
+def time_call(fn, *, budget_s: float, min_repeats: int, max_repeats: int) -> dict:
+    """Time `fn()` (which must block until its result is ready).
+
+    **Returns:** `{"first_call_s", "median_s", "repeats"}`; the first call includes any
+    compilation, the median is over warm calls, as many as fit in `budget_s`.
+    """
+    start = time.perf_counter()
+    fn()
+    first = time.perf_counter() - start
+    start = time.perf_counter()
+    fn()
+    warm = time.perf_counter() - start
+    repeats = int(np.clip(budget_s / max(warm, 1e-6), min_repeats, max_repeats))
+    times = [warm]
+    for _ in range(repeats - 1):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return {"first_call_s": first, "median_s": float(np.median(times)), "repeats": repeats}
+
+
+def blocking(fn, *args):
+    """A zero-argument callable running `fn(*args)` to completion."""
+    return lambda: jax.block_until_ready(fn(*args))
+
+
+def streaming_bandwidth(bytes_per_array: int = 100_000_000, repeats: int = 11) -> dict:
+    """`c = a + b` on float32 arrays of `bytes_per_array` each, counted as 3 arrays moved.
+
+    Two figures: numpy writing into a preallocated `c` (the memory system's ceiling), and a
+    jitted `a + b`, whose fresh output buffer is allocated (and page-faulted) per call, as
+    every jax product's output is.
+    """
+    size = bytes_per_array // 4
+    a = np.ones(size, np.float32)
+    b = np.ones(size, np.float32)
+    c = np.empty_like(a)
+    moved = 3 * size * 4
+    numpy_s = time_call(lambda: np.add(a, b, out=c), budget_s=0, min_repeats=repeats,
+                        max_repeats=repeats)["median_s"]
+    aj, bj = jax.device_put(a), jax.device_put(b)
+    add = jax.jit(lambda x, y: x + y)
+    jax_s = time_call(blocking(add, aj, bj), budget_s=0, min_repeats=repeats,
+                      max_repeats=repeats)["median_s"]
+    return {
+        "bytes_per_array": bytes_per_array,
+        "numpy_add_gbs": moved / numpy_s / 1e9,
+        "jax_add_new_output_gbs": moved / jax_s / 1e9,
+    }

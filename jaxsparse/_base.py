@@ -1,0 +1,153 @@
+"""`SparseMatrix`: what every jaxsparse format shares.
+
+A format subclass holds its arrays as pytree leaves and its `shape` (and any other Python
+metadata) as static fields, implements the conversions, and gets from here the products
+on both sides, scalar arithmetic, `T`, `astype`, `toarray` and a readable `repr`.
+"""
+
+import abc
+import numbers
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+class SparseMatrix(eqx.Module):
+    """A two-dimensional sparse matrix whose stored values are the leaf `data`."""
+
+    shape: eqx.AbstractVar[tuple[int, int]]
+    data: eqx.AbstractVar[jax.Array]
+
+    # Make numpy arrays defer to our reflected operators (`x @ A` with `x` a numpy array).
+    __array_ufunc__ = None
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The dtype of the stored values."""
+        return self.data.dtype
+
+    @property
+    def ndim(self) -> int:
+        return 2
+
+    @property
+    @abc.abstractmethod
+    def nnz(self) -> int:
+        """The number of stored entries inside the matrix (a static Python int)."""
+
+    @abc.abstractmethod
+    def with_data(self, data) -> "SparseMatrix":
+        """The same structure holding new values `data`."""
+
+    @abc.abstractmethod
+    def transpose(self) -> "SparseMatrix":
+        """The transposed matrix, in the same format."""
+
+    @abc.abstractmethod
+    def todense(self) -> jax.Array:
+        """The dense matrix as a JAX array (jit-able)."""
+
+    @property
+    def T(self) -> "SparseMatrix":
+        return self.transpose()
+
+    def toarray(self) -> jax.Array:
+        """Alias of `todense`, as in scipy."""
+        return self.todense()
+
+    def astype(self, dtype) -> "SparseMatrix":
+        """The same matrix with its values cast to `dtype` (floating or complex)."""
+        return self.with_data(self.data.astype(dtype))
+
+    def __matmul__(self, other):
+        from ._matmul import matmul
+
+        return matmul(self, other)
+
+    def __rmatmul__(self, other):
+        from ._matmul import matmul
+
+        return matmul(other, self)
+
+    def __mul__(self, scalar):
+        return self.with_data(self.data * _as_scalar(scalar, "*"))
+
+    __rmul__ = __mul__
+
+    def __truediv__(self, scalar):
+        return self.with_data(self.data / _as_scalar(scalar, "/"))
+
+    def __neg__(self):
+        return self.with_data(-self.data)
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{key}={value}" for key, value in self._repr_fields().items())
+        return f"{type(self).__name__}({fields})"
+
+    def _repr_fields(self) -> dict:
+        return {"shape": self.shape, "dtype": np.dtype(self.dtype).name, "nnz": self.nnz}
+
+
+def _as_scalar(value, operator: str):
+    """`value` if it is a scalar (Python number or 0-d array), else a TypeError."""
+    if isinstance(value, numbers.Number):
+        return value
+    if isinstance(value, (jax.Array, np.ndarray, np.generic)) and jnp.ndim(value) == 0:
+        return value
+    raise TypeError(
+        f"`{operator}` between a sparse matrix and {type(value).__name__} is not supported: "
+        "only scalars are. Use `@` for products, or `todense()` for elementwise operations."
+    )
+
+
+def validate_shape(shape) -> tuple[int, int]:
+    """`shape` as a tuple of two non-negative Python ints, or a clear error."""
+    try:
+        dims = tuple(shape)
+    except TypeError:
+        raise TypeError(f"`shape` must be a tuple of two ints, got {shape!r}.") from None
+    if len(dims) != 2:
+        raise ValueError(f"`shape` must have two entries (rows, columns), got {shape!r}.")
+    for dim in dims:
+        if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)):
+            raise TypeError(f"`shape` must hold Python ints, got {shape!r}.")
+        if dim < 0:
+            raise ValueError(f"`shape` must be non-negative, got {shape!r}.")
+    return int(dims[0]), int(dims[1])
+
+
+def as_value_array(values, name: str) -> jax.Array:
+    """`values` as a JAX array with a floating or complex dtype, or a TypeError."""
+    array = jnp.asarray(values)
+    if not jnp.issubdtype(array.dtype, jnp.inexact):
+        raise TypeError(
+            f"`{name}` must have a floating or complex dtype, got {array.dtype}; "
+            f"cast it first (e.g. `{name}.astype(jnp.float32)`)."
+        )
+    return array
+
+
+def is_concrete(*arrays) -> bool:
+    """Whether every array holds known values (so host-side checks can run on them)."""
+    return not any(isinstance(array, jax.core.Tracer) for array in arrays)
+
+
+def index_dtype_for(shape: tuple[int, int], nnz: int):
+    """int32 when every index and count fits in it, else int64."""
+    return np.int32 if max(*shape, nnz) < np.iinfo(np.int32).max else np.int64
+
+
+def host_values(data) -> np.ndarray:
+    """`data` on the host in a dtype scipy takes (bfloat16 and float16 become float32)."""
+    if data.dtype in (jnp.bfloat16, jnp.float16):
+        data = data.astype(jnp.float32)
+    return np.asarray(data)
+
+
+def floating_host_values(values: np.ndarray) -> np.ndarray:
+    """scipy values in a floating or complex dtype (integers and booleans converted)."""
+    if np.issubdtype(values.dtype, np.inexact):
+        return values
+    return values.astype(jax.dtypes.canonicalize_dtype(np.float64))

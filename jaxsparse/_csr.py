@@ -1,0 +1,234 @@
+"""`CSRMatrix`: compressed sparse rows, its validation and its conversions."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import scipy.sparse
+from jaxtyping import Array, Inexact, Integer
+
+from ._base import (
+    SparseMatrix,
+    as_value_array,
+    floating_host_values,
+    host_values,
+    index_dtype_for,
+    is_concrete,
+    validate_shape,
+)
+from .kernels.reference import csr_row_ids
+
+INDEX_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
+
+
+class CSRMatrix(SparseMatrix):
+    """A sparse matrix in compressed sparse row format, as in scipy.
+
+    Row `i` holds the entries `p` in `indptr[i]:indptr[i + 1]`, at columns `indices[p]`
+    with values `data[p]`. Columns within a row may be unsorted; repeated columns add up.
+    `indices` and `indptr` are dynamic integer leaves (int32 by default, int64 accepted)
+    that never get a gradient: one compiled function serves every sparsity pattern with
+    the same shape and number of entries.
+
+    Construction checks shapes and dtypes always, and the index values (indptr starts at
+    0, never decreases, ends at `nnz`; indices in range) whenever they are concrete. Under
+    `jit`, call `check()` for the value checks.
+
+    **Arguments:**
+
+    - `data`: `(nnz,)` floating or complex values.
+    - `indices`: `(nnz,)` column indices.
+    - `indptr`: `(m + 1,)` row pointers.
+    - `shape`: `(m, n)`.
+    """
+
+    data: Inexact[Array, "nnz"]
+    indices: Integer[Array, "nnz"]
+    indptr: Integer[Array, "m_plus_1"]
+    shape: tuple[int, int] = eqx.field(static=True)
+
+    def __init__(self, data, indices, indptr, shape):
+        shape = validate_shape(shape)
+        data = as_value_array(data, "data")
+        indices = _as_index_array(indices, "indices")
+        indptr = _as_index_array(indptr, "indptr")
+        if data.ndim != 1:
+            raise ValueError(f"`data` must be 1-D, got shape {data.shape}.")
+        if indices.shape != data.shape:
+            raise ValueError(
+                f"`indices` and `data` must have the same shape (nnz,), got "
+                f"{indices.shape} and {data.shape}."
+            )
+        if indptr.shape != (shape[0] + 1,):
+            raise ValueError(
+                f"`indptr` must have shape (m + 1,) = ({shape[0] + 1},) for shape={shape}, "
+                f"got {indptr.shape}."
+            )
+        if indices.dtype != indptr.dtype:
+            raise ValueError(
+                f"`indices` and `indptr` must share an index dtype, got {indices.dtype} "
+                f"and {indptr.dtype}."
+            )
+        if is_concrete(indices, indptr):
+            _check_structure_on_host(np.asarray(indices), np.asarray(indptr), shape)
+        self.data = data
+        self.indices = indices
+        self.indptr = indptr
+        self.shape = shape
+
+    @property
+    def nnz(self) -> int:
+        """Stored entries, explicit zeros and repeats included (static)."""
+        return int(self.data.shape[0])
+
+    @property
+    def index_dtype(self) -> np.dtype:
+        return self.indices.dtype
+
+    def with_data(self, data) -> "CSRMatrix":
+        return CSRMatrix(data, self.indices, self.indptr, self.shape)
+
+    def row_ids(self) -> jax.Array:
+        """The row of every stored entry, `(nnz,)`."""
+        return csr_row_ids(self.indptr, self.nnz)
+
+    def transpose(self) -> "CSRMatrix":
+        """`A^T` as a CSR matrix (jit-able: a stable sort of the column indices).
+
+        Entries keep their relative order within each new row.
+        """
+        m, n = self.shape
+        index_dtype = self.index_dtype
+        order = jnp.argsort(self.indices, stable=True)
+        counts = jnp.bincount(self.indices, length=n).astype(index_dtype)
+        indptr = jnp.concatenate([jnp.zeros((1,), index_dtype), jnp.cumsum(counts)])
+        return CSRMatrix(self.data[order], self.row_ids()[order], indptr, (n, m))
+
+    def todense(self) -> jax.Array:
+        dense = jnp.zeros(self.shape, self.dtype)
+        return dense.at[self.row_ids(), self.indices].add(self.data)
+
+    def tocsr(self) -> "CSRMatrix":
+        return self
+
+    def todia(self):
+        """The same matrix as a `DIAMatrix`, on the host (its offsets must be found)."""
+        from ._dia import DIAMatrix
+
+        return DIAMatrix.from_scipy(self.to_scipy())
+
+    def check(self) -> "CSRMatrix":
+        """The index-value checks, runnable under `jit` (raise at run time if violated).
+
+        **Returns:** the same matrix, whose arrays now carry the checks.
+        """
+        m, n = self.shape
+        indptr = eqx.error_if(self.indptr, self.indptr[0] != 0, "index pointer should start with 0")
+        indptr = eqx.error_if(
+            indptr, jnp.any(indptr[1:] < indptr[:-1]), "indptr must be a non-decreasing sequence"
+        )
+        indptr = eqx.error_if(
+            indptr, indptr[m] != self.nnz, "last value of index pointer should be nnz"
+        )
+        indices = eqx.error_if(
+            self.indices,
+            jnp.any((self.indices < 0) | (self.indices >= n)),
+            f"column index out of range: indices must lie in [0, {n})",
+        )
+        return CSRMatrix(self.data, indices, indptr, self.shape)
+
+    def to_scipy(self) -> scipy.sparse.csr_array:
+        """A `scipy.sparse.csr_array` on the host (bfloat16 values become float32)."""
+        return scipy.sparse.csr_array(
+            (host_values(self.data), np.asarray(self.indices), np.asarray(self.indptr)),
+            shape=self.shape,
+        )
+
+    @classmethod
+    def from_scipy(cls, matrix) -> "CSRMatrix":
+        """From any `scipy.sparse` matrix or array, converted to CSR on the host.
+
+        Entries, their order and explicit zeros are kept. Indices are int32 when they fit.
+        Integer and boolean values become the default floating dtype.
+        """
+        if not scipy.sparse.issparse(matrix):
+            raise TypeError(
+                f"`matrix` must be a scipy.sparse matrix or array, got {type(matrix).__name__}."
+            )
+        csr = scipy.sparse.csr_array(matrix)
+        index_dtype = index_dtype_for(csr.shape, csr.nnz)
+        return cls(
+            floating_host_values(csr.data),
+            csr.indices.astype(index_dtype),
+            csr.indptr.astype(index_dtype),
+            csr.shape,
+        )
+
+    @classmethod
+    def fromdense(cls, dense, *, nnz: int | None = None, index_dtype=np.int32) -> "CSRMatrix":
+        """From a dense 2-D array, keeping its nonzeros in row-major order.
+
+        Without `nnz` the nonzeros are counted on the host (needs a concrete array). With a
+        static `nnz` it runs under `jit`: fewer nonzeros are padded with explicit zeros in
+        the last row; more are truncated, as `jax.experimental.sparse` does.
+        """
+        dense = as_value_array(dense, "dense")
+        if dense.ndim != 2:
+            raise ValueError(f"`dense` must be 2-D, got shape {dense.shape}.")
+        index_dtype = np.dtype(index_dtype)
+        if index_dtype not in INDEX_DTYPES:
+            raise TypeError(f"`index_dtype` must be int32 or int64, got {index_dtype}.")
+        m, n = dense.shape
+        if nnz is None:
+            if not is_concrete(dense):
+                raise TypeError(
+                    "`CSRMatrix.fromdense` needs a static `nnz` when `dense` is traced "
+                    "(under jit): the number of entries fixes the arrays' shapes."
+                )
+            nnz = int(np.count_nonzero(np.asarray(dense)))
+        if not isinstance(nnz, int) or nnz < 0:
+            raise ValueError(f"`nnz` must be a non-negative Python int, got {nnz!r}.")
+        if (m == 0 or n == 0) and nnz > 0:
+            raise ValueError(f"`nnz` must be 0 for an empty matrix of shape {(m, n)}, got {nnz=}.")
+        rows, cols = jnp.nonzero(dense, size=nnz, fill_value=(max(m - 1, 0), 0))
+        found = jnp.count_nonzero(dense)
+        values = jnp.where(jnp.arange(nnz) < found, dense[rows, cols], 0)
+        counts = jnp.bincount(rows, length=m).astype(index_dtype)
+        indptr = jnp.concatenate([jnp.zeros((1,), index_dtype), jnp.cumsum(counts)])
+        return cls(values.astype(dense.dtype), cols.astype(index_dtype), indptr, (m, n))
+
+    def _repr_fields(self) -> dict:
+        return {**super()._repr_fields(), "index_dtype": np.dtype(self.index_dtype).name}
+
+
+def _as_index_array(values, name: str) -> jax.Array:
+    """`values` as an int32 or int64 JAX array; plain sequences become int32."""
+    if isinstance(values, (jax.Array, np.ndarray)):
+        array = jnp.asarray(values)
+    else:
+        array = jnp.asarray(values, dtype=jnp.int32)
+    if not jnp.issubdtype(array.dtype, jnp.integer):
+        raise TypeError(f"`{name}` must have an integer dtype, got {array.dtype}.")
+    if np.dtype(array.dtype) not in INDEX_DTYPES:
+        raise TypeError(f"`{name}` must be int32 or int64, got {array.dtype}.")
+    if array.ndim != 1:
+        raise ValueError(f"`{name}` must be 1-D, got shape {array.shape}.")
+    return array
+
+
+def _check_structure_on_host(indices: np.ndarray, indptr: np.ndarray, shape) -> None:
+    """scipy's structure checks on concrete index arrays, as ValueErrors."""
+    m, n = shape
+    if indptr[0] != 0:
+        raise ValueError(f"`indptr` should start with 0, got indptr[0]={indptr[0]}.")
+    if np.any(np.diff(indptr) < 0):
+        raise ValueError("`indptr` must be a non-decreasing sequence.")
+    if indptr[m] != len(indices):
+        raise ValueError(
+            f"last value of `indptr` should be nnz={len(indices)}, got indptr[-1]={indptr[m]}."
+        )
+    if len(indices) and (indices.min() < 0 or indices.max() >= n):
+        raise ValueError(
+            f"`indices` out of range: column indices must lie in [0, {n}) for shape={shape}, "
+            f"got values in [{indices.min()}, {indices.max()}]."
+        )

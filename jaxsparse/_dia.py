@@ -1,0 +1,211 @@
+"""`DIAMatrix`: the diagonal format, its validation and its conversions."""
+
+import numbers
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import scipy.sparse
+from jaxtyping import Array, Inexact
+
+from . import _dia_layout
+from ._base import (
+    SparseMatrix,
+    as_value_array,
+    floating_host_values,
+    host_values,
+    index_dtype_for,
+    is_concrete,
+    validate_shape,
+)
+
+
+class DIAMatrix(SparseMatrix):
+    """A sparse matrix stored by diagonals, in scipy's DIA convention.
+
+    `data[d, j] == A[j - offsets[d], j]`: column `j` of `data` is column `j` of the
+    matrix, and diagonal `d` holds the entries `A[i, i + offsets[d]]`. `data` has shape
+    `(len(offsets), n)`. Slots whose row `j - offsets[d]` falls outside `[0, m)` are
+    ignored: they never change a product and always get a zero gradient. Offsets may
+    reach beyond the matrix (such a diagonal is ignored whole).
+
+    `offsets` and `shape` are static: part of `jax.jit`'s cache key, so new values with the
+    same offsets, shape and dtype reuse a compiled function, and new offsets compile anew.
+
+    **Arguments:**
+
+    - `data`: `(len(offsets), n)` floating or complex array (1-D for a single diagonal).
+    - `offsets`: distinct Python ints (0 main, > 0 above, < 0 below the main diagonal).
+    - `shape`: `(m, n)`.
+    """
+
+    data: Inexact[Array, "ndiag n"]
+    offsets: tuple[int, ...] = eqx.field(static=True)
+    shape: tuple[int, int] = eqx.field(static=True)
+
+    def __init__(self, data, offsets, shape):
+        shape = validate_shape(shape)
+        offsets = _validate_offsets(offsets)
+        data = as_value_array(data, "data")
+        if data.ndim == 1 and len(offsets) == 1:
+            data = data[None, :]
+        if data.ndim != 2:
+            raise ValueError(f"`data` must be 2-D (diagonals, columns), got shape {data.shape}.")
+        if data.shape[0] != len(offsets):
+            raise ValueError(
+                f"`data` has {data.shape[0]} diagonals (rows) but `offsets` has "
+                f"{len(offsets)} entries; they must match."
+            )
+        if data.shape[1] != shape[1]:
+            raise ValueError(
+                f"`data` must have one column per matrix column: {shape[1]} for "
+                f"shape={shape}, got {data.shape[1]}."
+            )
+        self.data = data
+        self.offsets = offsets
+        self.shape = shape
+
+    @property
+    def nnz(self) -> int:
+        """Stored slots inside the matrix (as scipy counts them, zeros included)."""
+        return sum(_dia_layout.diagonal_lengths(self.offsets, self.shape))
+
+    def with_data(self, data) -> "DIAMatrix":
+        return DIAMatrix(data, self.offsets, self.shape)
+
+    def transpose(self) -> "DIAMatrix":
+        """`A^T` as a DIA matrix: offsets negated, each diagonal shifted (jit-able)."""
+        return DIAMatrix(
+            _dia_layout.transpose_data(self.data, self.offsets, self.shape),
+            _dia_layout.negate_offsets(self.offsets),
+            (self.shape[1], self.shape[0]),
+        )
+
+    def todense(self) -> jax.Array:
+        diagonals, rows, cols = _dia_layout.stored_positions(self.offsets, self.shape)
+        dense = jnp.zeros(self.shape, self.dtype)
+        return dense.at[rows, cols].set(self.data[diagonals, cols])
+
+    def tocsr(self):
+        """The same matrix as a `CSRMatrix` (jit-able: its structure follows from offsets).
+
+        Every slot inside the matrix becomes a stored entry, zeros included, as in scipy.
+        """
+        from ._csr import CSRMatrix
+
+        diagonals, cols, indptr = _dia_layout.csr_structure(self.offsets, self.shape)
+        index_dtype = index_dtype_for(self.shape, len(cols))
+        return CSRMatrix(
+            self.data[diagonals, cols],
+            np.asarray(cols, index_dtype),
+            np.asarray(indptr, index_dtype),
+            self.shape,
+        )
+
+    def todia(self) -> "DIAMatrix":
+        return self
+
+    def check(self) -> "DIAMatrix":
+        """Value checks under `jit`: a DIA matrix has none beyond its shapes, so `self`."""
+        return self
+
+    def __add__(self, other):
+        return _add(self, other, sign=1)
+
+    def __sub__(self, other):
+        return _add(self, other, sign=-1)
+
+    def to_scipy(self) -> scipy.sparse.dia_array:
+        """A `scipy.sparse.dia_array` on the host (bfloat16 values become float32)."""
+        data = np.asarray(host_values(self.data))
+        return scipy.sparse.dia_array(
+            (data, np.asarray(self.offsets, dtype=np.int64)), shape=self.shape
+        )
+
+    @classmethod
+    def from_scipy(cls, matrix) -> "DIAMatrix":
+        """From any `scipy.sparse` matrix or array, converted to DIA on the host.
+
+        Integer and boolean values become the default floating dtype.
+        """
+        if not scipy.sparse.issparse(matrix):
+            raise TypeError(
+                f"`matrix` must be a scipy.sparse matrix or array, got {type(matrix).__name__}."
+            )
+        dia = scipy.sparse.dia_array(matrix)
+        m, n = dia.shape
+        values = floating_host_values(dia.data)
+        data = np.zeros((len(dia.offsets), n), values.dtype)
+        width = min(values.shape[1], n)
+        data[:, :width] = values[:, :width]
+        return cls(data, tuple(int(off) for off in dia.offsets), (m, n))
+
+    @classmethod
+    def fromdense(cls, dense, offsets=None) -> "DIAMatrix":
+        """From a dense 2-D array.
+
+        With `offsets` given, the diagonals are read from `dense` (jit-able; entries off
+        those diagonals are dropped). Without, the offsets of every diagonal holding a
+        nonzero are found on the host, which needs a concrete array.
+        """
+        dense = as_value_array(dense, "dense")
+        if dense.ndim != 2:
+            raise ValueError(f"`dense` must be 2-D, got shape {dense.shape}.")
+        if offsets is None:
+            if not is_concrete(dense):
+                raise TypeError(
+                    "`DIAMatrix.fromdense` needs `offsets` when `dense` is traced (under jit): "
+                    "the offsets are static and cannot depend on traced values."
+                )
+            rows, cols = np.nonzero(np.asarray(dense))
+            offsets = tuple(int(off) for off in np.unique(cols - rows))
+        offsets = _validate_offsets(offsets)
+        shape = (int(dense.shape[0]), int(dense.shape[1]))
+        diagonals, rows, cols = _dia_layout.stored_positions(offsets, shape)
+        data = jnp.zeros((len(offsets), shape[1]), dense.dtype)
+        return cls(data.at[diagonals, cols].set(dense[rows, cols]), offsets, shape)
+
+    def _repr_fields(self) -> dict:
+        return {**super()._repr_fields(), "offsets": self.offsets}
+
+
+def _validate_offsets(offsets) -> tuple[int, ...]:
+    if isinstance(offsets, jax.core.Tracer):
+        raise TypeError(
+            "`offsets` must be concrete Python ints (they are static), got a traced array."
+        )
+    if isinstance(offsets, (numbers.Integral, np.integer)) and not isinstance(offsets, bool):
+        offsets = (offsets,)
+    try:
+        values = list(np.asarray(offsets).reshape(-1)) if _is_array(offsets) else list(offsets)
+    except TypeError:
+        raise TypeError(f"`offsets` must be a sequence of ints, got {offsets!r}.") from None
+    for off in values:
+        if isinstance(off, bool) or not isinstance(off, (numbers.Integral, np.integer)):
+            raise TypeError(f"`offsets` must hold integers, got {off!r} in {offsets!r}.")
+    result = tuple(int(off) for off in values)
+    if len(set(result)) != len(result):
+        raise ValueError(f"`offsets` contains duplicate values: {result}.")
+    return result
+
+
+def _is_array(value) -> bool:
+    return isinstance(value, (np.ndarray, jax.Array))
+
+
+def _add(left: DIAMatrix, right, sign: int) -> DIAMatrix:
+    """`left + sign * right` for two DIA matrices: the union of their diagonals."""
+    if not isinstance(right, DIAMatrix):
+        return NotImplemented
+    if left.shape != right.shape:
+        raise ValueError(
+            f"inconsistent shapes for addition: {left.shape} and {right.shape}."
+        )
+    dtype = jnp.result_type(left.dtype, right.dtype)
+    offsets = tuple(sorted(set(left.offsets) | set(right.offsets)))
+    data = jnp.zeros((len(offsets), left.shape[1]), dtype)
+    for matrix, factor in ((left, 1), (right, sign)):
+        for d, off in enumerate(matrix.offsets):
+            data = data.at[offsets.index(off)].add(factor * matrix.data[d].astype(dtype))
+    return DIAMatrix(data, offsets, left.shape)

@@ -1,0 +1,72 @@
+"""Index arithmetic of the DIA layout, from static offsets and shape alone.
+
+`data[d, j] == A[j - offsets[d], j]`. Everything here depends only on `offsets` and
+`shape`, which are static, so the index arrays are numpy constants baked into the
+compiled program and every function works under `jax.jit`.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .kernels.reference import dia_valid_rows
+
+
+def diagonal_lengths(offsets: tuple[int, ...], shape: tuple[int, int]) -> list[int]:
+    """How many slots of each diagonal lie inside the matrix."""
+    return [max(0, hi - lo) for lo, hi in (dia_valid_rows(off, shape) for off in offsets)]
+
+
+def stored_positions(offsets: tuple[int, ...], shape: tuple[int, int]):
+    """Every slot inside the matrix: `(diagonal, row, column)` index arrays, diagonal-major."""
+    diagonals, rows, cols = [], [], []
+    for d, off in enumerate(offsets):
+        lo, hi = dia_valid_rows(off, shape)
+        row = np.arange(lo, max(lo, hi), dtype=np.int64)
+        rows.append(row)
+        cols.append(row + off)
+        diagonals.append(np.full(row.shape, d, dtype=np.int64))
+    if not rows:
+        empty = np.zeros((0,), np.int64)
+        return empty, empty, empty
+    return np.concatenate(diagonals), np.concatenate(rows), np.concatenate(cols)
+
+
+def negate_offsets(offsets: tuple[int, ...]) -> tuple[int, ...]:
+    """The offsets of the transposed matrix."""
+    return tuple(-off for off in offsets)
+
+
+def transpose_data(data, offsets: tuple[int, ...], shape: tuple[int, int]) -> jax.Array:
+    """The diagonals of `A^T` (offsets `-offsets`, shape `(n, m)`), `(len(offsets), m)`.
+
+    `out[d, i] = data[d, i + offsets[d]]` where that slot lies inside `A`, else 0, so every
+    ignored slot of the result holds zero.
+    """
+    m, _ = shape
+    rows = []
+    for d, off in enumerate(offsets):
+        lo, hi = dia_valid_rows(off, shape)
+        if hi <= lo:
+            rows.append(jnp.zeros((m,), data.dtype))
+        else:
+            rows.append(jnp.pad(data[d, lo + off : hi + off], (lo, m - hi)))
+    if not rows:
+        return jnp.zeros((0, m), data.dtype)
+    return jnp.stack(rows)
+
+
+def csr_structure(offsets: tuple[int, ...], shape: tuple[int, int]):
+    """The CSR structure of a DIA matrix, rows in order and columns sorted in each row.
+
+    **Returns:** `(diagonal, column, indptr)` numpy arrays: entry `p` of the CSR matrix
+    is `data[diagonal[p], column[p]]` at column `column[p]`.
+    """
+    m, n = shape
+    order = np.argsort(np.asarray(offsets, dtype=np.int64), kind="stable")
+    sorted_offsets = np.asarray(offsets, dtype=np.int64)[order]
+    cols = np.arange(m, dtype=np.int64)[:, None] + sorted_offsets[None, :]
+    inside = (cols >= 0) & (cols < n)
+    diagonals = np.broadcast_to(order[None, :], cols.shape)
+    indptr = np.concatenate([[0], np.cumsum(inside.sum(axis=1))]).astype(np.int64)
+    return diagonals[inside], cols[inside], indptr

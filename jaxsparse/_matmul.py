@@ -1,0 +1,127 @@
+"""`matmul`: products of a sparse matrix with a dense vector or matrix, on either side.
+
+This is where `A @ B` lands. It checks shapes and dtypes, promotes both operands to the
+result dtype (`jnp.matmul`'s promotion), resolves the backend, and calls the format's
+primitive (`_dia_ops.py`, `_csr_ops.py`), which carries the autodiff and batching rules.
+`X @ A` is computed as `(A^T @ X^T)^T` by the transposed product, never by a dense `A`.
+"""
+
+import jax
+import jax.numpy as jnp
+
+from . import _csr_ops, _dia_ops
+from ._backend import resolve_backend
+from ._base import SparseMatrix
+from ._csr import CSRMatrix
+from ._dia import DIAMatrix
+
+
+def matmul(a, b, *, backend: str | None = None) -> jax.Array:
+    """The product `a @ b` where one operand is a jaxsparse matrix and the other dense.
+
+    **Arguments:**
+
+    - `a`, `b`: a `DIAMatrix` or `CSRMatrix` of shape `(m, n)` and a dense operand of shape
+      `(n,)` or `(n, k)` (for `A @ x`), or a dense operand of shape `(m,)` or `(k, m)` and
+      the sparse matrix (for `x @ A`). Batches of dense operands go through `jax.vmap`.
+    - `backend`: `None` or `"auto"` (Pallas on GPU and TPU, XLA on CPU; the environment
+      variable `JAXSPARSE_BACKEND` overrides it), `"pallas"`, `"interpret"` or `"xla"`.
+      See `jaxsparse._backend` for the full table.
+
+    **Returns:** a dense JAX array of shape `(m,)`, `(m, k)`, `(n,)` or `(k, n)`, in the
+    dtype `jnp.matmul` would give for the two dtypes.
+    """
+    backend = resolve_backend(backend)
+    if isinstance(a, SparseMatrix) and isinstance(b, SparseMatrix):
+        raise TypeError(
+            "matmul: both operands are sparse; sparse @ sparse is not supported. "
+            "Convert one of them with `.todense()`."
+        )
+    if isinstance(a, SparseMatrix):
+        dense = _as_dense_operand(b, "b")
+        _check_inner_dims(a.shape, dense.shape, sparse_first=True)
+        return _sparse_at_dense(a, dense, backend)
+    if isinstance(b, SparseMatrix):
+        dense = _as_dense_operand(a, "a")
+        _check_inner_dims(b.shape, dense.shape, sparse_first=False)
+        return _dense_at_sparse(dense, b, backend)
+    raise TypeError(
+        f"matmul: one operand must be a jaxsparse matrix, got {type(a).__name__} and "
+        f"{type(b).__name__}."
+    )
+
+
+def _as_dense_operand(value, name: str) -> jax.Array:
+    try:
+        array = jnp.asarray(value)
+    except TypeError:
+        raise TypeError(
+            f"matmul: `{name}` must be an array, got {type(value).__name__}."
+        ) from None
+    if not (jnp.issubdtype(array.dtype, jnp.number) or array.dtype == jnp.bool_):
+        raise TypeError(f"matmul: `{name}` must be numeric, got dtype {array.dtype}.")
+    if array.ndim not in (1, 2):
+        raise ValueError(
+            f"matmul: `{name}` must be 1-D or 2-D, got shape {array.shape}; "
+            "use jax.vmap for batches."
+        )
+    return array
+
+
+def _check_inner_dims(sparse_shape, dense_shape, *, sparse_first: bool) -> None:
+    if sparse_first:
+        inner_sparse, inner_dense = sparse_shape[1], dense_shape[0]
+        shapes = f"{sparse_shape} @ {dense_shape}"
+    else:
+        inner_sparse, inner_dense = sparse_shape[0], dense_shape[-1]
+        shapes = f"{dense_shape} @ {sparse_shape}"
+    if inner_sparse != inner_dense:
+        raise ValueError(
+            f"matmul: dimension mismatch: {shapes} "
+            f"(inner dimensions {inner_dense} and {inner_sparse} differ)."
+        )
+
+
+def _promote(matrix: SparseMatrix, dense: jax.Array):
+    dtype = jnp.result_type(matrix.dtype, dense.dtype)
+    return matrix.data.astype(dtype), dense.astype(dtype)
+
+
+def _as_columns(dense):
+    """A 2-D operand and a function restoring the caller's dimensionality."""
+    if dense.ndim == 1:
+        return dense[:, None], lambda out: out[:, 0]
+    return dense, lambda out: out
+
+
+def _sparse_at_dense(matrix: SparseMatrix, dense, backend: str):
+    data, dense = _promote(matrix, dense)
+    columns, restore = _as_columns(dense)
+    if isinstance(matrix, DIAMatrix):
+        out = _dia_ops.dia_matmul(
+            data, columns, offsets=matrix.offsets, shape=matrix.shape, backend=backend
+        )
+    elif isinstance(matrix, CSRMatrix):
+        out = _csr_ops.csr_matmul(
+            data, matrix.indices, matrix.indptr, columns, shape=matrix.shape, backend=backend
+        )
+    else:
+        raise TypeError(f"matmul: unsupported sparse format {type(matrix).__name__}.")
+    return restore(out)
+
+
+def _dense_at_sparse(dense, matrix: SparseMatrix, backend: str):
+    data, dense = _promote(matrix, dense)
+    columns, restore = _as_columns(dense.T)
+    if isinstance(matrix, DIAMatrix):
+        out = _dia_ops.dia_transposed_matmul(
+            data, columns, offsets=matrix.offsets, shape=matrix.shape, backend=backend
+        )
+    elif isinstance(matrix, CSRMatrix):
+        out = _csr_ops.csr_transposed_matmul(
+            data, matrix.indices, matrix.indptr, columns, shape=matrix.shape, backend=backend
+        )
+    else:
+        raise TypeError(f"matmul: unsupported sparse format {type(matrix).__name__}.")
+    return restore(out).T
+

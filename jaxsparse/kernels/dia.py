@@ -1,0 +1,463 @@
+"""Pallas kernels for DIA (diagonal) sparse matrices: the product and its data gradient.
+
+**Convention (scipy's).** A DIA matrix of shape `(m, n)` stores `data` of shape `(ndiag, n)`
+and static Python int `offsets`, with `data[k, j] == A[j - offsets[k], j]`: column `j` of
+`data` is column `j` of the matrix. Slots with `j - offsets[k]` outside `[0, m)` are ignored:
+they never change a product (whatever they hold) and get a zero gradient. Offsets are
+distinct, in any order, and may reach beyond the matrix (`off <= -m` or `off >= n`); such a
+diagonal is dropped at trace time.
+
+**Design.** Offsets are Python ints captured by the kernel body (`functools.partial`), never
+operands of `pallas_call`, so `for k, off in enumerate(offsets)` unrolls at trace time and every
+slice is static. The grid tiles the output rows (and the columns of `x` for the product). Each
+program gets one *window* of the operand that is read at shifted rows: the rows
+`[r0 + min(offsets), r0 + block_rows + max(offsets))` around its rows `[r0, r0 + block_rows)`,
+through an element-indexed `BlockSpec` (`pl.Element`). Inside the window each diagonal reads a
+static slice. The wrapper zero-pads the shifted operands so that every window is in bounds,
+which also makes the ignored slots harmless: an ignored slot is either multiplied by a padded
+zero or lands in an output row that is never stored. `data` is passed transposed, `(n, ndiag)`,
+so a diagonal's values arrive as a `(block_rows, 1)` column that broadcasts against `x`'s rows
+on both Triton and Mosaic TPU without an in-kernel transpose. bfloat16/float16 accumulate in
+float32.
+
+**Cost per product** (`v` bytes per value; `span = max(offsets) - min(offsets)`):
+
+- `dia_matmul`, `Y = A @ X` with `X: (n, k)`: `2 * ndiag * m * k` flops; ideal bytes
+  `ndiag*n*v + n*k*v + m*k*v`. The wrapper's pad (and transpose of `data`) adds one read and
+  one write of `data` and `x`. On GPU the kernel's shifted loads of `x` re-read rows that the
+  L2 cache mostly holds; on TPU each window is a DMA of `block_rows + span` rows, so `x` and
+  `data` are read `(block_rows + span) / block_rows` times.
+- `dia_sddmm`, `dA[k, j] = sum_c G[j - offsets[k], c] * X[j, c]`: `2 * ndiag * n * k` flops;
+  ideal bytes `m*k*v + n*k*v + ndiag*n*v`, plus the pad of `G` and the transpose of the
+  `(n, ndiag)` result; on TPU `G` is read `(block_rows + span) / block_rows` times.
+"""
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+_PLATFORMS = ("cuda", "rocm", "tpu", "cpu")
+# Row counts are powers of two (Triton) and multiples of 32 (TPU sublane tiles of every
+# dtype up to int8 packing), so one rule serves both lowerings.
+_MIN_BLOCK_ROWS = 32
+_WINDOW_ALIGN = 32
+# Scoped VMEM that Mosaic gets by default on the smallest TPU generations.
+_TPU_DEFAULT_VMEM_BYTES = 16 * 2**20
+
+
+def _is_power_of_two(value: int) -> bool:
+    return value > 0 and value & (value - 1) == 0
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockSizes:
+    """Tile sizes of the DIA kernels.
+
+    **Arguments:**
+
+    - `block_rows`: rows of the output each program computes (`dia_matmul`), or columns of
+      `data` each program computes (`dia_sddmm`). A power of two, at least 32.
+    - `block_cols`: columns of `x` each program handles (`dia_matmul`), or the chunk of the
+      reduction over `x`'s columns each loop step handles (`dia_sddmm`). A power of two; on TPU
+      a `k` larger than `block_cols` needs a multiple of 128.
+
+    `None` fields are filled by `get_default` for the platform and `k`.
+    """
+
+    block_rows: int | None = None
+    block_cols: int | None = None
+
+    def __post_init__(self):
+        block_rows, block_cols = self.block_rows, self.block_cols
+        if block_rows is not None and not (
+            _is_power_of_two(block_rows) and block_rows >= _MIN_BLOCK_ROWS
+        ):
+            raise ValueError(f"{block_rows=} must be a power of two >= {_MIN_BLOCK_ROWS}")
+        if block_cols is not None and not _is_power_of_two(block_cols):
+            raise ValueError(f"{block_cols=} must be a power of two")
+
+    @classmethod
+    def get_default(cls, *, platform: str, num_cols: int) -> "BlockSizes":
+        """Default tiles for `platform` and a dense operand with `num_cols` columns.
+
+        Triton (and interpret mode) keep a `(block_rows, block_cols)` tile of about 8192
+        values in registers. TPU takes large row blocks so the halo of a window is a small
+        fraction of it, and lets VMEM hold up to 512 columns.
+
+        **Arguments:**
+
+        - `platform`: `"cuda"`, `"rocm"`, `"tpu"` or `"cpu"` (interpret mode).
+        - `num_cols`: `k`, the number of columns of `x`.
+
+        **Returns:**
+
+        A `BlockSizes` with both fields set.
+        """
+        platform = _check_platform(platform)
+        if platform == "tpu":
+            return cls(block_rows=2048 if num_cols <= 128 else 512, block_cols=512)
+        block_cols = 128
+        cols = min(pl.next_power_of_2(max(num_cols, 1)), block_cols)
+        return cls(block_rows=max(_MIN_BLOCK_ROWS, min(1024, 8192 // cols)), block_cols=block_cols)
+
+
+def _check_platform(platform: str) -> str:
+    if platform not in _PLATFORMS:
+        raise ValueError(f"{platform=} must be one of {_PLATFORMS}")
+    return platform
+
+
+def _resolve_platform(platform: str | None, interpret: bool) -> str:
+    if platform is None:
+        platform = "cpu" if interpret else jax.default_backend()
+    return _check_platform({"gpu": "cuda"}.get(platform, platform))
+
+
+def pallas_supports(dtype, platform: str) -> bool:
+    """Whether the Pallas DIA kernels take `dtype` on `platform`.
+
+    False cases, where the caller routes to the XLA path:
+
+    - integer and boolean dtypes everywhere: DIA products here are over inexact values;
+    - complex dtypes everywhere: Triton and Mosaic TPU have no complex type, and interpret
+      mode cannot even allocate a complex output (its uninitialized-value fill raises
+      `NotImplementedError`);
+    - float64 on `"tpu"`: Mosaic TPU has no 64-bit floating-point vectors;
+    - float16 on `"tpu"`: Mosaic TPU has no float16 vectors (bfloat16 is its half type).
+
+    Every real floating dtype runs on `"cuda"`, `"rocm"` and in interpret mode (`"cpu"`).
+
+    **Arguments:**
+
+    - `dtype`: the common dtype of `data` and `x`.
+    - `platform`: `"cuda"`, `"rocm"`, `"tpu"` or `"cpu"` (interpret mode).
+
+    **Returns:**
+
+    `True` if `dia_matmul` and `dia_sddmm` accept `dtype` there.
+    """
+    platform = _check_platform(platform)
+    dtype = jnp.dtype(dtype)
+    if not jnp.issubdtype(dtype, jnp.floating):
+        return False
+    if platform == "tpu":
+        return dtype in (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16))
+    return True
+
+
+def _accumulator_dtype(dtype) -> jnp.dtype:
+    dtype = jnp.dtype(dtype)
+    return jnp.dtype(jnp.float32) if dtype.itemsize < 4 else dtype
+
+
+def _active_diagonals(
+    offsets: tuple[int, ...], m: int, n: int
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Indices and offsets of the diagonals that meet the `(m, n)` matrix."""
+    index = tuple(k for k, off in enumerate(offsets) if max(0, off) < min(n, m + off))
+    return index, tuple(offsets[k] for k in index)
+
+
+def _check_offsets(offsets: tuple[int, ...]) -> None:
+    if not all(isinstance(off, int) for off in offsets):
+        raise ValueError(f"{offsets=} must be a tuple of Python ints")
+    if len(set(offsets)) != len(offsets):
+        raise ValueError(f"offset array contains duplicate values: {offsets=}")
+
+
+def _tiles(platform: str, block_sizes: BlockSizes | None, m: int, k: int) -> tuple[int, int]:
+    """Rows per program and columns per program (or per reduction step) for these sizes."""
+    default = BlockSizes.get_default(platform=platform, num_cols=k)
+    block_sizes = block_sizes or default
+    block_rows = block_sizes.block_rows or default.block_rows
+    block_cols = block_sizes.block_cols or default.block_cols
+    rows = min(block_rows, max(_MIN_BLOCK_ROWS, pl.next_power_of_2(m)))
+    if platform == "tpu":
+        # Mosaic blocks span the full `k` or a multiple of 128 lanes.
+        if k <= block_cols:
+            return rows, k
+        if block_cols % 128:
+            raise ValueError(f"{block_cols=} must be a multiple of 128 on TPU when {k=} exceeds it")
+        return rows, block_cols
+    return rows, min(pl.next_power_of_2(k), block_cols)
+
+
+def _compiler_params(platform: str, vmem_bytes: int, num_grid_dims: int):
+    if platform != "tpu":
+        return None
+    # Double-buffered blocks plus headroom; only raised above Mosaic's default when needed.
+    limit = max(_TPU_DEFAULT_VMEM_BYTES, 2 * vmem_bytes + 4 * 2**20)
+    return pltpu.CompilerParams(
+        dimension_semantics=("parallel",) * num_grid_dims, vmem_limit_bytes=limit
+    )
+
+
+def _vmem_block_bytes(rows: int, cols: int, dtype) -> int:
+    return _round_up(rows, _WINDOW_ALIGN) * _round_up(cols, 128) * jnp.dtype(dtype).itemsize
+
+
+def _dia_matmul_kernel(
+    data_ref, x_ref, out_ref, *, offsets: tuple[int, ...], window_start: int, block_rows: int
+):
+    """One `(block_rows, block_cols)` tile of `Y = A @ X`.
+
+    `data_ref` is the `(window, ndiag)` window of the transposed `data` and `x_ref` the
+    `(window, block_cols)` window of `x`, both starting at matrix column
+    `r0 + window_start` for output rows `[r0, r0 + block_rows)`. Row `i` of the tile needs
+    column `i + off` of diagonal `k`, which sits at window row `i + off - window_start`.
+    """
+    acc_dtype = _accumulator_dtype(out_ref.dtype)
+    acc = jnp.zeros(out_ref.shape, acc_dtype)
+    for k, off in enumerate(offsets):
+        rows = pl.ds(off - window_start, block_rows)
+        diagonal = data_ref[rows, pl.ds(k, 1)].astype(acc_dtype)
+        acc += diagonal * x_ref[rows, :].astype(acc_dtype)
+    out_ref[...] = acc.astype(out_ref.dtype)
+
+
+def dia_matmul(
+    data: jax.Array,
+    x: jax.Array,
+    *,
+    offsets: tuple[int, ...],
+    shape: tuple[int, int],
+    interpret: bool = False,
+    block_sizes: BlockSizes | None = None,
+    platform: str | None = None,
+) -> jax.Array:
+    """`Y = A @ x` for the DIA matrix `A = (data, offsets, shape)`.
+
+    **Arguments:**
+
+    - `data`: `(ndiag, n)` diagonal values, `data[k, j] == A[j - offsets[k], j]`.
+    - `x`: `(n, k)` dense operand, same dtype as `data`.
+    - `offsets`: static Python ints, one per row of `data`, distinct, any order.
+    - `shape`: static `(m, n)`.
+    - `interpret`: run the kernel in Pallas interpret mode (any platform, slow).
+    - `block_sizes`: tiles; `None` fields take `BlockSizes.get_default`.
+    - `platform`: the platform whose lowering the tiles are chosen for (`"cuda"`, `"rocm"`,
+      `"tpu"`, `"cpu"`; `"gpu"` means `"cuda"`). `None`: `"cpu"` when interpreting, else the
+      default backend. Pass it when lowering for a platform other than the default one.
+
+    **Returns:**
+
+    `(m, k)` array of `x.dtype`.
+    """
+    m, n = shape
+    _check_offsets(offsets)
+    if data.shape != (len(offsets), n):
+        raise ValueError(f"{data.shape=} must be (len(offsets), n) for {shape=}")
+    if x.ndim != 2 or x.shape[0] != n:
+        raise ValueError(f"{x.shape=} must be (n, k) for {shape=}")
+    if data.dtype != x.dtype:
+        raise ValueError(f"{data.dtype=} and {x.dtype=} must match")
+    k = x.shape[1]
+    active_index, active_offsets = _active_diagonals(offsets, m, n)
+    if k == 0 or not active_index:
+        return jnp.zeros((m, k), x.dtype)
+
+    platform = _resolve_platform(platform, interpret)
+    block_rows, block_cols = _tiles(platform, block_sizes, m, k)
+    window_start, window_end = min(active_offsets), max(active_offsets)
+    window = _round_up(block_rows + window_end - window_start, _WINDOW_ALIGN)
+    num_row_blocks = pl.cdiv(m, block_rows)
+    num_col_blocks = pl.cdiv(k, block_cols)
+    # Padded row p holds matrix column p - pad_top; the last window ends at padded row
+    # (num_row_blocks - 1) * block_rows + window_start + pad_top + window.
+    pad_top = max(0, -window_start)
+    pad_bottom = max(0, (num_row_blocks - 1) * block_rows + window_start + window - n)
+    cols = num_col_blocks * block_cols
+    x_padded = jnp.pad(x, ((pad_top, pad_bottom), (0, cols - k)))
+    data_padded = jnp.pad(data[np.asarray(active_index)].T, ((pad_top, pad_bottom), (0, 0)))
+    ndiag = len(active_offsets)
+
+    def window_map(i, j):
+        return (i * block_rows + window_start + pad_top, j * block_cols)
+
+    def data_window_map(i, j):
+        return (i * block_rows + window_start + pad_top, 0)
+
+    kernel = functools.partial(
+        _dia_matmul_kernel,
+        offsets=active_offsets,
+        window_start=window_start,
+        block_rows=block_rows,
+    )
+    itemsize = x.dtype.itemsize
+    vmem_bytes = (
+        _vmem_block_bytes(window, ndiag, x.dtype)
+        + _vmem_block_bytes(window, block_cols, x.dtype)
+        + _vmem_block_bytes(block_rows, block_cols, x.dtype)
+    )
+    return pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((m, k), x.dtype),
+        grid=(num_row_blocks, num_col_blocks),
+        in_specs=[
+            pl.BlockSpec((pl.Element(window), pl.Element(ndiag)), data_window_map),
+            pl.BlockSpec((pl.Element(window), pl.Element(block_cols)), window_map),
+        ],
+        out_specs=pl.BlockSpec((block_rows, block_cols), lambda i, j: (i, j)),
+        compiler_params=_compiler_params(platform, vmem_bytes, 2),
+        cost_estimate=pl.CostEstimate(
+            flops=2 * ndiag * m * k,
+            transcendentals=0,
+            bytes_accessed=(ndiag * n + n * k + m * k) * itemsize,
+        ),
+        interpret=interpret,
+        name="dia_matmul",
+    )(data_padded, x_padded)
+
+
+def _dia_sddmm_kernel(
+    g_ref,
+    x_ref,
+    out_ref,
+    *,
+    offsets: tuple[int, ...],
+    window_end: int,
+    num_rows: int,
+    block_rows: int,
+    block_cols: int,
+):
+    """Rows `[j0, j0 + block_rows)` of the transposed data gradient, `(block_rows, ndiag)`.
+
+    `g_ref` is the `(window, cols)` window of `G` starting at row `j0 - window_end`; column
+    `j` of diagonal `k` needs row `j - off` of `G`, at window row `j - j0 + window_end - off`.
+    `x_ref` is the `(block_rows, cols)` block of `x`. The reduction over `cols` runs in chunks
+    of `block_cols`. Slots whose row `j - off` is outside `[0, num_rows)` are set to zero, so
+    they get no gradient even where `x` is not finite.
+    """
+    acc_dtype = _accumulator_dtype(out_ref.dtype)
+    num_chunks = x_ref.shape[1] // block_cols
+
+    def accumulate(chunk, sums):
+        cols = pl.ds(pl.multiple_of(chunk * block_cols, block_cols), block_cols)
+        x_chunk = x_ref[:, cols].astype(acc_dtype)
+        return tuple(
+            total
+            + jnp.sum(
+                g_ref[pl.ds(window_end - off, block_rows), cols].astype(acc_dtype) * x_chunk,
+                axis=1,
+                keepdims=True,
+            )
+            for total, off in zip(sums, offsets, strict=True)
+        )
+
+    zeros = jnp.zeros((block_rows, 1), acc_dtype)
+    # int32 bounds keep the loop index int32 under jax_enable_x64, as Mosaic requires.
+    sums = jax.lax.fori_loop(
+        jnp.int32(0), jnp.int32(num_chunks), accumulate, (zeros,) * len(offsets)
+    )
+    column = pl.program_id(0) * block_rows + jax.lax.broadcasted_iota(jnp.int32, (block_rows, 1), 0)
+    for k, (off, total) in enumerate(zip(offsets, sums, strict=True)):
+        row = column - off
+        valid = (row >= 0) & (row < num_rows)
+        out_ref[:, pl.ds(k, 1)] = jnp.where(valid, total, 0).astype(out_ref.dtype)
+
+
+def dia_sddmm(
+    g: jax.Array,
+    x: jax.Array,
+    *,
+    offsets: tuple[int, ...],
+    shape: tuple[int, int],
+    interpret: bool = False,
+    block_sizes: BlockSizes | None = None,
+    platform: str | None = None,
+) -> jax.Array:
+    """The gradient of `A @ x` with respect to `data`: the product sampled on the diagonals.
+
+    `out[k, j] = sum_c g[j - offsets[k], c] * x[j, c]` where `0 <= j - offsets[k] < m`, else 0.
+    A Pallas kernel rather than an XLA formulation: it reads `x` once and `g` once per
+    window, where the jnp version (one shifted slice of `g` per diagonal, each multiplied by
+    `x` and reduced) leaves it to XLA's sibling fusion whether `x` is read once or `ndiag`
+    times.
+
+    **Arguments:**
+
+    - `g`: `(m, k)` cotangent of the product.
+    - `x`: `(n, k)` dense operand, same dtype as `g`.
+    - `offsets`: static Python ints, distinct, any order.
+    - `shape`: static `(m, n)`.
+    - `interpret`, `block_sizes`, `platform`: as for `dia_matmul`; here `block_rows` tiles
+      the columns `j` and `block_cols` is the chunk of the reduction over `c`.
+
+    **Returns:**
+
+    `(len(offsets), n)` array of `x.dtype`, zero on ignored slots and on diagonals outside
+    the matrix.
+    """
+    m, n = shape
+    _check_offsets(offsets)
+    if g.ndim != 2 or g.shape[0] != m:
+        raise ValueError(f"{g.shape=} must be (m, k) for {shape=}")
+    if x.ndim != 2 or x.shape != (n, g.shape[1]):
+        raise ValueError(f"{x.shape=} must be (n, k) for {shape=} and {g.shape=}")
+    if g.dtype != x.dtype:
+        raise ValueError(f"{g.dtype=} and {x.dtype=} must match")
+    k = x.shape[1]
+    active_index, active_offsets = _active_diagonals(offsets, m, n)
+    if k == 0 or not active_index:
+        return jnp.zeros((len(offsets), n), x.dtype)
+
+    platform = _resolve_platform(platform, interpret)
+    block_rows, block_cols = _tiles(platform, block_sizes, n, k)
+    window_start, window_end = min(active_offsets), max(active_offsets)
+    window = _round_up(block_rows + window_end - window_start, _WINDOW_ALIGN)
+    num_blocks = pl.cdiv(n, block_rows)
+    cols = _round_up(k, block_cols)
+    # Padded row p of g holds matrix row p - pad_top; the window of block b starts at matrix
+    # row b * block_rows - window_end.
+    pad_top = max(0, window_end)
+    pad_bottom = max(0, (num_blocks - 1) * block_rows - window_end + window - m)
+    g_padded = jnp.pad(g, ((pad_top, pad_bottom), (0, cols - k)))
+    x_padded = jnp.pad(x, ((0, 0), (0, cols - k)))
+    ndiag = len(active_offsets)
+
+    kernel = functools.partial(
+        _dia_sddmm_kernel,
+        offsets=active_offsets,
+        window_end=window_end,
+        num_rows=m,
+        block_rows=block_rows,
+        block_cols=block_cols,
+    )
+    vmem_bytes = (
+        _vmem_block_bytes(window, cols, x.dtype)
+        + _vmem_block_bytes(block_rows, cols, x.dtype)
+        + _vmem_block_bytes(block_rows, ndiag, x.dtype)
+    )
+    gradient_t = pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((n, ndiag), x.dtype),
+        grid=(num_blocks,),
+        in_specs=[
+            pl.BlockSpec(
+                (pl.Element(window), pl.Element(cols)),
+                lambda b: (b * block_rows - window_end + pad_top, 0),
+            ),
+            pl.BlockSpec((block_rows, cols), lambda b: (b, 0)),
+        ],
+        out_specs=pl.BlockSpec((block_rows, ndiag), lambda b: (b, 0)),
+        compiler_params=_compiler_params(platform, vmem_bytes, 1),
+        cost_estimate=pl.CostEstimate(
+            flops=2 * ndiag * n * k,
+            transcendentals=0,
+            bytes_accessed=(m * k + n * k + ndiag * n) * x.dtype.itemsize,
+        ),
+        interpret=interpret,
+        name="dia_sddmm",
+    )(g_padded, x_padded)
+    if ndiag == len(offsets):
+        return gradient_t.T
+    return jnp.zeros((len(offsets), n), x.dtype).at[np.asarray(active_index)].set(gradient_t.T)
