@@ -120,22 +120,24 @@ class CSRMatrix(SparseMatrix):
     def check(self) -> "CSRMatrix":
         """The index-value checks, runnable under `jit` (raise at run time if violated).
 
-        **Returns:** the same matrix, whose arrays now carry the checks.
+        **Returns:** the same matrix; all three of its arrays carry every check, so any
+        use of the result runs them.
         """
         m, n = self.shape
-        indptr = eqx.error_if(self.indptr, self.indptr[0] != 0, "index pointer should start with 0")
-        indptr = eqx.error_if(
-            indptr, jnp.any(indptr[1:] < indptr[:-1]), "indptr must be a non-decreasing sequence"
-        )
-        indptr = eqx.error_if(
-            indptr, indptr[m] != self.nnz, "last value of index pointer should be nnz"
-        )
-        indices = eqx.error_if(
-            self.indices,
-            jnp.any((self.indices < 0) | (self.indices >= n)),
-            f"column index out of range: indices must lie in [0, {n})",
-        )
-        return CSRMatrix(self.data, indices, indptr, self.shape)
+        indptr, indices = self.indptr, self.indices
+        conditions = [
+            (indptr[0] != 0, "index pointer should start with 0"),
+            (jnp.any(indptr[1:] < indptr[:-1]), "indptr must be a non-decreasing sequence"),
+            (indptr[m] != self.nnz, f"last value of index pointer should be nnz={self.nnz}"),
+            (
+                jnp.any((indices < 0) | (indices >= n)),
+                f"column index out of range: indices must lie in [0, {n})",
+            ),
+        ]
+        arrays = (self.data, indices, indptr)
+        for failed, message in conditions:
+            arrays = eqx.error_if(arrays, failed, message)
+        return CSRMatrix(*arrays, self.shape)
 
     def to_scipy(self) -> scipy.sparse.csr_array:
         """A `scipy.sparse.csr_array` on the host (bfloat16 values become float32)."""

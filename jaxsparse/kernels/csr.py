@@ -6,7 +6,7 @@
 **Product `A @ x`, GPU (Triton).** One program per (row, block of `block_k` columns of `x`).
 It loops over its row's entries in chunks of `block_nnz` (`lax.fori_loop` whose trip count
 `ceil(row_length / block_nnz)` comes from `indptr`), gathers `x[indices[chunk], k-block]`
-with one masked `pl.load` and accumulates the chunk's weighted sum. Total work is
+with one masked `plgpu.load` and accumulates the chunk's weighted sum. Total work is
 `sum_i ceil(len_i / block_nnz) + m` chunk steps, i.e. proportional to `nnz + m`, never to
 `m * longest_row`. This is the "CSR-vector" scheme (Bell and Garland 2009) rather than a
 merge-path split because it needs no atomics, no fix-up pass and no per-entry row ids (the
@@ -20,7 +20,10 @@ indices go to SMEM by DMA, one DMA per entry brings row `x[indices[p]]` into a V
 `W @ buffer`, where `W[r, p] = data[p]` if entry `p` lies in row `r` of the block (a
 segmented sum as a dense `(block_rows, block_nnz)` one-hot matrix, built from `indptr` in
 SMEM). Index arrays stay in HBM and are copied in windows, so nothing scales SMEM with `m`
-or `nnz` (scalar-prefetching 10**7 indices would not fit in SMEM).
+or `nnz` (scalar-prefetching 10**7 indices would not fit in SMEM). Index arrays are cast
+to int32 for TPU. The per-entry DMAs (unrolled, `block_nnz` in flight, not yet overlapped
+with the previous chunk's MXU work) make this kernel latency-bound for small `k`: it is a
+correct Mosaic kernel, and its lowering is checked, but its speed is unmeasured.
 
 **Power-law rows.** Both products are balanced over rows, not over entries: a row (GPU) or
 row block (TPU) of length `L` is processed by one program in `ceil(L / block_nnz)`
@@ -41,7 +44,7 @@ multiply by `A.T` often should store `A.T` as a CSR matrix once.
 **SDDMM.** `out[p] = sum_c g[row(p), c] * x[indices[p], c]`. Row ids are computed in XLA
 from `indptr` (`O(nnz + m)`), then the nonzeros are split into equal chunks of `block_nnz`
 entries, one program per chunk, so power-law rows are perfectly balanced. The GPU kernel
-gathers both operand rows with masked `pl.load`s; the TPU kernel DMAs them into VMEM.
+gathers both operand rows with masked `plgpu.load`s; the TPU kernel DMAs them into VMEM.
 
 **Bytes per product** (`v`, `i`: bytes per value and per index). Product:
 `nnz * (v + i) + (m + 1) * i + nnz * k * v` (gathered rows of `x`, at most `n * k * v` from
@@ -56,8 +59,8 @@ import dataclasses
 import functools
 
 import jax
-import numpy as np
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
@@ -73,7 +76,8 @@ def pallas_supports(dtype, platform: str) -> bool:
     - `"cuda"`, `"rocm"` (Triton): float16, bfloat16, float32, float64. Triton has no
       complex type, so complex returns False.
     - `"tpu"` (Mosaic): float32 and bfloat16. TPU has no float64 or complex vector unit,
-      and float16 is not a Mosaic matmul operand type, so those return False.
+      and float16 is not a native TPU type (neither is checked by our lowering tests), so
+      those return False.
     - any other platform: False.
 
     **Arguments:**
@@ -97,8 +101,8 @@ def pallas_supports(dtype, platform: str) -> bool:
 class BlockSizes:
     """Block sizes of the CSR kernels.
 
-    - `block_nnz`: entries per loop step (product) or per program (SDDMM). A power of 2 on
-      GPU, a multiple of 8 on TPU.
+    - `block_nnz`: entries per loop step (product) or per program (SDDMM); a power of 2,
+      at least 8 (TPU sublanes).
     - `block_k`: columns of the dense operand per program (GPU only; a power of 2). The TPU
       kernels take all `k` columns at once.
     - `block_rows`: rows per program of the TPU product (a multiple of 8); GPU uses one row.
@@ -157,7 +161,9 @@ def _matmul_kernel_gpu(indptr_ref, indices_ref, data_ref, x_ref, out_ref, *, blo
         chunk = pl.ds(chunk_start, block_nnz)
         cols = plgpu.load(indices_ref.at[chunk], mask=mask, other=0)
         vals = plgpu.load(data_ref.at[chunk], mask=mask, other=0)
-        x_rows = plgpu.load(x_ref.at[cols[:, None], k_cols[None, :]], mask=mask[:, None] & k_mask[None, :], other=0)
+        x_rows = plgpu.load(
+            x_ref.at[cols[:, None], k_cols[None, :]], mask=mask[:, None] & k_mask[None, :], other=0
+        )
         return acc + jnp.sum(vals.astype(acc_dtype)[:, None] * x_rows.astype(acc_dtype), axis=0)
 
     num_steps = ((end - start + block_nnz - 1) // block_nnz).astype(jnp.int32)
@@ -188,7 +194,7 @@ def _sddmm_kernel_gpu(rows_ref, indices_ref, g_ref, x_ref, out_ref, *, block_nnz
 # TPU (Mosaic) kernel bodies. Index arrays are int32 and live in HBM (`pl.ANY`).
 
 
-def _gather_rows_tpu(src_hbm, dst_vmem, positions_smem, sem, offset=np.int32(0)):
+def _gather_rows_tpu(src_hbm, dst_vmem, positions_smem, sem, offset):
     """`dst_vmem[p] = src_hbm[positions_smem[p + offset]]` by one DMA per row.
 
     Rows whose `p + offset` falls past the window repeat its last position.
@@ -232,7 +238,7 @@ def _matmul_kernel_tpu(
             data_hbm.at[:, pl.ds(base, block_nnz)], data_vmem, data_sem
         )
         data_copy.start()
-        _gather_rows_tpu(x_hbm, x_vmem, cols_smem, x_sem)
+        _gather_rows_tpu(x_hbm, x_vmem, cols_smem, x_sem, np.int32(0))
         data_copy.wait()
         position = base + lax.broadcasted_iota(jnp.int32, (block_rows, block_nnz), 1)
         in_row = (position >= row_lo) & (position < row_hi) & (position >= chunk_start)

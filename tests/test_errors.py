@@ -1,0 +1,135 @@
+"""Bad input gets a ValueError or TypeError that names the problem, never a wrong answer."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxsparse as js
+
+DATA = np.ones((3, 4), np.float32)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        (dict(data=np.ones((2, 4)), offsets=(-1, 0, 1)), ValueError, "2 diagonals.*3 entries"),
+        (dict(offsets=(0, 1, 1)), ValueError, "duplicate"),
+        (dict(offsets=(0, 1.0, 2)), TypeError, "`offsets` must hold integers"),
+        (dict(offsets=(0, True, 2)), TypeError, "`offsets` must hold integers"),
+        (dict(offsets="abc"), TypeError, "`offsets`"),
+        (dict(data=np.ones((3, 5))), ValueError, "one column per matrix column"),
+        (dict(data=np.ones((3, 4, 1))), ValueError, "`data` must be 2-D"),
+        (dict(data=np.ones((3, 4), np.int32)), TypeError, "floating or complex"),
+        (dict(shape=(4,)), ValueError, "`shape` must have two entries"),
+        (dict(shape=(4, -1)), ValueError, "non-negative"),
+        (dict(shape=(4.0, 4)), TypeError, "`shape` must hold Python ints"),
+    ],
+)
+def test_dia_constructor_errors(kwargs, error, message):
+    arguments = dict(data=DATA, offsets=(-1, 0, 1), shape=(4, 4)) | kwargs
+    with pytest.raises(error, match=message):
+        js.DIAMatrix(**arguments)
+
+
+def test_dia_traced_offsets_are_rejected():
+    with pytest.raises(TypeError, match="concrete Python ints"):
+        jax.jit(lambda o: js.DIAMatrix(DATA[:1], o, (4, 4)))(jnp.array([0]))
+
+
+CSR = dict(
+    data=np.array([1.0, 2.0, 3.0], np.float32),
+    indices=np.array([0, 2, 1], np.int32),
+    indptr=np.array([0, 2, 2, 3], np.int32),
+    shape=(3, 3),
+)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        (dict(indptr=np.array([0, 2, 3], np.int32)), ValueError, r"`indptr` must have shape"),
+        (dict(indptr=np.array([1, 2, 2, 3], np.int32)), ValueError, "should start with 0"),
+        (dict(indptr=np.array([0, 2, 1, 3], np.int32)), ValueError, "non-decreasing"),
+        (dict(indptr=np.array([0, 1, 2, 2], np.int32)), ValueError, "should be nnz=3"),
+        (dict(indices=np.array([0, 3, 1], np.int32)), ValueError, r"out of range.*\[0, 3\)"),
+        (dict(indices=np.array([0, -1, 1], np.int32)), ValueError, "out of range"),
+        (dict(indices=np.array([0, 2, 1], np.int64)), ValueError, "share an index dtype"),
+        (dict(indices=np.array([0.0, 2.0, 1.0])), TypeError, "`indices` must have an integer"),
+        (dict(indices=np.array([0, 2, 1], np.int16)), TypeError, "int32 or int64"),
+        (dict(indices=np.array([0, 2], np.int32)), ValueError, "same shape"),
+        (dict(data=np.array([1, 2, 3], np.int32)), TypeError, "floating or complex"),
+        (dict(data=np.ones((3, 1), np.float32)), ValueError, "`data` must be 1-D"),
+    ],
+)
+def test_csr_constructor_errors(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        js.CSRMatrix(**(CSR | kwargs))
+
+
+def test_csr_check_under_jit_flags_each_problem():
+    """Under jit the constructor cannot see values; `check()` raises at run time."""
+
+    def build_and_check(data, indices, indptr):
+        return js.CSRMatrix(data, indices, indptr, (3, 3)).check().data
+
+    run = jax.jit(build_and_check)
+    run(CSR["data"], CSR["indices"], CSR["indptr"]).block_until_ready()
+    for indices, indptr, message in [
+        (CSR["indices"], np.array([1, 2, 2, 3], np.int32), "start with 0"),
+        (CSR["indices"], np.array([0, 3, 2, 3], np.int32), "non-decreasing"),
+        (CSR["indices"], np.array([0, 1, 1, 2], np.int32), "nnz"),
+        (np.array([0, 5, 1], np.int32), CSR["indptr"], "out of range"),
+    ]:
+        with pytest.raises(Exception, match=message):
+            run(CSR["data"], indices, indptr).block_until_ready()
+
+
+@pytest.mark.parametrize("fmt", ["dia", "csr"])
+def test_matmul_errors(fmt):
+    matrix = (
+        js.DIAMatrix(DATA, (-1, 0, 1), (5, 4))
+        if fmt == "dia"
+        else js.CSRMatrix(**(CSR | dict(shape=(3, 4), indptr=np.array([0, 2, 2, 3], np.int32))))
+    )
+    m, n = matrix.shape
+    with pytest.raises(ValueError, match=rf"dimension mismatch: \({m}, {n}\) @ \({n + 1},\)"):
+        matrix @ np.ones(n + 1, np.float32)
+    with pytest.raises(ValueError, match=rf"dimension mismatch: \(2, {m + 1}\) @ \({m}, {n}\)"):
+        np.ones((2, m + 1), np.float32) @ matrix
+    with pytest.raises(ValueError, match="1-D or 2-D"):
+        matrix @ np.ones((2, n, 2), np.float32)
+    with pytest.raises(ValueError, match="1-D or 2-D"):
+        matrix @ np.float32(2.0)
+    with pytest.raises(TypeError, match="must be an array"):
+        matrix @ "abc"
+    with pytest.raises(TypeError, match="sparse @ sparse"):
+        matrix @ matrix.T
+    with pytest.raises(ValueError, match="`backend` must be"):
+        js.matmul(matrix, np.ones(n, np.float32), backend="gpu")
+    with pytest.raises(TypeError, match="one operand must be a jaxsparse matrix"):
+        js.matmul(np.ones((2, 2)), np.ones(2))
+    with pytest.raises(TypeError, match="only scalars"):
+        matrix * np.ones(n)
+
+
+def test_from_scipy_and_fromdense_errors():
+    with pytest.raises(TypeError, match="scipy.sparse matrix or array"):
+        js.DIAMatrix.from_scipy(np.eye(3))
+    with pytest.raises(TypeError, match="scipy.sparse matrix or array"):
+        js.CSRMatrix.from_scipy([[1.0]])
+    with pytest.raises(TypeError, match="needs `offsets`"):
+        jax.jit(js.DIAMatrix.fromdense)(jnp.eye(3))
+    with pytest.raises(TypeError, match="needs a static `nnz`"):
+        jax.jit(js.CSRMatrix.fromdense)(jnp.eye(3))
+    with pytest.raises(ValueError, match="`dense` must be 2-D"):
+        js.CSRMatrix.fromdense(np.ones(3))
+    with pytest.raises(ValueError, match="inconsistent shapes"):
+        js.DIAMatrix(DATA, (-1, 0, 1), (4, 4)) + js.DIAMatrix(DATA, (-1, 0, 1), (5, 4))
+
+
+def test_environment_backend_is_validated(monkeypatch):
+    matrix = js.DIAMatrix(DATA, (-1, 0, 1), (4, 4))
+    monkeypatch.setenv("JAXSPARSE_BACKEND", "cuda")
+    with pytest.raises(ValueError, match="JAXSPARSE_BACKEND"):
+        matrix @ np.ones(4, np.float32)
