@@ -23,7 +23,9 @@ class Kind:
     quick_sizes: tuple[int, ...]
 
 
-def _stencil_dia(grid: tuple[int, ...], steps: list[tuple[int, ...]], rng) -> scipy.sparse.dia_array:
+def _stencil_dia(
+    grid: tuple[int, ...], steps: list[tuple[int, ...]], rng
+) -> scipy.sparse.dia_array:
     """A stencil on a `grid` (C order) with random positive weights and a dominant center."""
     n = int(np.prod(grid))
     strides = [int(np.prod(grid[a + 1 :])) for a in range(len(grid))]
@@ -34,7 +36,7 @@ def _stencil_dia(grid: tuple[int, ...], steps: list[tuple[int, ...]], rng) -> sc
         inside = np.ones(n, dtype=bool)
         for axis, s in enumerate(step):
             inside &= (coords[axis] - s >= 0) & (coords[axis] - s < grid[axis])
-        offset = sum(s * st for s, st in zip(step, strides))
+        offset = sum(s * st for s, st in zip(step, strides, strict=True))
         center = not any(step)
         values = (len(steps) if center else -1.0) * (1.0 + 0.1 * rng.random(n))
         offsets.append(offset)

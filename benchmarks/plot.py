@@ -39,7 +39,7 @@ def plot(records: list[dict], path: str) -> None:
                         if r["system"] == system and r["op"] == op
                     )
                     if points:
-                        xs, ys = zip(*points)
+                        xs, ys = zip(*points, strict=True)
                         label = system if op == "forward" else "jaxsparse grad step"
                         ax.loglog(xs, ys, style, color=color, marker=".", label=label, lw=1)
             ax.set_title(f"{fmt.upper()} {matrix}, k={k}", fontsize=8)
@@ -51,7 +51,7 @@ def plot(records: list[dict], path: str) -> None:
                 ax.set_xlabel("rows", fontsize=7)
     legend = {}
     for ax in axes.flat:
-        for handle, label in zip(*ax.get_legend_handles_labels()):
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
             legend.setdefault(label, handle)
     labels, handles = list(legend), list(legend.values())
     fig.legend(handles, labels, loc="upper center", ncol=len(labels), fontsize=7)

@@ -62,10 +62,7 @@ def _cases(records):
 
 
 def _lookup(records):
-    return {
-        (r["op"], r["format"], r["matrix"], r["rows"], r["k"], r["system"]): r
-        for r in records
-    }
+    return {(r["op"], r["format"], r["matrix"], r["rows"], r["k"], r["system"]): r for r in records}
 
 
 def _time(table, key, system):
@@ -173,7 +170,12 @@ def targets(records, bandwidth) -> dict:
         if fmt == "csr":
             peers = ("scipy-csr",) if k == 1 else ("scipy-csr", "jax-bcsr")
             out["csr"].append(
-                {"matrix": matrix, "rows": rows, "k": k, "vs_peers": _ratio(table, key, peers, ours)}
+                {
+                    "matrix": matrix,
+                    "rows": rows,
+                    "k": k,
+                    "vs_peers": _ratio(table, key, peers, ours),
+                }
             )
     for key in _cases(records):
         if key[0] != "gradient":
@@ -182,8 +184,13 @@ def targets(records, bandwidth) -> dict:
         forward = _time(table, ("forward", *key[1:]), "jaxsparse")
         if step and forward and not math.isnan(step) and not math.isnan(forward):
             out["gradient_over_forward"].append(
-                {"format": key[1], "matrix": key[2], "rows": key[3], "k": key[4],
-                 "ratio": step / forward}
+                {
+                    "format": key[1],
+                    "matrix": key[2],
+                    "rows": key[3],
+                    "k": key[4],
+                    "ratio": step / forward,
+                }
             )
     out["csr_geomean"] = {
         f"k={k}": _geomean([c["vs_peers"] for c in out["csr"] if c["k"] == k])
@@ -221,7 +228,8 @@ def targets_text(t: dict) -> str:
         big = [r["ratio"] for r in ratios if r["format"] == fmt and r["rows"] >= TARGET_ROWS]
         if values:
             lines.append(
-                f"gradient step / forward, {fmt.upper()}: median {sorted(values)[len(values) // 2]:.2f}, "
+                f"gradient step / forward, {fmt.upper()}: "
+                f"median {sorted(values)[len(values) // 2]:.2f}, "
                 f"max {max(values):.2f}"
                 + (f", at >= 1e6 rows max {max(big):.2f}" if big else "")
                 + " (target <= 3)"

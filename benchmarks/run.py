@@ -63,7 +63,11 @@ def measure(fn, reference, budget) -> dict:
     error = relative_error(result, reference)
     if not error <= TOLERANCE:
         return {"ok": False, "error": f"wrong result, relative error {error:.2e}"}
-    return {"ok": True, "rel_error": error, **timing.time_call(fn, first_call_s=first_call_s, **budget)}
+    return {
+        "ok": True,
+        "rel_error": error,
+        **timing.time_call(fn, first_call_s=first_call_s, **budget),
+    }
 
 
 def skip_reason(rows, k, max_rows):
@@ -100,9 +104,7 @@ def run_cases(args) -> tuple[list[dict], list[str]]:
                 w = rng.standard_normal((m, k)).astype(np.float32)
                 y_ref = csr64 @ x.astype(np.float64)
                 dx_ref = csr64.T @ w.astype(np.float64)
-                with_gradient = (
-                    not args.no_gradient and k in GRADIENT_KS and m <= MAX_ROWS_GRADIENT
-                )
+                with_gradient = not args.no_gradient and k in GRADIENT_KS and m <= MAX_ROWS_GRADIENT
                 case = {
                     "format": kind.fmt,
                     "matrix": kind.name,
@@ -127,14 +129,19 @@ def run_cases(args) -> tuple[list[dict], list[str]]:
 def environment() -> dict:
     blas_env = {
         key: os.environ[key]
-        for key in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_NUM_THREADS",
-                    "GLIBC_TUNABLES", "XLA_FLAGS", "JAXSPARSE_BACKEND")
+        for key in (
+            "OPENBLAS_CORETYPE",
+            "OPENBLAS_L2_SIZE",
+            "OPENBLAS_NUM_THREADS",
+            "GLIBC_TUNABLES",
+            "XLA_FLAGS",
+            "JAXSPARSE_BACKEND",
+        )
         if key in os.environ
     }
     return {
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
-        "machine": f"{platform.node()} {platform.machine()} {_cpu_name()}, "
-        f"{os.cpu_count()} cpus",
+        "machine": f"{platform.node()} {platform.machine()} {_cpu_name()}, {os.cpu_count()} cpus",
         "python": platform.python_version(),
         "jax": jax.__version__,
         "numpy": np.__version__,

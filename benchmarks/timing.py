@@ -49,12 +49,14 @@ def streaming_bandwidth(bytes_per_array: int = 100_000_000, repeats: int = 11) -
     b = np.ones(size, np.float32)
     c = np.empty_like(a)
     moved = 3 * size * 4
-    numpy_s = time_call(lambda: np.add(a, b, out=c), budget_s=0, min_repeats=repeats,
-                        max_repeats=repeats)["median_s"]
+    numpy_s = time_call(
+        lambda: np.add(a, b, out=c), budget_s=0, min_repeats=repeats, max_repeats=repeats
+    )["median_s"]
     aj, bj = jax.device_put(a), jax.device_put(b)
     add = jax.jit(lambda x, y: x + y)
-    jax_s = time_call(blocking(add, aj, bj), budget_s=0, min_repeats=repeats,
-                      max_repeats=repeats)["median_s"]
+    jax_s = time_call(blocking(add, aj, bj), budget_s=0, min_repeats=repeats, max_repeats=repeats)[
+        "median_s"
+    ]
     return {
         "bytes_per_array": bytes_per_array,
         "numpy_add_gbs": moved / numpy_s / 1e9,

@@ -44,7 +44,7 @@ class CSRMatrix(SparseMatrix):
 
     data: Inexact[Array, "nnz"]
     indices: Integer[Array, "nnz"]
-    indptr: Integer[Array, "m_plus_1"]
+    indptr: Integer[Array, "m_plus_1"]  # noqa: F821 (a jaxtyping axis name)
     shape: tuple[int, int] = eqx.field(static=True)
 
     def __init__(self, data, indices, indptr, shape):

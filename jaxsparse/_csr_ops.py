@@ -3,11 +3,11 @@
 Three primitives close on themselves under differentiation. Each is bilinear in its two
 floating arguments; `indices` and `indptr` are integer structure and get no gradient.
 
-| primitive                           | result      | transpose in 1st float arg | in 2nd float arg |
-|-------------------------------------|-------------|----------------------------|------------------|
-| `matmul(data, ..., x)`              | `A @ x`     | `sddmm(G, x)`              | `A^T @ G`        |
-| `matmul_t(data, ..., g)`            | `A^T @ g`   | `sddmm(g, H)`              | `A @ H`          |
-| `sddmm(..., g, x)` (`(nnz,)` out)   | `g[row] . x[col]` | `A_h @ x`            | `A_h^T @ g`      |
+| primitive                  | result            | transpose in 1st float | in 2nd float |
+|----------------------------|-------------------|------------------------|--------------|
+| `matmul(data, ..., x)`     | `A @ x`           | `sddmm(G, x)`          | `A^T @ G`    |
+| `matmul_t(data, ..., g)`   | `A^T @ g`         | `sddmm(g, H)`          | `A @ H`      |
+| `sddmm(..., g, x)`, (nnz,) | `g[row] . x[col]` | `A_h @ x`              | `A_h^T @ g`  |
 
 (`A_h` is the CSR matrix with the structure of `A` and values `h`, the cotangent.)
 The transposed product runs on `A`'s own structure, so the backward pass never builds a
@@ -19,7 +19,7 @@ from jax.core import ShapedArray
 from jax.interpreters import ad, batching
 
 from ._primitive import batch_by_folding_columns, batch_by_mapping, define_primitive
-from .kernels import reference
+from .kernels import cpu, reference
 
 
 def _pallas_csr_matmul(data, indices, indptr, x, *, interpret, platform, shape):
@@ -76,6 +76,7 @@ csr_matmul_p = define_primitive(
     xla_impl=reference.csr_matmul,
     pallas_impl=_pallas_csr_matmul,
     pallas_supports=_pallas_supports,
+    cpu_impl=cpu.csr_matmul,
 )
 csr_matmul_t_p = define_primitive(
     "jaxsparse_csr_matmul_transpose",

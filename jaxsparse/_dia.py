@@ -199,9 +199,7 @@ def _add(left: DIAMatrix, right, sign: int) -> DIAMatrix:
     if not isinstance(right, DIAMatrix):
         return NotImplemented
     if left.shape != right.shape:
-        raise ValueError(
-            f"inconsistent shapes for addition: {left.shape} and {right.shape}."
-        )
+        raise ValueError(f"inconsistent shapes for addition: {left.shape} and {right.shape}.")
     dtype = jnp.result_type(left.dtype, right.dtype)
     offsets = tuple(sorted(set(left.offsets) | set(right.offsets)))
     data = jnp.zeros((len(offsets), left.shape[1]), dtype)

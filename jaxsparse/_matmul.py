@@ -55,9 +55,7 @@ def _as_dense_operand(value, name: str) -> jax.Array:
     try:
         array = jnp.asarray(value)
     except TypeError:
-        raise TypeError(
-            f"matmul: `{name}` must be an array, got {type(value).__name__}."
-        ) from None
+        raise TypeError(f"matmul: `{name}` must be an array, got {type(value).__name__}.") from None
     if not (jnp.issubdtype(array.dtype, jnp.number) or array.dtype == jnp.bool_):
         raise TypeError(f"matmul: `{name}` must be numeric, got dtype {array.dtype}.")
     if array.ndim not in (1, 2):
@@ -97,31 +95,23 @@ def _as_columns(dense):
 def _sparse_at_dense(matrix: SparseMatrix, dense, backend: str):
     data, dense = _promote(matrix, dense)
     columns, restore = _as_columns(dense)
-    if isinstance(matrix, DIAMatrix):
-        out = _dia_ops.dia_matmul(
-            data, columns, offsets=matrix.offsets, shape=matrix.shape, backend=backend
-        )
-    elif isinstance(matrix, CSRMatrix):
-        out = _csr_ops.csr_matmul(
-            data, matrix.indices, matrix.indptr, columns, shape=matrix.shape, backend=backend
-        )
-    else:
-        raise TypeError(f"matmul: unsupported sparse format {type(matrix).__name__}.")
-    return restore(out)
+    return restore(_format_product(matrix, data, columns, backend, transposed=False))
 
 
 def _dense_at_sparse(dense, matrix: SparseMatrix, backend: str):
     data, dense = _promote(matrix, dense)
     columns, restore = _as_columns(dense.T)
+    return restore(_format_product(matrix, data, columns, backend, transposed=True)).T
+
+
+def _format_product(matrix: SparseMatrix, data, columns, backend: str, *, transposed: bool):
+    """`A @ columns` (or `A^T @ columns`) by the format's primitive, with values `data`."""
     if isinstance(matrix, DIAMatrix):
-        out = _dia_ops.dia_transposed_matmul(
-            data, columns, offsets=matrix.offsets, shape=matrix.shape, backend=backend
-        )
-    elif isinstance(matrix, CSRMatrix):
-        out = _csr_ops.csr_transposed_matmul(
+        product = _dia_ops.dia_transposed_matmul if transposed else _dia_ops.dia_matmul
+        return product(data, columns, offsets=matrix.offsets, shape=matrix.shape, backend=backend)
+    if isinstance(matrix, CSRMatrix):
+        product = _csr_ops.csr_transposed_matmul if transposed else _csr_ops.csr_matmul
+        return product(
             data, matrix.indices, matrix.indptr, columns, shape=matrix.shape, backend=backend
         )
-    else:
-        raise TypeError(f"matmul: unsupported sparse format {type(matrix).__name__}.")
-    return restore(out).T
-
+    raise TypeError(f"matmul: unsupported sparse format {type(matrix).__name__}.")

@@ -28,6 +28,7 @@ def define_primitive(
     xla_impl: Callable,
     pallas_impl: Callable,
     pallas_supports: Callable,
+    cpu_impl: Callable | None = None,
 ) -> Primitive:
     """A primitive whose lowering picks XLA or Pallas per backend and platform.
 
@@ -38,6 +39,8 @@ def define_primitive(
     - `xla_impl`: `(*arrays, **params) -> array`, the pure `jax.numpy` reference.
     - `pallas_impl`: `(*arrays, interpret, platform, **params) -> array`.
     - `pallas_supports`: `(dtype, platform) -> bool`.
+    - `cpu_impl`: `(*arrays, **params) -> array`, the XLA path on CPU where something
+      faster than the reference exists (`kernels/cpu.py`); `None` uses `xla_impl`.
 
     **Returns:** the primitive. `params` always include `backend`, which the implementations
     do not receive.
@@ -52,7 +55,8 @@ def define_primitive(
             backend, platform, lambda p: pallas_supports(dtype, p)
         )
         if implementation == "xla":
-            fn = functools.partial(xla_impl, **params)
+            impl = cpu_impl if platform == "cpu" and cpu_impl is not None else xla_impl
+            fn = functools.partial(impl, **params)
         else:
             fn = functools.partial(
                 pallas_impl, interpret=implementation == "interpret", platform=platform, **params
@@ -76,9 +80,7 @@ def _compiled_primitive(primitive: Primitive, params: tuple) -> Callable:
     return jax.jit(functools.partial(primitive.bind, **dict(params)))
 
 
-def batch_by_folding_columns(
-    primitive: Primitive, args, dims, *, operand: int, params: dict
-):
+def batch_by_folding_columns(primitive: Primitive, args, dims, *, operand: int, params: dict):
     """Batch a product that is batched only in its dense operand `args[operand]`.
 
     A batch of `B` operands of shape `(r, k)` is one operand of shape `(r, B * k)`, so the
@@ -103,7 +105,7 @@ def batch_by_mapping(primitive: Primitive, args, dims, *, params: dict):
 
     def one_member(members):
         call_args = list(args)
-        for i, member in zip(batched, members):
+        for i, member in zip(batched, members, strict=True):
             call_args[i] = member
         return primitive.bind(*call_args, **params)
 

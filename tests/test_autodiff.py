@@ -69,7 +69,7 @@ def test_vjp_matches_dense_math(fmt, backend):
     out, vjp = jax.vjp(sparse, matrix.data, x)
     expected_out, expected_vjp = jax.vjp(dense, matrix.data, x)
     np.testing.assert_allclose(out, expected_out, atol=1e-12)
-    for got, want in zip(vjp(cotangent), expected_vjp(cotangent)):
+    for got, want in zip(vjp(cotangent), expected_vjp(cotangent), strict=True):
         np.testing.assert_allclose(got, want, atol=1e-12)
 
 
@@ -86,7 +86,7 @@ def test_bfloat16_gradients_close_to_float32(fmt):
     grads16 = jax.grad(loss, argnums=(0, 1))(
         matrix.data.astype(jnp.bfloat16), x.astype(jnp.bfloat16)
     )
-    for g32, g16 in zip(grads32, grads16):
+    for g32, g16 in zip(grads32, grads16, strict=True):
         assert g16.dtype == jnp.bfloat16
         np.testing.assert_allclose(g16.astype(jnp.float32), g32, atol=0.1, rtol=0.05)
 
@@ -116,7 +116,7 @@ def test_complex_gradients_match_dense(fmt):
     dense = lambda d, x: dense_of(matrix, d) @ x  # noqa: E731
     got = jax.grad(loss, argnums=(0, 1))(matrix.data, x, sparse)
     want = jax.grad(loss, argnums=(0, 1))(matrix.data, x, dense)
-    for g, w in zip(got, want):
+    for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g, w, atol=1e-12)
 
 

@@ -80,16 +80,20 @@ def test_complex_values_take_the_xla_path_under_interpret():
     )
 
 
+# Abstract devices to lower for: the platform's Pallas lowering reads the device kind.
+ABSTRACT_DEVICES = {"cuda": ("NVIDIA H100", 132), "tpu": ("TPU v5p", 1)}
+
+
 def lower(fn, args, platform):
+    """The StableHLO text of `fn` lowered for `platform`, from this CPU machine."""
     avals = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in args]
-    if platform == "cuda":
-        device = jax.sharding.AbstractDevice(
-            device_kind="NVIDIA H100", num_cores=132, platform="cuda"
-        )
-        mesh = jax.sharding.AbstractMesh((1,), ("x",), abstract_device=device)
-        with jax.sharding.use_abstract_mesh(mesh):
-            return jax.jit(fn).trace(*avals).lower(lowering_platforms=("cuda",)).as_text()
-    return jax.jit(fn).trace(*avals).lower(lowering_platforms=(platform,)).as_text()
+    if platform == "cpu":
+        return jax.jit(fn).trace(*avals).lower(lowering_platforms=("cpu",)).as_text()
+    kind, cores = ABSTRACT_DEVICES[platform]
+    device = jax.sharding.AbstractDevice(device_kind=kind, num_cores=cores, platform=platform)
+    mesh = jax.sharding.AbstractMesh((1,), ("x",), abstract_device=device)
+    with jax.sharding.use_abstract_mesh(mesh):
+        return jax.jit(fn).trace(*avals).lower(lowering_platforms=(platform,)).as_text()
 
 
 def stencil_offsets(side):

@@ -66,6 +66,8 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 from jax.experimental.pallas import triton as plgpu
 
+from .reference import csr_row_ids
+
 _GPU_PLATFORMS = ("cuda", "rocm")
 
 
@@ -279,10 +281,16 @@ def _sddmm_kernel_tpu(
 
 
 def _resolve_platform(platform: str | None) -> str:
+    """The kernel variant to build: `"tpu"`, or a GPU platform for the Triton-style kernels.
+
+    `"cpu"` (interpret mode on a CPU) and `None` off TPU run the Triton-style kernels.
+    """
     if platform is None:
         platform = "tpu" if jax.default_backend() == "tpu" else "cuda"
+    if platform == "cpu":
+        return "cuda"
     if platform not in (*_GPU_PLATFORMS, "tpu"):
-        raise ValueError(f"{platform=} must be one of 'cuda', 'rocm', 'tpu' or None")
+        raise ValueError(f"{platform=} must be one of 'cuda', 'rocm', 'tpu', 'cpu' or None")
     return platform
 
 
@@ -303,12 +311,6 @@ def _check_dense(name, array, rows, dtype):
         raise ValueError(f"{name}.shape={array.shape} must be ({rows}, k)")
     if array.dtype != dtype:
         raise ValueError(f"{name}.dtype={array.dtype} must equal {dtype=}")
-
-
-def _row_ids(indptr, nnz):
-    """`row(p)` for each entry: the number of row starts after 0 at or before `p`."""
-    starts = jnp.zeros((nnz,), indptr.dtype).at[indptr[1:-1]].add(1, mode="drop")
-    return jnp.cumsum(starts, dtype=indptr.dtype)
 
 
 def _pad_to(array, length, value=0):
@@ -434,7 +436,7 @@ def csr_matmul_transpose(
     _check_dense("g", g, m, data.dtype)
     nnz = indices.shape[0]
     order = jnp.argsort(indices, stable=True)
-    transposed_indices = _row_ids(indptr, nnz)[order]
+    transposed_indices = csr_row_ids(indptr, nnz)[order]
     counts = jnp.zeros((n,), indptr.dtype).at[indices].add(1, mode="drop")
     transposed_indptr = jnp.concatenate(
         [jnp.zeros((1,), indptr.dtype), jnp.cumsum(counts, dtype=indptr.dtype)]
@@ -529,7 +531,7 @@ def csr_sddmm(
         return jnp.zeros((nnz,), g.dtype)
     if block_sizes is None:
         block_sizes = BlockSizes.get_default(k, platform)
-    rows = _row_ids(indptr, nnz)
+    rows = csr_row_ids(indptr, nnz)
     if platform == "tpu":
         return _sddmm_tpu(rows, indices, g, x, block_sizes, interpret)
     return _sddmm_gpu(rows, indices, g, x, block_sizes, interpret)

@@ -20,8 +20,8 @@ No routine materializes the dense matrix or loops in Python over rows: DIA loops
 
 import jax
 import jax.numpy as jnp
-from jax import lax
 import numpy as np
+from jax import lax
 
 
 def accumulation_dtype(dtype) -> np.dtype:
