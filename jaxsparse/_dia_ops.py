@@ -24,7 +24,7 @@ from jax.interpreters import ad, batching
 
 from ._dia_layout import negate_offsets, transpose_data
 from ._primitive import batch_by_folding_columns, batch_by_mapping, define_primitive
-from .kernels import reference
+from .kernels import cpu, reference
 
 
 def _pallas_dia_matmul(data, x, *, interpret, platform, offsets, shape):
@@ -68,6 +68,7 @@ dia_matmul_p = define_primitive(
     xla_impl=reference.dia_matmul,
     pallas_impl=_pallas_dia_matmul,
     pallas_supports=_pallas_supports,
+    cpu_impl=cpu.dia_matmul,
 )
 
 dia_sddmm_p = define_primitive(

@@ -71,12 +71,21 @@ def test_environment_variable_overrides_auto(monkeypatch):
     assert len(calls) == 1
 
 
-def test_complex_values_take_the_xla_path_under_interpret():
-    matrix = small_matrix("dia", jnp.complex64)
-    assert not dia_kernels.pallas_supports(jnp.complex64, "cpu")
-    x = jnp.ones((10,), jnp.complex64)
+@pytest.mark.parametrize("fmt", ["dia", "csr"])
+def test_complex_values_take_the_xla_path_under_interpret(fmt):
+    module = dia_kernels if fmt == "dia" else csr_kernels
+    assert not module.pallas_supports(jnp.complex64, "cpu")
+    matrix = small_matrix(fmt, jnp.complex64)
+    x = jnp.ones((10,), jnp.complex64) * (1 + 2j)
     np.testing.assert_allclose(
         js.matmul(matrix, x, backend="interpret"), matrix.todense() @ x, rtol=1e-5
+    )
+    product = lambda d: js.matmul(matrix.with_data(d), x, backend="interpret")  # noqa: E731
+    gradient = jax.grad(lambda d: jnp.sum(jnp.abs(product(d)) ** 2))
+    np.testing.assert_allclose(
+        gradient(matrix.data),
+        jax.grad(lambda d: jnp.sum(jnp.abs(matrix.with_data(d).todense() @ x) ** 2))(matrix.data),
+        rtol=1e-4,
     )
 
 

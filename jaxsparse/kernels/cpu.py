@@ -15,6 +15,7 @@ they are concrete, and `CSRMatrix.check()` under `jit`.
 import jax
 import jax.experimental.sparse  # noqa: F401  (registers the cpu_csr_sparse_dense_ffi target)
 import numpy as np
+from jax import lax
 
 from . import reference
 
@@ -31,3 +32,7 @@ def csr_matmul(data, indices, indptr, x, *, shape: tuple[int, int]) -> jax.Array
         return reference.csr_matmul(data, indices, indptr, x, shape=shape)
     out_type = jax.ShapeDtypeStruct((m, k), x.dtype)
     return jax.ffi.ffi_call("cpu_csr_sparse_dense_ffi", out_type)(data, indptr, indices, x)
+
+
+def dia_matmul(data, x, *, offsets, shape):
+    return lax.optimization_barrier(reference.dia_matmul(data, x, offsets=offsets, shape=shape))

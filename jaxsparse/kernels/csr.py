@@ -74,7 +74,9 @@ _GPU_PLATFORMS = ("cuda", "rocm")
 def pallas_supports(dtype, platform: str) -> bool:
     """Whether the Pallas kernels take `dtype` on `platform`.
 
-    - `"cpu"` (interpret mode): every float and complex dtype.
+    - `"cpu"` (interpret mode): every real floating dtype. Complex returns False: interpret
+      mode cannot allocate a complex output (its uninitialized-value fill raises
+      `NotImplementedError`), and the kernels it interprets are the Triton ones anyway.
     - `"cuda"`, `"rocm"` (Triton): float16, bfloat16, float32, float64. Triton has no
       complex type, so complex returns False.
     - `"tpu"` (Mosaic): float32 and bfloat16. TPU has no float64 or complex vector unit,
@@ -91,7 +93,7 @@ def pallas_supports(dtype, platform: str) -> bool:
     """
     dtype = jnp.dtype(dtype)
     if platform == "cpu":
-        return jnp.issubdtype(dtype, jnp.inexact)
+        return jnp.issubdtype(dtype, jnp.floating)
     if platform in _GPU_PLATFORMS:
         return dtype in (jnp.float16, jnp.bfloat16, jnp.float32, jnp.float64)
     if platform == "tpu":
