@@ -56,5 +56,5 @@ def plot(records: list[dict], path: str) -> None:
     labels, handles = list(legend), list(legend.values())
     fig.legend(handles, labels, loc="upper center", ncol=len(labels), fontsize=7)
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.35 / len(kinds)))
-    fig.savefig(path, dpi=50)
+    fig.savefig(path, dpi=40)
     plt.close(fig)

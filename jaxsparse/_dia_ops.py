@@ -77,6 +77,7 @@ dia_sddmm_p = define_primitive(
     xla_impl=reference.dia_sddmm,
     pallas_impl=_pallas_dia_sddmm,
     pallas_supports=_pallas_supports,
+    cpu_impl=cpu.dia_sddmm,
 )
 
 

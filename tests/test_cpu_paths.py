@@ -1,0 +1,87 @@
+"""The CPU paths of `kernels/cpu.py` against scipy, on the edge cases they special-case:
+empty rows, an all-empty matrix, unsorted and repeated columns, dtypes the native kernel
+lacks (bfloat16 falls back to the reference), int64 indices, and column counts around the
+8-column padding of the CSR kernel."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.sparse
+
+from jaxsparse.kernels import cpu
+
+KS = (1, 2, 8, 9)
+
+
+def _csr_case(rng, m, n, kind):
+    if kind == "all-empty":
+        return np.zeros(0, np.float64), np.zeros(0, np.int64), np.zeros(m + 1, np.int64)
+    lengths = rng.integers(0, 4, size=m)
+    lengths[::3] = 0  # empty rows, including runs of them
+    lengths[1::7] = 0
+    indptr = np.concatenate([[0], np.cumsum(lengths)])
+    indices = rng.integers(0, n, size=indptr[-1])
+    if kind == "repeated":
+        indices[1::2] = indices[::2][: indices[1::2].size]  # unsorted, with repeats
+    return rng.standard_normal(indptr[-1]), indices, indptr
+
+
+@pytest.mark.parametrize("kind", ["random", "repeated", "all-empty"])
+@pytest.mark.parametrize("k", KS)
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64, jnp.complex64, jnp.bfloat16])
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+def test_csr_matmul_matches_scipy(kind, k, dtype, index_dtype):
+    rng = np.random.default_rng(0)
+    m, n = 37, 23
+    data, indices, indptr = _csr_case(rng, m, n, kind)
+    x = rng.standard_normal((n, k))
+    expected = scipy.sparse.csr_array((data, indices, indptr), shape=(m, n)) @ x
+    out = jax.jit(lambda d, i, p, x: cpu.csr_matmul(d, i, p, x, shape=(m, n)))(
+        jnp.asarray(data, dtype),
+        jnp.asarray(indices, index_dtype),
+        jnp.asarray(indptr, index_dtype),
+        jnp.asarray(x, dtype),
+    )
+    assert out.shape == (m, k) and out.dtype == dtype
+    tol = 5e-2 if dtype == jnp.bfloat16 else 1e-5
+    np.testing.assert_allclose(np.asarray(out, np.complex128), expected, rtol=tol, atol=tol)
+
+
+OFFSETS = [(0,), (-1, 0, 1), (-40, -3, 0, 2, 5, 50), tuple(range(-13, 14))]
+
+
+def _dia_matrix(data, offsets, shape):
+    # scipy reads data[d, j] as A[j - offsets[d], j], as jaxsparse does.
+    return scipy.sparse.dia_array((data, np.asarray(offsets)), shape=shape).toarray()
+
+
+@pytest.mark.parametrize("offsets", OFFSETS)
+@pytest.mark.parametrize("shape", [(30, 30), (20, 33), (33, 20)])
+@pytest.mark.parametrize("k", (1, 2, 8, 17))
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_dia_matmul_and_sddmm_match_scipy(offsets, shape, k, dtype):
+    rng = np.random.default_rng(1)
+    m, n = shape
+    data = rng.standard_normal((len(offsets), n))
+    dense = _dia_matrix(data, offsets, shape)
+    x, g = rng.standard_normal((n, k)), rng.standard_normal((m, k))
+    tol = 5e-2 if dtype == jnp.bfloat16 else 1e-5
+    args = {"offsets": offsets, "shape": shape}
+    y = jax.jit(lambda d, x: cpu.dia_matmul(d, x, **args))(
+        jnp.asarray(data, dtype), jnp.asarray(x, dtype)
+    )
+    assert y.dtype == dtype
+    np.testing.assert_allclose(np.asarray(y, np.float64), dense @ x, rtol=tol, atol=tol * k)
+    grad = jax.jit(lambda g, x: cpu.dia_sddmm(g, x, **args))(
+        jnp.asarray(g, dtype), jnp.asarray(x, dtype)
+    )
+    mask = _dia_matrix(np.ones_like(data), offsets, shape) != 0
+    expected = np.zeros_like(data)
+    for d, off in enumerate(offsets):
+        for j in range(n):
+            i = j - off
+            if 0 <= i < m and mask[i, j]:
+                expected[d, j] = g[i] @ x[j]
+    assert grad.dtype == dtype and grad.shape == data.shape
+    np.testing.assert_allclose(np.asarray(grad, np.float64), expected, rtol=tol, atol=tol * k)
