@@ -18,6 +18,8 @@ No routine materializes the dense matrix or loops in Python over rows: DIA loops
 (static, few) diagonals, CSR works on all entries at once with gathers and segment sums.
 """
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -117,8 +119,12 @@ def dia_sddmm(g, x, *, offsets: tuple[int, ...], shape: tuple[int, int]) -> jax.
     return jnp.stack(rows).astype(x.dtype)
 
 
+@functools.partial(jax.jit, static_argnums=1)
 def csr_row_ids(indptr, nnz: int) -> jax.Array:
     """The row of every stored entry, `(nnz,)`, in `indptr`'s dtype; O(m + nnz).
+
+    Jitted so that an eager call (`CSRMatrix.todense()` outside `jit`) compiles the scan
+    once instead of dispatching its many small operations one by one.
 
     Marks each row start with a count and takes a running sum, so empty rows (repeated
     `indptr` values) are skipped correctly. The running sum is `lax.associative_scan`
