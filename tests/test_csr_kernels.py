@@ -131,7 +131,10 @@ DTYPE_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("dtype", "index_dtype", "k", "platform"), DTYPE_CASES, ids=str)
+DTYPE_CASE_IDS = [f"{jnp.dtype(d).name}-{np.dtype(i).name}-k{k}-{p}" for d, i, k, p in DTYPE_CASES]
+
+
+@pytest.mark.parametrize(("dtype", "index_dtype", "k", "platform"), DTYPE_CASES, ids=DTYPE_CASE_IDS)
 def test_dtypes(dtype, index_dtype, k, platform):
     if not csr.pallas_supports(dtype, platform):
         pytest.skip(f"{platform} kernels do not take {jnp.dtype(dtype).name}")
