@@ -13,7 +13,7 @@ TOLERANCES = {
     np.dtype(jnp.float32): 2e-5,
     np.dtype(jnp.float64): 1e-12,
     np.dtype(jnp.bfloat16): 2e-2,
-    np.dtype(jnp.float16): 2e-3,
+    np.dtype(jnp.float16): 1e-2,
     np.dtype(jnp.complex64): 2e-5,
     np.dtype(jnp.complex128): 1e-12,
 }

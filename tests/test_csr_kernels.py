@@ -7,19 +7,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from helpers import tolerance
 
 from jaxsparse.kernels import csr
 
 PLATFORMS = ("cuda", "tpu")
 # Small blocks so the tiny test matrices still take several loop steps and k blocks.
 SMALL_BLOCKS = csr.BlockSizes(block_nnz=16, block_k=4, block_rows=8)
-TOLERANCES = {
-    jnp.dtype(jnp.bfloat16): 2e-2,
-    jnp.dtype(jnp.float16): 2e-3,
-    jnp.dtype(jnp.float32): 1e-5,
-    jnp.dtype(jnp.float64): 1e-12,
-    jnp.dtype(jnp.complex64): 1e-5,
-}
 
 
 def _csr_from_lengths(rng, lengths, n, index_dtype=np.int32):
@@ -98,7 +92,7 @@ def _check_all_kernels(data, indices, indptr, shape, k, dtype, platform, block_s
         "transpose": csr.csr_matmul_transpose(data, indices_j, indptr_j, g, **kwargs),
         "sddmm": csr.csr_sddmm(indices_j, indptr_j, g, x, **kwargs),
     }
-    tol = TOLERANCES[jnp.dtype(dtype)]
+    tol = tolerance(dtype)
     for name, want in expected.items():
         got = actual[name]
         assert got.dtype == dtype, name

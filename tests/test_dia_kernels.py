@@ -7,17 +7,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.sparse
+from helpers import tolerance
 
 from jaxsparse.kernels.dia import BlockSizes, dia_matmul, dia_sddmm, pallas_supports
-
-_TOLERANCES = {
-    jnp.float16: 1e-2,
-    jnp.bfloat16: 2e-2,
-    jnp.float32: 1e-5,
-    jnp.float64: 1e-12,
-    jnp.complex64: 1e-5,
-    jnp.complex128: 1e-12,
-}
 
 # A 3-D 27-point stencil on a 4x4x4 grid, in a scrambled order.
 _STENCIL_27 = tuple(
@@ -82,7 +74,7 @@ def _sddmm_oracle(g, x, offsets, m, n):
 
 def _check_close(actual, expected, dtype):
     assert actual.dtype == jnp.dtype(dtype)
-    tol = _TOLERANCES[dtype]
+    tol = tolerance(dtype)
     actual = np.asarray(actual.astype(jnp.complex128))
     scale = max(1.0, np.abs(expected).max(initial=0.0))
     np.testing.assert_allclose(actual, expected, rtol=tol, atol=tol * scale)
