@@ -44,23 +44,24 @@ def compare_with_reference(matrix, twin, operand, cotangent, dtype):
         )
 
 
+MATRICES = [("dia", case) for case in DIA_CASES] + [("csr", case) for case in CSR_CASES]
+
+
+def make_matrix(rng, fmt, case, dtype):
+    """A matrix and its scipy twin: DIA cases are (shape, offsets), CSR cases (kind, shape)."""
+    if fmt == "dia":
+        shape, offsets = case
+        return random_dia(rng, shape, offsets, dtype)
+    kind, shape = case
+    return make_csr(rng, kind, shape, dtype)
+
+
 @pytest.mark.parametrize(("dtype", "k"), OPERANDS, ids=OPERAND_IDS)
-@pytest.mark.parametrize(("shape", "offsets"), DIA_CASES, ids=str)
-def test_dia_interpret_matches_reference(shape, offsets, k, dtype):
+@pytest.mark.parametrize(("fmt", "case"), MATRICES, ids=str)
+def test_interpret_matches_reference(fmt, case, k, dtype):
     rng = np.random.default_rng(0)
-    matrix, twin = random_dia(rng, shape, offsets, dtype)
-    m, n = shape
-    operand = jnp.asarray(random_values(rng, (n,) if k is None else (n, k), dtype))
-    cotangent = jnp.asarray(random_values(rng, (m,) if k is None else (m, k), dtype))
-    compare_with_reference(matrix, twin, operand, cotangent, dtype)
-
-
-@pytest.mark.parametrize(("dtype", "k"), OPERANDS, ids=OPERAND_IDS)
-@pytest.mark.parametrize(("kind", "shape"), CSR_CASES, ids=str)
-def test_csr_interpret_matches_reference(kind, shape, k, dtype):
-    rng = np.random.default_rng(1)
-    matrix, twin = make_csr(rng, kind, shape, dtype)
-    m, n = shape
+    matrix, twin = make_matrix(rng, fmt, case, dtype)
+    m, n = matrix.shape
     operand = jnp.asarray(random_values(rng, (n,) if k is None else (n, k), dtype))
     cotangent = jnp.asarray(random_values(rng, (m,) if k is None else (m, k), dtype))
     compare_with_reference(matrix, twin, operand, cotangent, dtype)
