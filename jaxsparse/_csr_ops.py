@@ -18,7 +18,12 @@ import jax
 from jax.core import ShapedArray
 from jax.interpreters import ad, batching
 
-from ._primitive import batch_by_folding_columns, batch_by_mapping, define_primitive
+from ._primitive import (
+    batch_by_folding_columns,
+    batch_by_mapping,
+    check_same_dtype,
+    define_primitive,
+)
 from .kernels import cpu, reference
 
 
@@ -50,23 +55,18 @@ def _pallas_supports(dtype, platform):
     return csr.pallas_supports(dtype, platform)
 
 
-def _check_operands(name, a, b):
-    if a.dtype != b.dtype:
-        raise TypeError(f"{name}: operands must share a dtype, got {a.dtype} and {b.dtype}.")
-
-
 def _matmul_abstract_eval(data, indices, indptr, x, *, shape, backend):
-    _check_operands("csr_matmul", data, x)
+    check_same_dtype("csr_matmul", data, x)
     return ShapedArray((shape[0], x.shape[1]), x.dtype)
 
 
 def _matmul_t_abstract_eval(data, indices, indptr, g, *, shape, backend):
-    _check_operands("csr_matmul_transpose", data, g)
+    check_same_dtype("csr_matmul_transpose", data, g)
     return ShapedArray((shape[1], g.shape[1]), g.dtype)
 
 
 def _sddmm_abstract_eval(indices, indptr, g, x, *, shape, backend):
-    _check_operands("csr_sddmm", g, x)
+    check_same_dtype("csr_sddmm", g, x)
     return ShapedArray(indices.shape, x.dtype)
 
 

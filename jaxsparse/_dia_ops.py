@@ -23,7 +23,12 @@ from jax.core import ShapedArray
 from jax.interpreters import ad, batching
 
 from ._dia_layout import negate_offsets, transpose_data
-from ._primitive import batch_by_folding_columns, batch_by_mapping, define_primitive
+from ._primitive import (
+    batch_by_folding_columns,
+    batch_by_mapping,
+    check_same_dtype,
+    define_primitive,
+)
 from .kernels import cpu, reference
 
 
@@ -47,18 +52,13 @@ def _pallas_supports(dtype, platform):
     return dia.pallas_supports(dtype, platform)
 
 
-def _check_same_dtype(name, a, b):
-    if a.dtype != b.dtype:
-        raise TypeError(f"{name}: operands must share a dtype, got {a.dtype} and {b.dtype}.")
-
-
 def _matmul_abstract_eval(data, x, *, offsets, shape, backend):
-    _check_same_dtype("dia_matmul", data, x)
+    check_same_dtype("dia_matmul", data, x)
     return ShapedArray((shape[0], x.shape[1]), x.dtype)
 
 
 def _sddmm_abstract_eval(g, x, *, offsets, shape, backend):
-    _check_same_dtype("dia_sddmm", g, x)
+    check_same_dtype("dia_sddmm", g, x)
     return ShapedArray((len(offsets), shape[1]), x.dtype)
 
 

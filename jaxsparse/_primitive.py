@@ -70,6 +70,12 @@ def define_primitive(
     return primitive
 
 
+def check_same_dtype(name: str, a, b) -> None:
+    """The abstract-evaluation check that a primitive's two floating operands agree."""
+    if a.dtype != b.dtype:
+        raise TypeError(f"{name}: operands must share a dtype, got {a.dtype} and {b.dtype}.")
+
+
 def _apply_compiled(primitive: Primitive, *args, **params):
     """Eager evaluation: compile the single primitive once per set of parameters."""
     return _compiled_primitive(primitive, tuple(sorted(params.items())))(*args)
