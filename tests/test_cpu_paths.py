@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import scipy.sparse
 
+import jaxsparse as js
 from jaxsparse.kernels import cpu
 
 KS = (1, 2, 8, 9)
@@ -85,3 +86,18 @@ def test_dia_matmul_and_sddmm_match_scipy(offsets, shape, k, dtype):
                 expected[d, j] = g[i] @ x[j]
     assert grad.dtype == dtype and grad.shape == data.shape
     np.testing.assert_allclose(np.asarray(grad, np.float64), expected, rtol=tol, atol=tol * k)
+
+
+def test_unchecked_bad_structure_under_jit_does_not_crash_the_native_kernel():
+    """Out-of-range indices and indptr built under jit (so unchecked) reach the native CSR
+    kernel clamped: a finite, garbage-in answer rather than an out-of-bounds read."""
+    product = jax.jit(lambda d, i, p, x: js.CSRMatrix(d, i, p, (3, 3)) @ x)
+    data = jnp.ones(3, jnp.float32)
+    indices = jnp.array([0, 99, -5], jnp.int32)
+    indptr = jnp.array([0, 2, 9, 3], jnp.int32)
+    out = product(data, indices, indptr, jnp.ones((3, 8), jnp.float32))
+    assert out.shape == (3, 8) and bool(jnp.all(jnp.isfinite(out)))
+    with pytest.raises(Exception, match="non-decreasing"):
+        jax.jit(lambda d, i, p: js.CSRMatrix(d, i, p, (3, 3)).check().data)(
+            data, indices, indptr
+        ).block_until_ready()

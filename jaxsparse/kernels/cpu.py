@@ -11,8 +11,9 @@ complex128 values with int32 or int64 indices; other dtypes (bfloat16, float16) 
 shapes use the reference. Unsorted and repeated column indices are summed as in scipy.
 The kernel is only fast when `k` is a multiple of 8 (see `_FFI_COLUMN_MULTIPLE`), so
 narrower operands are zero-padded to 8 columns (up to 8x the operand's memory for a
-vector). Like any native kernel it trusts `indices` to be in range: `CSRMatrix` checks them when
-they are concrete, and `CSRMatrix.check()` under `jit`.
+vector). `CSRMatrix` checks the structure when it is concrete, and `CSRMatrix.check()` does under
+`jit`; the index arrays are clamped before the call so that an unchecked bad structure
+cannot make the native kernel read out of bounds.
 """
 
 import jax
@@ -47,6 +48,11 @@ def csr_matmul(data, indices, indptr, x, *, shape: tuple[int, int]) -> jax.Array
     padded = -(-k // _FFI_COLUMN_MULTIPLE) * _FFI_COLUMN_MULTIPLE
     if padded != k:
         x = jnp.pad(x, ((0, 0), (0, padded - k)))
+    # The native kernel reads wherever the index arrays point. Clamping them (one cheap
+    # elementwise pass) keeps an unchecked bad structure under `jit` from reading out of
+    # bounds: it then gives a wrong answer, as XLA's clamped gathers do, instead of a crash.
+    indptr = jnp.clip(indptr, 0, nnz)
+    indices = jnp.clip(indices, 0, n - 1)
     out_type = jax.ShapeDtypeStruct((m, padded), x.dtype)
     out = jax.ffi.ffi_call("cpu_csr_sparse_dense_ffi", out_type)(data, indptr, indices, x)
     return out[:, :k]
