@@ -66,7 +66,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 from jax.experimental.pallas import triton as plgpu
 
-from .reference import csr_row_ids
+from .reference import accumulation_dtype, csr_row_ids
 
 _GPU_PLATFORMS = ("cuda", "rocm")
 
@@ -136,13 +136,6 @@ class BlockSizes:
         return cls(block_nnz=max(16, min(256, 8192 // block_k)), block_k=block_k, block_rows=8)
 
 
-def _accumulator_dtype(dtype) -> jnp.dtype:
-    dtype = jnp.dtype(dtype)
-    if dtype in (jnp.bfloat16, jnp.float16):
-        return jnp.dtype(jnp.float32)
-    return dtype
-
-
 # ----------------------------------------------------------------------------------------
 # GPU (Triton) kernel bodies.
 
@@ -156,7 +149,7 @@ def _matmul_kernel_gpu(indptr_ref, indices_ref, data_ref, x_ref, out_ref, *, blo
     start = indptr_ref[row]
     end = indptr_ref[row + 1]
     index_dtype = start.dtype
-    acc_dtype = _accumulator_dtype(out_ref.dtype)
+    acc_dtype = accumulation_dtype(out_ref.dtype)
     offsets = jnp.arange(block_nnz, dtype=index_dtype)
 
     def body(step, acc):
@@ -181,7 +174,7 @@ def _sddmm_kernel_gpu(rows_ref, indices_ref, g_ref, x_ref, out_ref, *, block_nnz
     mask = chunk_start + jnp.arange(block_nnz, dtype=jnp.int32) < nnz
     rows = plgpu.load(rows_ref.at[chunk], mask=mask, other=0)
     cols = plgpu.load(indices_ref.at[chunk], mask=mask, other=0)
-    acc_dtype = _accumulator_dtype(out_ref.dtype)
+    acc_dtype = accumulation_dtype(out_ref.dtype)
 
     def body(step, acc):
         k_cols = (step * block_k + jnp.arange(block_k, dtype=jnp.int32))[None, :]
@@ -232,7 +225,7 @@ def _matmul_kernel_tpu(
     for r in range(block_rows):
         row_lo = jnp.where(row_ids == np.int32(r), starts[r], row_lo)
         row_hi = jnp.where(row_ids == np.int32(r), starts[r + 1], row_hi)
-    acc_dtype = _accumulator_dtype(out_ref.dtype)
+    acc_dtype = accumulation_dtype(out_ref.dtype)
 
     def body(step, acc):
         chunk_start = block_start + step * np.int32(block_nnz)
@@ -273,7 +266,7 @@ def _sddmm_kernel_tpu(
     shift = block_start - base
     _gather_rows_tpu(g_hbm, g_vmem, rows_smem, g_sem, shift)
     _gather_rows_tpu(x_hbm, x_vmem, cols_smem, x_sem, shift)
-    acc_dtype = _accumulator_dtype(out_ref.dtype)
+    acc_dtype = accumulation_dtype(out_ref.dtype)
     products = g_vmem[...].astype(acc_dtype) * x_vmem[...].astype(acc_dtype)
     out_ref[...] = jnp.sum(products, axis=1, keepdims=True).astype(out_ref.dtype)
 

@@ -41,6 +41,8 @@ import numpy as np
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
+from .reference import accumulation_dtype
+
 _PLATFORMS = ("cuda", "rocm", "tpu", "cpu")
 # Row counts are powers of two (Triton) and multiples of 32 (TPU sublane tiles of every
 # dtype up to int8 packing), so one rule serves both lowerings.
@@ -154,11 +156,6 @@ def pallas_supports(dtype, platform: str) -> bool:
     return True
 
 
-def _accumulator_dtype(dtype) -> jnp.dtype:
-    dtype = jnp.dtype(dtype)
-    return jnp.dtype(jnp.float32) if dtype.itemsize < 4 else dtype
-
-
 def _active_diagonals(
     offsets: tuple[int, ...], m: int, n: int
 ) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -215,7 +212,7 @@ def _dia_matmul_kernel(
     `r0 + window_start` for output rows `[r0, r0 + block_rows)`. Row `i` of the tile needs
     column `i + off` of diagonal `k`, which sits at window row `i + off - window_start`.
     """
-    acc_dtype = _accumulator_dtype(out_ref.dtype)
+    acc_dtype = accumulation_dtype(out_ref.dtype)
     acc = jnp.zeros(out_ref.shape, acc_dtype)
     for k, off in enumerate(offsets):
         rows = pl.ds(off - window_start, block_rows)
@@ -337,7 +334,7 @@ def _dia_sddmm_kernel(
     of `block_cols`. Slots whose row `j - off` is outside `[0, num_rows)` are set to zero, so
     they get no gradient even where `x` is not finite.
     """
-    acc_dtype = _accumulator_dtype(out_ref.dtype)
+    acc_dtype = accumulation_dtype(out_ref.dtype)
     num_chunks = x_ref.shape[1] // block_cols
 
     def accumulate(chunk, sums):
