@@ -1,22 +1,27 @@
 """DIA operations as JAX primitives, with their autodiff and batching rules.
 
-Two primitives, both bilinear in their two array arguments:
+Three primitives, each bilinear in its two array arguments:
 
-- `dia_matmul_p(data, x)  = A @ x`, `x` of shape `(n, k)`;
-- `dia_sddmm_p(g, x)      = d(A @ x)/d data` contracted with `g`:
+- `dia_matmul_p(data, x)   = A @ x`, `x` of shape `(n, k)`;
+- `dia_matmul_t_p(data, g) = A^T @ g`, `g` of shape `(m, k)`;
+- `dia_sddmm_p(g, x)       = d(A @ x)/d data` contracted with `g`:
   `out[d, j] = sum_c g[j - offsets[d], c] * x[j, c]`.
 
-Their transposes are products of the same two kinds, so every order of differentiation
+Their transposes are products of the same three kinds, so every order of differentiation
 stays sparse:
 
 | primitive         | transpose in the first argument | transpose in the second argument |
 |-------------------|---------------------------------|----------------------------------|
 | `A @ x`           | `sddmm(G, x)`                   | `A^T @ G`                        |
+| `A^T @ g`         | `sddmm(g, G)`                   | `A @ G`                          |
 | `sddmm(g, x)`     | `H @ x` (`H`: DIA with data `H`)| `H^T @ g`                        |
 
-`A^T` is again a DIA matrix: offsets negated and each diagonal shifted
-(`_dia_layout.transpose_data`), a cheap `jax.numpy` operation that JAX differentiates itself.
+On the XLA path `A^T @ g` reads the diagonals where they are stored and shifts only `g`.
+The Pallas kernels compute it as the product with `A^T`'s own diagonals (offsets negated,
+each diagonal shifted by `_dia_layout.transpose_data`), so one kernel serves both.
 """
+
+import functools
 
 import jax
 from jax.core import ShapedArray
@@ -40,6 +45,19 @@ def _pallas_dia_matmul(data, x, *, interpret, platform, offsets, shape):
     )
 
 
+def _pallas_dia_matmul_t(data, g, *, interpret, platform, offsets, shape):
+    from .kernels import dia
+
+    return dia.dia_matmul(
+        transpose_data(data, offsets, shape),
+        g,
+        offsets=negate_offsets(offsets),
+        shape=(shape[1], shape[0]),
+        interpret=interpret,
+        platform=platform,
+    )
+
+
 def _pallas_dia_sddmm(g, x, *, interpret, platform, offsets, shape):
     from .kernels import dia
 
@@ -57,6 +75,11 @@ def _matmul_abstract_eval(data, x, *, offsets, shape, backend):
     return ShapedArray((shape[0], x.shape[1]), x.dtype)
 
 
+def _matmul_t_abstract_eval(data, g, *, offsets, shape, backend):
+    check_same_dtype("dia_matmul_t", data, g)
+    return ShapedArray((shape[1], g.shape[1]), g.dtype)
+
+
 def _sddmm_abstract_eval(g, x, *, offsets, shape, backend):
     check_same_dtype("dia_sddmm", g, x)
     return ShapedArray((len(offsets), shape[1]), x.dtype)
@@ -69,6 +92,15 @@ dia_matmul_p = define_primitive(
     pallas_impl=_pallas_dia_matmul,
     pallas_supports=_pallas_supports,
     cpu_impl=cpu.dia_matmul,
+)
+
+dia_matmul_t_p = define_primitive(
+    "jaxsparse_dia_matmul_t",
+    abstract_eval=_matmul_t_abstract_eval,
+    xla_impl=reference.dia_matmul_transpose,
+    pallas_impl=_pallas_dia_matmul_t,
+    pallas_supports=_pallas_supports,
+    cpu_impl=cpu.dia_matmul_transpose,
 )
 
 dia_sddmm_p = define_primitive(
@@ -88,13 +120,7 @@ def dia_matmul(data, x, *, offsets, shape, backend) -> jax.Array:
 
 def dia_transposed_matmul(data, g, *, offsets, shape, backend) -> jax.Array:
     """`A^T @ g` for `g` of shape `(m, k)`."""
-    return dia_matmul(
-        transpose_data(data, offsets, shape),
-        g,
-        offsets=negate_offsets(offsets),
-        shape=(shape[1], shape[0]),
-        backend=backend,
-    )
+    return dia_matmul_t_p.bind(data, g, offsets=offsets, shape=shape, backend=backend)
 
 
 def dia_sddmm(g, x, *, offsets, shape, backend) -> jax.Array:
@@ -109,6 +135,14 @@ def _matmul_transpose_x(ct, data, x, **params):
     return dia_transposed_matmul(data, ad.instantiate_zeros(ct), **params)
 
 
+def _matmul_t_transpose_data(ct, data, g, **params):
+    return dia_sddmm(g, ad.instantiate_zeros(ct), **params)
+
+
+def _matmul_t_transpose_g(ct, data, g, **params):
+    return dia_matmul(data, ad.instantiate_zeros(ct), **params)
+
+
 def _sddmm_transpose_g(ct, g, x, **params):
     return dia_matmul(ad.instantiate_zeros(ct), x, **params)
 
@@ -118,19 +152,22 @@ def _sddmm_transpose_x(ct, g, x, **params):
 
 
 ad.defbilinear(dia_matmul_p, _matmul_transpose_data, _matmul_transpose_x)
+ad.defbilinear(dia_matmul_t_p, _matmul_t_transpose_data, _matmul_t_transpose_g)
 ad.defbilinear(dia_sddmm_p, _sddmm_transpose_g, _sddmm_transpose_x)
 
 
-def _matmul_batch(args, dims, **params):
+def _product_batch(primitive, args, dims, **params):
+    """A product batched only in its dense operand is one wider product; otherwise map."""
     data_dim, _ = dims
     if data_dim is None:
-        return batch_by_folding_columns(dia_matmul_p, args, dims, operand=1, params=params)
-    return batch_by_mapping(dia_matmul_p, args, dims, params=params)
+        return batch_by_folding_columns(primitive, args, dims, operand=1, params=params)
+    return batch_by_mapping(primitive, args, dims, params=params)
 
 
 def _sddmm_batch(args, dims, **params):
     return batch_by_mapping(dia_sddmm_p, args, dims, params=params)
 
 
-batching.primitive_batchers[dia_matmul_p] = _matmul_batch
+batching.primitive_batchers[dia_matmul_p] = functools.partial(_product_batch, dia_matmul_p)
+batching.primitive_batchers[dia_matmul_t_p] = functools.partial(_product_batch, dia_matmul_t_p)
 batching.primitive_batchers[dia_sddmm_p] = _sddmm_batch

@@ -61,7 +61,9 @@ def _dia_matrix(data, offsets, shape):
 @pytest.mark.parametrize("shape", [(30, 30), (20, 33), (33, 20)])
 @pytest.mark.parametrize("k", (1, 2, 8, 17))
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
-def test_dia_matmul_and_sddmm_match_scipy(offsets, shape, k, dtype):
+def test_dia_products_and_sddmm_match_scipy(offsets, shape, k, dtype):
+    """`A @ x`, `A^T @ g` and the data gradient; 27 diagonals at k = 1 take the passes of a
+    few diagonals each."""
     rng = np.random.default_rng(1)
     m, n = shape
     data = rng.standard_normal((len(offsets), n))
@@ -74,6 +76,11 @@ def test_dia_matmul_and_sddmm_match_scipy(offsets, shape, k, dtype):
     )
     assert y.dtype == dtype
     np.testing.assert_allclose(np.asarray(y, np.float64), dense @ x, rtol=tol, atol=tol * k)
+    yt = jax.jit(lambda d, g: cpu.dia_matmul_transpose(d, g, **args))(
+        jnp.asarray(data, dtype), jnp.asarray(g, dtype)
+    )
+    assert yt.dtype == dtype and yt.shape == (n, k)
+    np.testing.assert_allclose(np.asarray(yt, np.float64), dense.T @ g, rtol=tol, atol=tol * k)
     grad = jax.jit(lambda g, x: cpu.dia_sddmm(g, x, **args))(
         jnp.asarray(g, dtype), jnp.asarray(x, dtype)
     )

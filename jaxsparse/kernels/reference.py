@@ -52,7 +52,49 @@ def dia_matmul(data, x, *, offsets: tuple[int, ...], shape: tuple[int, int]) -> 
     - `x`: `(n, k)` dense operand, same dtype as `data`.
     - `offsets`, `shape`: static diagonal offsets and `(m, n)`.
 
-    **Returns:** `(m, k)` array in `x.dtype`.
+    **Returns:** `(m, k)` array in `x.dtype`: `out[i] = sum_d data[d, i + offsets[d]] *
+    x[i + offsets[d]]` over the slots inside the matrix.
+    """
+    return _sum_of_shifted_products(
+        data, x, _diagonal_terms(offsets, shape, transposed=False), shape[0]
+    )
+
+
+def dia_matmul_transpose(
+    data, g, *, offsets: tuple[int, ...], shape: tuple[int, int]
+) -> jax.Array:
+    """`A^T @ g` for a DIA matrix `A` of shape `(m, n)`, without forming `A^T`'s diagonals.
+
+    `out[j] = sum_d data[d, j] * g[j - offsets[d]]` over the slots inside the matrix: the
+    diagonals are read where they are stored, only `g` is shifted.
+
+    **Arguments:** `data` as in `dia_matmul`; `g` of shape `(m, k)`, same dtype.
+
+    **Returns:** `(n, k)` array in `g.dtype`.
+    """
+    return _sum_of_shifted_products(
+        data, g, _diagonal_terms(offsets, shape, transposed=True), shape[1]
+    )
+
+
+def _diagonal_terms(offsets, shape, *, transposed: bool) -> list[tuple[int, ...]]:
+    """One `(d, out_start, out_stop, data_start, operand_start)` per diagonal with a slot in
+    the matrix: output rows `out_start + t` (for `t < out_stop - out_start`) receive
+    `data[d, data_start + t] * operand[operand_start + t]`."""
+    terms = []
+    for d, off in enumerate(offsets):
+        lo, hi = dia_valid_rows(off, shape)
+        if hi <= lo:
+            continue
+        if transposed:  # output row = stored column j, operand row = j - off
+            terms.append((d, lo + off, hi + off, lo + off, lo))
+        else:  # output row i, operand row = stored column i + off
+            terms.append((d, lo, hi, lo + off, lo + off))
+    return terms
+
+
+def _sum_of_shifted_products(data, operand, terms, out_rows: int) -> jax.Array:
+    """The sum of the `terms` (see `_diagonal_terms`), `(out_rows, k)` in `operand.dtype`.
 
     Each diagonal contributes one shifted elementwise product. For one column, XLA fuses
     the zero-padded terms into a single loop over the output (measured fastest: ~one pass
@@ -61,34 +103,34 @@ def dia_matmul(data, x, *, offsets: tuple[int, ...], shape: tuple[int, int]) -> 
     diagonal is inside the matrix and each term is a plain slice, and the two boundary
     bands, concatenated.
     """
-    m, _ = shape
-    acc = accumulation_dtype(x.dtype)
-    if x.shape[1] == 1:
-        return _dia_rows(data, x, offsets, shape, 0, m, acc).astype(x.dtype)
-    inside = [r for r in (dia_valid_rows(off, shape) for off in offsets) if r[1] > r[0]]
-    start = min(max((lo for lo, _ in inside), default=0), m)
-    stop = max(min((hi for _, hi in inside), default=m), start)
-    bands = [(r0, r1) for r0, r1 in ((0, start), (start, stop), (stop, m)) if r1 > r0]
-    if len(bands) <= 1:
-        return _dia_rows(data, x, offsets, shape, 0, m, acc).astype(x.dtype)
-    parts = [_dia_rows(data, x, offsets, shape, r0, r1, acc) for r0, r1 in bands]
-    return jnp.concatenate(parts, axis=0).astype(x.dtype)
+    acc = accumulation_dtype(operand.dtype)
+    start = min(max((t[1] for t in terms), default=0), out_rows)
+    stop = max(min((t[2] for t in terms), default=out_rows), start)
+    bands = [(r0, r1) for r0, r1 in ((0, start), (start, stop), (stop, out_rows)) if r1 > r0]
+    if operand.shape[1] == 1 or len(bands) <= 1:
+        bands = [(0, out_rows)]
+    parts = [_shifted_products_rows(data, operand, terms, r0, r1, acc) for r0, r1 in bands]
+    out = parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis=0)
+    return out.astype(operand.dtype)
 
 
-def _dia_rows(data, x, offsets, shape, first: int, stop: int, acc) -> jax.Array:
-    """Rows `[first, stop)` of `A @ x`, in `acc`; terms padded only where a diagonal ends."""
+def _shifted_products_rows(data, operand, terms, first: int, stop: int, acc) -> jax.Array:
+    """Rows `[first, stop)` of `_sum_of_shifted_products`, in `acc`; terms padded only where
+    a diagonal ends."""
     total = None
-    for d, off in enumerate(offsets):
-        lo, hi = dia_valid_rows(off, shape)
-        lo, hi = max(lo, first), min(hi, stop)
+    for d, out_start, out_stop, data_start, operand_start in terms:
+        lo, hi = max(out_start, first), min(out_stop, stop)
         if hi <= lo:
             continue
-        term = data[d, lo + off : hi + off, None].astype(acc) * x[lo + off : hi + off].astype(acc)
+        skip = lo - out_start
+        stored = data[d, data_start + skip : data_start + skip + hi - lo, None]
+        rows = operand[operand_start + skip : operand_start + skip + hi - lo]
+        term = stored.astype(acc) * rows.astype(acc)
         if lo > first or hi < stop:
             term = jnp.pad(term, ((lo - first, stop - hi), (0, 0)))
         total = term if total is None else total + term
     if total is None:
-        return jnp.zeros((stop - first, x.shape[1]), acc)
+        return jnp.zeros((stop - first, operand.shape[1]), acc)
     return total
 
 
