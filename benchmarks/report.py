@@ -12,6 +12,8 @@ NOTES = [
     "speedup = best peer's median / jaxsparse's median (> 1: jaxsparse faster)",
     "GB/s from the byte model: CSR nnz*(v+i) + (m+1)*i + n*k*v + m*k*v; "
     "DIA ndiag*n*v + n*k*v + m*k*v (v = i = 4 bytes)",
+    "gradient step = one jitted jax.vjp: Y, and the gradients in the values and X along a "
+    "cotangent W",
     "scipy has no autodiff: its gradient step is not timed",
     "dense-jnp only where the dense matrix takes < 1 GB",
 ]

@@ -2,8 +2,8 @@
 
 Run `make bench` (or `python benchmarks/run.py --quick` for a < 1 minute smoke run). One
 process times every system on every matrix (float32): forward `A @ X` and a gradient step
-(`value_and_grad` of `sum((A @ X) * W)` in the values and `X`), after checking each
-system's result against scipy's. Prints progress to stderr, then a table, the machine's
+(forward and backward: a jitted `jax.vjp` along a cotangent `W`, giving the gradients with
+respect to the values and `X`), after checking each system's result against scipy's. Prints progress to stderr, then a table, the machine's
 streaming bandwidth and the issue's target ratios; writes JSON and a PNG plot.
 """
 
@@ -58,7 +58,7 @@ def measure(fn, reference, budget) -> dict:
         first_call_s = time.perf_counter() - start
     except Exception as error:  # a peer that cannot run this case is reported, not fatal
         return {"ok": False, "error": f"{type(error).__name__}: {error}"[:200]}
-    if isinstance(result, tuple):  # gradient step: (loss, dX)
+    if isinstance(result, tuple):  # gradient step: (Y, dX)
         result = result[1]
     error = relative_error(result, reference)
     if not error <= TOLERANCE:
