@@ -60,9 +60,7 @@ def dia_matmul(data, x, *, offsets: tuple[int, ...], shape: tuple[int, int]) -> 
     )
 
 
-def dia_matmul_transpose(
-    data, g, *, offsets: tuple[int, ...], shape: tuple[int, int]
-) -> jax.Array:
+def dia_matmul_transpose(data, g, *, offsets: tuple[int, ...], shape: tuple[int, int]) -> jax.Array:
     """`A^T @ g` for a DIA matrix `A` of shape `(m, n)`, without forming `A^T`'s diagonals.
 
     `out[j] = sum_d data[d, j] * g[j - offsets[d]]` over the slots inside the matrix: the
