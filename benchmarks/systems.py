@@ -9,7 +9,6 @@ operands as arguments, so the first call compiles and later calls do not.
 """
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from jax.experimental import sparse as jsparse
 

@@ -97,12 +97,16 @@ def test_dia_products_and_sddmm_match_scipy(offsets, shape, k, dtype):
 
 def test_unchecked_bad_structure_under_jit_does_not_crash_the_native_kernel():
     """Out-of-range indices and indptr built under jit (so unchecked) reach the native CSR
-    kernel clamped: a finite, garbage-in answer rather than an out-of-bounds read."""
+    kernel guarded: NaN where a column is out of range rather than an out-of-bounds read,
+    and a finite answer when only the row pointers are bad (they are clamped)."""
     product = jax.jit(lambda d, i, p, x: js.CSRMatrix(d, i, p, (3, 3)) @ x)
     data = jnp.ones(3, jnp.float32)
     indices = jnp.array([0, 99, -5], jnp.int32)
     indptr = jnp.array([0, 2, 9, 3], jnp.int32)
     out = product(data, indices, indptr, jnp.ones((3, 8), jnp.float32))
+    assert out.shape == (3, 8) and bool(jnp.all(jnp.isnan(out)))
+    good_columns = jnp.array([0, 2, 1], jnp.int32)
+    out = product(data, good_columns, indptr, jnp.ones((3, 8), jnp.float32))
     assert out.shape == (3, 8) and bool(jnp.all(jnp.isfinite(out)))
     with pytest.raises(Exception, match="non-decreasing"):
         jax.jit(lambda d, i, p: js.CSRMatrix(d, i, p, (3, 3)).check().data)(

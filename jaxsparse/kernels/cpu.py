@@ -12,8 +12,9 @@ shapes use the reference. Unsorted and repeated column indices are summed as in 
 The kernel is only fast when `k` is a multiple of 8 (see `_FFI_COLUMN_MULTIPLE`), so
 narrower operands are zero-padded to 8 columns (up to 8x the operand's memory for a
 vector). `CSRMatrix` checks the structure when it is concrete, and `CSRMatrix.check()` does under
-`jit`; the index arrays are clamped before the call so that an unchecked bad structure
-cannot make the native kernel read out of bounds.
+`jit`; before the call the row pointers are clamped and the column indices checked, so
+that an unchecked bad structure cannot make the native kernel read out of bounds (columns
+out of range give NaN).
 """
 
 import jax
@@ -48,13 +49,22 @@ def csr_matmul(data, indices, indptr, x, *, shape: tuple[int, int]) -> jax.Array
     padded = -(-k // _FFI_COLUMN_MULTIPLE) * _FFI_COLUMN_MULTIPLE
     if padded != k:
         x = jnp.pad(x, ((0, 0), (0, padded - k)))
-    # The native kernel reads wherever the index arrays point. Clamping them (one cheap
-    # elementwise pass) keeps an unchecked bad structure under `jit` from reading out of
-    # bounds: it then gives a wrong answer, as XLA's clamped gathers do, instead of a crash.
+    # The native kernel reads wherever the index arrays point, and under `jit` they may be
+    # unchecked. Row bounds are clamped (m + 1 values). Columns are checked by one min/max
+    # pass instead of clamped, because a clamped copy is a fresh nnz-sized buffer: measured
+    # at 2.6e7 entries, k = 8, 41 ms for the kernel alone, +45 ms with the copy, +9 to 20 ms
+    # with the check. A column out of range gives NaN instead of out-of-bounds reads.
     indptr = jnp.clip(indptr, 0, nnz)
-    indices = jnp.clip(indices, 0, n - 1)
+    in_range = (jnp.min(indices) >= 0) & (jnp.max(indices) < n)
     out_type = jax.ShapeDtypeStruct((m, padded), x.dtype)
-    out = jax.ffi.ffi_call("cpu_csr_sparse_dense_ffi", out_type)(data, indptr, indices, x)
+
+    def native():
+        return jax.ffi.ffi_call("cpu_csr_sparse_dense_ffi", out_type)(data, indptr, indices, x)
+
+    def out_of_range():
+        return jnp.full(out_type.shape, jnp.nan, x.dtype)
+
+    out = lax.cond(in_range, native, out_of_range)
     return out[:, :k]
 
 
