@@ -3,10 +3,9 @@
 Run `make bench` (or `python benchmarks/run.py --quick` for a < 1 minute smoke run). One
 process times every system on every matrix (float32): forward `A @ X` and a gradient step
 (forward and backward: a jitted `jax.vjp` along a cotangent `W`, giving the gradients with
-respect to the values and `X`), after checking each system's result against scipy's. The
-systems of one case are timed interleaved, in rounds. Prints progress to stderr, then a
-table, the machine's streaming bandwidth and the issue's target ratios; writes JSON and a
-PNG plot.
+respect to the values and `X`), after checking each system's result against scipy's.
+Prints progress to stderr, then a table, the machine's streaming bandwidth and the issue's
+target ratios; writes JSON and a PNG plot.
 """
 
 import argparse
@@ -52,9 +51,8 @@ def relative_error(result, reference) -> float:
     return float(np.max(np.abs(np.asarray(result, np.float64) - reference))) / scale
 
 
-def check(fn, reference) -> dict:
-    """Run `fn()` once (its first call, compilation included) and check it against
-    `reference`; a wrong answer or a failure is reported, not timed."""
+def measure(fn, reference, budget) -> dict:
+    """Check `fn()` against `reference`, then time it (a wrong answer is not timed)."""
     try:
         start = time.perf_counter()
         result = fn()
@@ -66,22 +64,11 @@ def check(fn, reference) -> dict:
     error = relative_error(result, reference)
     if not error <= TOLERANCE:
         return {"ok": False, "error": f"wrong result, relative error {error:.2e}"}
-    return {"ok": True, "rel_error": error, "first_call_s": first_call_s}
-
-
-def measure_case(case: dict, calls: list, budget: dict) -> list[dict]:
-    """Check every `(system, op, fn, reference)` of one case, then time the correct ones
-    interleaved (see `timing.time_interleaved`)."""
-    records, timed = [], []
-    for system, op, fn, reference in calls:
-        record = {**case, "system": system, "op": op, **check(fn, reference)}
-        records.append(record)
-        if record["ok"]:
-            timed.append((record, fn))
-    medians = timing.time_interleaved([fn for _, fn in timed], **budget)
-    for (record, _), result in zip(timed, medians, strict=True):
-        record.update(result)
-    return records
+    return {
+        "ok": True,
+        "rel_error": error,
+        **timing.time_call(fn, first_call_s=first_call_s, **budget),
+    }
 
 
 def skip_reason(rows, k, max_rows):
@@ -128,14 +115,15 @@ def run_cases(args) -> tuple[list[dict], list[str]]:
                     "ndiag": None if dia is None else int(dia.offsets.size),
                     "k": k,
                 }
-                calls = []
                 for system in systems.systems_for(dia, csr, x, w, kind.fmt):
-                    calls.append((system.name, "forward", system.forward(), y_ref))
+                    ops = [("forward", system.forward(), y_ref)]
                     if with_gradient and system.gradient() is not None:
-                        calls.append((system.name, "gradient", system.gradient(), dx_ref))
-                for record in measure_case(case, calls, budget):
-                    records.append(record)
-                    print(report.progress_line(record), file=sys.stderr, flush=True)
+                        ops.append(("gradient", system.gradient(), dx_ref))
+                    for op, fn, reference in ops:
+                        record = {**case, "system": system.name, "op": op}
+                        record.update(measure(fn, reference, budget))
+                        records.append(record)
+                        print(report.progress_line(record), file=sys.stderr, flush=True)
     return records, skipped
 
 

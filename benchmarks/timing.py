@@ -20,38 +20,16 @@ def time_call(
         start = time.perf_counter()
         fn()
         first_call_s = time.perf_counter() - start
-    (timed,) = time_interleaved(
-        [fn], budget_s=budget_s, min_repeats=min_repeats, max_repeats=max_repeats
-    )
-    return {"first_call_s": first_call_s, **timed}
-
-
-def time_interleaved(
-    fns, *, budget_s: float, min_repeats: int, max_repeats: int, rounds: int = 3
-) -> list[dict]:
-    """Time several warm callables against each other: `rounds` rounds, each calling every
-    `fn` in turn a few times, so that a slow phase of a shared machine (they last seconds
-    here) falls on all of them alike instead of on whichever ran then.
-
-    **Returns:** one `{"median_s", "repeats"}` per `fn`: the median of all its calls, as
-    many as fit in `budget_s` (each `fn` has its own budget).
-    """
-    per_round = []
-    times: list[list[float]] = []
-    for fn in fns:
+    start = time.perf_counter()
+    fn()
+    warm = time.perf_counter() - start
+    repeats = int(np.clip(budget_s / max(warm, 1e-6), min_repeats, max_repeats))
+    times = [warm]
+    for _ in range(repeats - 1):
         start = time.perf_counter()
         fn()
-        warm = time.perf_counter() - start
-        repeats = int(np.clip(budget_s / max(warm, 1e-6), min_repeats, max_repeats))
-        per_round.append(max(1, -(-(repeats - 1) // rounds)))
-        times.append([warm])
-    for _ in range(rounds):
-        for fn, calls, record in zip(fns, per_round, times, strict=True):
-            for _ in range(calls):
-                start = time.perf_counter()
-                fn()
-                record.append(time.perf_counter() - start)
-    return [{"median_s": float(np.median(t)), "repeats": len(t)} for t in times]
+        times.append(time.perf_counter() - start)
+    return {"first_call_s": first_call_s, "median_s": float(np.median(times)), "repeats": repeats}
 
 
 def blocking(fn, *args):
