@@ -97,18 +97,22 @@ def test_dia_products_and_sddmm_match_scipy(offsets, shape, k, dtype):
 
 def test_unchecked_bad_structure_under_jit_does_not_crash_the_native_kernel():
     """Out-of-range indices and indptr built under jit (so unchecked) reach the native CSR
-    kernel guarded: NaN where a column is out of range rather than an out-of-bounds read,
-    and a finite answer when only the row pointers are bad (they are clamped)."""
+    kernel guarded: a zero product rather than an out-of-bounds read, and a finite answer
+    for row pointers that are inside `[0, nnz]` but out of order."""
     product = jax.jit(lambda d, i, p, x: js.CSRMatrix(d, i, p, (3, 3)) @ x)
     data = jnp.ones(3, jnp.float32)
-    indices = jnp.array([0, 99, -5], jnp.int32)
-    indptr = jnp.array([0, 2, 9, 3], jnp.int32)
-    out = product(data, indices, indptr, jnp.ones((3, 8), jnp.float32))
-    assert out.shape == (3, 8) and bool(jnp.all(jnp.isnan(out)))
+    x = jnp.ones((3, 8), jnp.float32)
+    bad_columns = jnp.array([0, 99, -5], jnp.int32)
     good_columns = jnp.array([0, 2, 1], jnp.int32)
-    out = product(data, good_columns, indptr, jnp.ones((3, 8), jnp.float32))
+    good_rows = jnp.array([0, 2, 2, 3], jnp.int32)
+    bad_rows = jnp.array([0, 2, 9, 3], jnp.int32)
+    unordered_rows = jnp.array([0, 2, 1, 3], jnp.int32)
+    np.testing.assert_array_equal(product(data, bad_columns, good_rows, x), np.zeros((3, 8)))
+    np.testing.assert_array_equal(product(data, good_columns, bad_rows, x), np.zeros((3, 8)))
+    out = product(data, good_columns, unordered_rows, x)
     assert out.shape == (3, 8) and bool(jnp.all(jnp.isfinite(out)))
+    np.testing.assert_array_equal(product(data, good_columns, good_rows, x)[:, 0], [2, 0, 1])
     with pytest.raises(Exception, match="non-decreasing"):
         jax.jit(lambda d, i, p: js.CSRMatrix(d, i, p, (3, 3)).check().data)(
-            data, indices, indptr
+            data, bad_columns, bad_rows
         ).block_until_ready()
