@@ -95,8 +95,9 @@ def _in_passes(product, data, operand, *, offsets, shape):
     each when that streams memory faster (see above); partial sums are materialized
     between passes, so each pass is one loop over the output."""
     ndiag = len(offsets)
-    exact = reference.accumulation_dtype(operand.dtype) == operand.dtype
-    if operand.shape[1] != 1 or ndiag <= _MAX_DIAGONALS_IN_ONE_LOOP or not exact:
+    # Partial sums are materialized in the operand's dtype: half precision would round them.
+    rounds_partial_sums = reference.accumulation_dtype(operand.dtype) != operand.dtype
+    if operand.shape[1] != 1 or ndiag <= _MAX_DIAGONALS_IN_ONE_LOOP or rounds_partial_sums:
         return _outside_ynn_fusions(product(data, operand, offsets=offsets, shape=shape))
     passes = -(-ndiag // _DIAGONALS_PER_PASS)
     bounds = np.linspace(0, ndiag, passes + 1).round().astype(int)
@@ -118,6 +119,7 @@ def dia_matmul_transpose(data, g, *, offsets, shape):
 
 
 _UNROLLED_COLUMNS = 16
+_MAX_DIAGONALS_STACKED = 8
 
 
 def dia_sddmm(g, x, *, offsets, shape):
@@ -148,7 +150,7 @@ def dia_sddmm(g, x, *, offsets, shape):
         else:
             total = jnp.sum(products, axis=1)
         sums[d] = (lo + off, total)
-    if len(offsets) <= _MAX_DIAGONALS_IN_ONE_LOOP:
+    if len(offsets) <= _MAX_DIAGONALS_STACKED:
         rows = [jnp.zeros((n,), acc)] * len(offsets)
         for d, (start, total) in sums.items():
             rows[d] = jnp.pad(total, (start, n - start - total.shape[0]))
