@@ -91,6 +91,7 @@ csr_sddmm_p = define_primitive(
     xla_impl=reference.csr_sddmm,
     pallas_impl=_pallas_csr_sddmm,
     pallas_supports=_pallas_supports,
+    cpu_impl=cpu.csr_sddmm,
 )
 
 

@@ -1,7 +1,8 @@
 """The CPU paths of `kernels/cpu.py` against scipy, on the edge cases they special-case:
 empty rows, an all-empty matrix, unsorted and repeated columns, dtypes the native kernel
 lacks (bfloat16 falls back to the reference), int64 indices, and column counts around the
-8-column padding of the CSR kernel."""
+8-column padding of the CSR kernel, and both sides of the limit on unrolled column sums in
+the data gradients."""
 
 import jax
 import jax.numpy as jnp
@@ -49,6 +50,29 @@ def test_csr_matmul_matches_scipy(kind, k, dtype, index_dtype):
     np.testing.assert_allclose(np.asarray(out, np.complex128), expected, rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("kind", ["random", "repeated", "all-empty"])
+@pytest.mark.parametrize("k", (1, 2, 8, cpu._UNROLLED_COLUMNS + 1))
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_csr_sddmm_matches_row_dot_products(kind, k, dtype):
+    """The data gradient `out[p] = g[row(p)] . x[indices[p]]`, unrolled over the columns
+    up to the limit and a reduction past it."""
+    rng = np.random.default_rng(2)
+    m, n = 37, 23
+    _, indices, indptr = _csr_case(rng, m, n, kind)
+    g, x = rng.standard_normal((m, k)), rng.standard_normal((n, k))
+    rows = np.repeat(np.arange(m), np.diff(indptr))
+    expected = np.einsum("pk,pk->p", g[rows], x[indices])
+    out = jax.jit(lambda i, p, g, x: cpu.csr_sddmm(i, p, g, x, shape=(m, n)))(
+        jnp.asarray(indices, np.int32),
+        jnp.asarray(indptr, np.int32),
+        jnp.asarray(g, dtype),
+        jnp.asarray(x, dtype),
+    )
+    assert out.shape == indices.shape and out.dtype == dtype
+    tol = 5e-2 if dtype == jnp.bfloat16 else 1e-5
+    np.testing.assert_allclose(np.asarray(out, np.float64), expected, rtol=tol, atol=tol * k)
+
+
 OFFSETS = [(0,), (-1, 0, 1), (-40, -3, 0, 2, 5, 50), tuple(range(-13, 14))]
 
 
@@ -59,7 +83,7 @@ def _dia_matrix(data, offsets, shape):
 
 @pytest.mark.parametrize("offsets", OFFSETS)
 @pytest.mark.parametrize("shape", [(30, 30), (20, 33), (33, 20)])
-@pytest.mark.parametrize("k", (1, 2, 8, 17))
+@pytest.mark.parametrize("k", (1, 2, 8, 17, cpu._UNROLLED_COLUMNS + 1))
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 def test_dia_products_and_sddmm_match_scipy(offsets, shape, k, dtype):
     """`A @ x`, `A^T @ g` and the data gradient; 27 diagonals at k = 1 take the passes of a

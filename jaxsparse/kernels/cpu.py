@@ -118,7 +118,37 @@ def dia_matmul_transpose(data, g, *, offsets, shape):
     return _in_passes(reference.dia_matmul_transpose, data, g, offsets=offsets, shape=shape)
 
 
-_UNROLLED_COLUMNS = 16
+# A reduction over the `k` columns (`jnp.sum(products, axis=1)`) becomes a YNNPACK fusion
+# on XLA CPU (JAX 0.10), far slower than adding the columns in XLA's own loop. Measured,
+# float32, ms (sum / unrolled adds): DIA data gradient, 5 diagonals, 10^6 rows, k = 8:
+# 178 / 20; 1.5 x 10^5 rows, k = 32: 59 / 37, k = 64: 122 / 76. CSR sampled product with
+# the rows given, 5 x 10^6 entries, k = 2: 52 / 4.0, k = 8: 110 / 7.6; 7.5 x 10^5
+# entries, k = 16: 26 / 15, k = 64: 109 / 58. Past `_UNROLLED_COLUMNS` columns the
+# program would grow with `k`, so the sum stays a reduction there.
+_UNROLLED_COLUMNS = 64
+
+
+def _sum_over_columns(products):
+    """`products.sum(axis=1)` for a `(p, k)` array, as unrolled adds when `k` is small."""
+    k = products.shape[1]
+    if k > _UNROLLED_COLUMNS:
+        return jnp.sum(products, axis=1)
+    total = products[:, 0]
+    for c in range(1, k):
+        total = total + products[:, c]
+    return total
+
+
+def csr_sddmm(indices, indptr, g, x, *, shape: tuple[int, int]) -> jax.Array:
+    """Gradient of `A @ x` with respect to CSR `data`; same contract as the reference,
+    with the sum over the `k` columns unrolled (see `_sum_over_columns`)."""
+    del shape
+    acc = reference.accumulation_dtype(x.dtype)
+    rows = reference.csr_row_ids(indptr, indices.shape[0])
+    products = g[rows].astype(acc) * x[indices].astype(acc)
+    return _sum_over_columns(products).astype(x.dtype)
+
+
 _MAX_DIAGONALS_STACKED = 8
 
 
@@ -126,16 +156,14 @@ def dia_sddmm(g, x, *, offsets, shape):
     """Gradient of `A @ x` with respect to DIA `data`; same contract as the reference.
 
     Two CPU-specific changes, measured at 10^6 rows (float32, ms): the sum over the `k`
-    columns is unrolled into adds (up to 16 columns), because `jnp.sum(..., axis=1)` becomes
-    a YNNPACK reduction fusion ~10x slower than XLA's own loop (5 diagonals, k = 8: 178
-    against 20); and the rows are assembled by how many diagonals there are. Up to 8, each
-    diagonal's row is padded and the rows stacked, which XLA writes in one pass (5
-    diagonals, k = 1: 0.6 against 1.6 for the in-place writes below; k = 8: 8.7 against
-    11.6). Beyond that, stacking many rows turns slow (27 diagonals, k = 1: 100 against 46),
-    so each diagonal is written in place into one zeroed `(ndiag, n)` buffer (`.at[].set`).
+    columns is unrolled (`_sum_over_columns`); and the rows are assembled by how many
+    diagonals there are. Up to 8, each diagonal's row is padded and the rows stacked, which
+    XLA writes in one pass (5 diagonals, k = 1: 0.6 against 1.6 for the in-place writes
+    below; k = 8: 8.7 against 11.6). Beyond that, stacking many rows turns slow (27
+    diagonals, k = 1: 100 against 46), so each diagonal is written in place into one zeroed
+    `(ndiag, n)` buffer (`.at[].set`).
     """
     _, n = shape
-    k = x.shape[1]
     acc = reference.accumulation_dtype(x.dtype)
     sums = {}  # diagonal -> (first column inside the matrix, sums over the k columns)
     for d, off in enumerate(offsets):
@@ -143,13 +171,7 @@ def dia_sddmm(g, x, *, offsets, shape):
         if hi <= lo:
             continue
         products = g[lo:hi].astype(acc) * x[lo + off : hi + off].astype(acc)
-        if k <= _UNROLLED_COLUMNS:
-            total = products[:, 0]
-            for c in range(1, k):
-                total = total + products[:, c]
-        else:
-            total = jnp.sum(products, axis=1)
-        sums[d] = (lo + off, total)
+        sums[d] = (lo + off, _sum_over_columns(products))
     if len(offsets) <= _MAX_DIAGONALS_STACKED:
         rows = [jnp.zeros((n,), acc)] * len(offsets)
         for d, (start, total) in sums.items():
