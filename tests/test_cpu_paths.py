@@ -119,6 +119,46 @@ def test_dia_products_and_sddmm_match_scipy(offsets, shape, k, dtype):
     np.testing.assert_allclose(np.asarray(grad, np.float64), expected, rtol=tol, atol=tol * k)
 
 
+STENCIL_27 = tuple(
+    dz * 400 + dy * 20 + dx for dz in (-1, 0, 1) for dy in (-1, 0, 1) for dx in (-1, 0, 1)
+)
+
+
+@pytest.mark.parametrize(
+    "offsets",
+    [
+        STENCIL_27,
+        tuple(range(-13, 14)),
+        tuple(range(0, 2000, 100)),
+        (-40, -3, 0, 2, 5, 50, 60, 200),
+    ],
+)
+def test_dia_passes_cover_every_diagonal_once_keeping_near_offsets_together(offsets):
+    passes = cpu._passes(offsets)
+    assert [start for start, _ in passes] == [0] + [stop for _, stop in passes[:-1]]
+    assert passes[-1][1] == len(offsets)
+    assert all(0 < stop - start <= cpu._DIAGONALS_PER_PASS for start, stop in passes)
+    if offsets == STENCIL_27:  # nine groups of three near offsets, two groups a pass
+        assert passes == [(0, 6), (6, 12), (12, 18), (18, 24), (24, 27)]
+
+
+def test_dia_product_in_passes_matches_scipy_on_a_27_point_stencil():
+    rng = np.random.default_rng(3)
+    shape = (8000, 8000)
+    data = rng.standard_normal((len(STENCIL_27), shape[1]))
+    x = rng.standard_normal((shape[1], 1))
+    expected = scipy.sparse.dia_array((data, np.asarray(STENCIL_27)), shape=shape) @ x
+    args = {"offsets": STENCIL_27, "shape": shape}
+    y = jax.jit(lambda d, x: cpu.dia_matmul(d, x, **args))(jnp.asarray(data), jnp.asarray(x))
+    np.testing.assert_allclose(np.asarray(y, np.float64), expected, rtol=1e-4, atol=1e-4)
+    g = rng.standard_normal((shape[0], 1))
+    expected_t = scipy.sparse.dia_array((data, np.asarray(STENCIL_27)), shape=shape).T @ g
+    yt = jax.jit(lambda d, g: cpu.dia_matmul_transpose(d, g, **args))(
+        jnp.asarray(data), jnp.asarray(g)
+    )
+    np.testing.assert_allclose(np.asarray(yt, np.float64), expected_t, rtol=1e-4, atol=1e-4)
+
+
 def test_unchecked_bad_structure_under_jit_does_not_crash_the_native_kernel():
     """Out-of-range indices and indptr built under jit (so unchecked) reach the native CSR
     kernel guarded: a zero product rather than an out-of-bounds read, and a finite answer

@@ -85,9 +85,32 @@ def _outside_ynn_fusions(y):
 # diagonals, k = 1, float32 (min / median of rounds, ms): one loop 6.5 / 7.2; passes of at
 # most 3 diagonals 6.1 / 7.5, 4: 5.1 / 6.3, 6: 4.8 / 5.4, 9: 5.9 / 6.2 (scipy DIA 7.9 /
 # 8.0). With several columns the passes did not help (27 diagonals, k = 8: within noise),
-# and up to 7 diagonals one loop is as fast.
+# and up to 7 diagonals one loop is as fast. Diagonals whose offsets are close read the
+# operand at nearly the same place, so a pass takes whole groups of them: the 27-point
+# stencil's nine groups of three, two groups a pass, measured 5.7-6.2 ms (median of 40
+# rounds, three runs) against 6.5-6.9 for passes of 5-6 diagonals cutting across groups.
 _MAX_DIAGONALS_IN_ONE_LOOP = 8
 _DIAGONALS_PER_PASS = 6
+_NEAR_OFFSETS = 16  # offsets at most this far apart read the operand at nearly one place
+
+
+def _passes(offsets) -> list[tuple[int, int]]:
+    """Consecutive `(start, stop)` ranges of diagonals, one pass each: runs of diagonals
+    with near offsets (split evenly when longer than a pass) packed whole into passes of at
+    most `_DIAGONALS_PER_PASS` diagonals."""
+    breaks = [d for d in range(1, len(offsets)) if abs(offsets[d] - offsets[d - 1]) > _NEAR_OFFSETS]
+    runs = []
+    for start, stop in zip([0, *breaks], [*breaks, len(offsets)], strict=True):
+        pieces = -(-(stop - start) // _DIAGONALS_PER_PASS)
+        bounds = np.linspace(start, stop, pieces + 1).round().astype(int)
+        runs.extend(zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True))
+    passes = [runs[0]]
+    for start, stop in runs[1:]:
+        if stop - passes[-1][0] <= _DIAGONALS_PER_PASS:
+            passes[-1] = (passes[-1][0], stop)
+        else:
+            passes.append((start, stop))
+    return passes
 
 
 def _in_passes(product, data, operand, *, offsets, shape):
@@ -99,10 +122,8 @@ def _in_passes(product, data, operand, *, offsets, shape):
     rounds_partial_sums = reference.accumulation_dtype(operand.dtype) != operand.dtype
     if operand.shape[1] != 1 or ndiag <= _MAX_DIAGONALS_IN_ONE_LOOP or rounds_partial_sums:
         return _outside_ynn_fusions(product(data, operand, offsets=offsets, shape=shape))
-    passes = -(-ndiag // _DIAGONALS_PER_PASS)
-    bounds = np.linspace(0, ndiag, passes + 1).round().astype(int)
     total = None
-    for start, stop in zip(bounds[:-1], bounds[1:], strict=True):
+    for start, stop in _passes(offsets):
         part = product(data[start:stop], operand, offsets=offsets[start:stop], shape=shape)
         total = part if total is None else lax.optimization_barrier(total) + part
     return _outside_ynn_fusions(total)
