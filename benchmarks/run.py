@@ -83,7 +83,13 @@ def run_cases(args) -> tuple[list[dict], list[str]]:
     budget = (
         {"budget_s": 0.05, "min_repeats": 2, "max_repeats": 3}
         if args.quick
-        else {"budget_s": 0.6, "min_repeats": 3, "max_repeats": 15}
+        else {
+            "budget_s": 0.6,
+            "min_repeats": 3,
+            "max_repeats": 41,
+            "warmup_s": 0.2,
+            "max_warmup_calls": 20,
+        }
     )
     names = set(args.kinds.split(",")) if args.kinds else None
     ks = tuple(int(k) for k in args.k.split(",")) if args.k else ((1, 8) if args.quick else KS)
