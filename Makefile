@@ -16,8 +16,9 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/python examples/quickstart.py
 
+# The suite is mostly single-threaded XLA compilation: one pytest worker per core.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --dist worksteal
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py

@@ -1,10 +1,10 @@
 """jaxsparse: sparse matrices for JAX, in DIA and CSR formats, with Pallas kernels."""
 
-import importlib.metadata
+from importlib.metadata import version as _version
 
 from ._base import SparseMatrix as SparseMatrix
 from ._csr import CSRMatrix as CSRMatrix
 from ._dia import DIAMatrix as DIAMatrix
 from ._matmul import matmul as matmul
 
-__version__ = importlib.metadata.version("jaxsparse")
+__version__ = _version("jaxsparse")

@@ -1,31 +1,62 @@
-"""Which implementation of a sparse kernel runs where.
+"""Which implementation of a sparse product runs where: the one table.
 
-A product is traced with a requested backend (`"auto"`, `"pallas"`, `"interpret"` or
-`"xla"`) and lowered for a platform (`"cpu"`, `"cuda"`, `"rocm"`, `"tpu"`). The choice of
-implementation is made at lowering time, from both, so one traced program lowered for a
-GPU runs the Pallas kernels and the same program lowered for the CPU runs XLA:
+A product is traced with a requested backend and lowered for a platform; the choice is
+made at lowering time, from (requested backend, platform, dtype), so one traced program
+lowered for a GPU runs the Pallas kernels and the same program lowered for the CPU runs
+XLA. Each product declares a table of implementation families (`_dia_ops.py`,
+`_csr_ops.py`); this module walks the families `PREFERENCES` lists for the request and the
+platform and takes the first that the product has and that takes the dtype there:
 
-| requested   | cpu                     | cuda / rocm / tpu         |
-|-------------|-------------------------|---------------------------|
-| "auto"      | XLA reference           | Pallas kernels (*)        |
-| "pallas"    | Pallas, compiled: fails | Pallas kernels (*)        |
-| "interpret" | Pallas interpret mode (*) | Pallas interpret mode (*) |
-| "xla"       | XLA reference           | XLA reference             |
+| requested       | cpu                | cuda, rocm                | tpu                           |
+|-----------------|--------------------|---------------------------|-------------------------------|
+| `"auto"`/`None` | `cpu`, `xla`       | `pallas`, `triton`, `xla` | `pallas`, `mosaic_tpu`, `xla` |
+| `"pallas"`      | error: no compiler | `pallas`, `triton`        | `pallas`, `mosaic_tpu`        |
+| `"interpret"`   | `pallas`, `triton` in interpret mode, on any platform                     |
+| `"xla"`         | `xla`: pure StableHLO, no custom call, on any platform                    |
 
-(*) or the XLA reference for a dtype the kernels cannot take there, as each format's
-`pallas_supports` states (complex values, for instance, always run on XLA).
+(the first of the listed families that the product has and that takes the dtype; when
+none does, `"auto"` always has `xla`, and the explicit requests raise.)
 
-`"pallas"` on CPU is not rerouted: it fails at lowering with Pallas's own message, so a
-program never silently runs something other than what was asked for. The environment
-variable `JAXSPARSE_BACKEND` replaces `"auto"` (and `None`) for a whole run.
+The families: `xla` (pure `jax.numpy`, `kernels/xla_*.py`), `cpu` (XLA formulations tuned
+for XLA CPU, and jaxlib's CSR kernel: `kernels/cpu_*.py`), `pallas` (one Pallas source for
+Triton and Mosaic TPU: `kernels/pallas_dia.py`), `triton` and `mosaic_tpu` (per-platform
+Pallas kernels: `kernels/triton_csr.py`, `kernels/mosaic_tpu_csr.py`). A new family is a
+key in the products' tables, a line in `PREFERENCES`, and, if it is a Pallas kernel
+family (it takes `interpret` and `platform`), a name in `KERNEL_FAMILIES`.
+
+Only `"auto"` falls back. An explicit `"pallas"` or `"interpret"` for a dtype its kernels
+cannot take (complex values, float64 on TPU, ...) is a `TypeError` naming the dtype, the
+platform and what to use instead, never a silent run of something else; `"pallas"` on a
+CPU is a `ValueError` (Pallas has no CPU compiler). The environment variable
+`JAXSPARSE_BACKEND` replaces `"auto"` (and `None`) for a whole run.
 """
 
 import os
+from collections.abc import Callable, Mapping
+
+import numpy as np
 
 BACKENDS = ("auto", "pallas", "interpret", "xla")
 BACKEND_ENV_VAR = "JAXSPARSE_BACKEND"
-ACCELERATOR_PLATFORMS = ("cuda", "rocm", "tpu")
-PLATFORMS = ("cpu", *ACCELERATOR_PLATFORMS)
+PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
+KERNEL_FAMILIES = ("pallas", "triton", "mosaic_tpu")
+
+# (requested backend, platform) -> implementation families to try, in order.
+PREFERENCES: dict[tuple[str, str], tuple[str, ...]] = {
+    ("auto", "cpu"): ("cpu", "xla"),
+    ("auto", "cuda"): ("pallas", "triton", "xla"),
+    ("auto", "rocm"): ("pallas", "triton", "xla"),
+    ("auto", "tpu"): ("pallas", "mosaic_tpu", "xla"),
+    ("pallas", "cpu"): (),
+    ("pallas", "cuda"): ("pallas", "triton"),
+    ("pallas", "rocm"): ("pallas", "triton"),
+    ("pallas", "tpu"): ("pallas", "mosaic_tpu"),
+    **{("interpret", platform): ("pallas", "triton") for platform in PLATFORMS},
+    **{("xla", platform): ("xla",) for platform in PLATFORMS},
+}
+
+# Interpret mode runs on the host whatever the target: kernels pick tiles for "cpu".
+_INTERPRET_PLATFORM = "cpu"
 
 
 def resolve_backend(backend: str | None) -> str:
@@ -45,22 +76,66 @@ def resolve_backend(backend: str | None) -> str:
     return backend
 
 
-def choose_implementation(backend: str, platform: str, pallas_supports) -> str:
-    """The implementation (`"xla"`, `"pallas"` or `"interpret"`) for a lowering.
+def choose_implementation(
+    op_name: str,
+    implementations: Mapping[str, Callable],
+    supports: Mapping[str, Callable],
+    *,
+    backend: str,
+    platform: str,
+    dtype,
+) -> Callable:
+    """The implementation of one product to lower, with its kernel options bound.
 
     **Arguments:**
 
-    - `backend`: a resolved backend name (see `resolve_backend`).
+    - `op_name`: the product's name, for error messages.
+    - `implementations`: family -> function, the product's table.
+    - `supports`: family -> `(dtype, platform) -> bool`; a family missing here takes every
+      dtype. Kernel families are asked with platform `"cpu"` in interpret mode.
+    - `backend`: a resolved backend (see `resolve_backend`).
     - `platform`: the platform being lowered for.
-    - `pallas_supports`: `platform -> bool`, whether the format's Pallas kernels take the
-      operands' dtype on that platform (`"cpu"` standing for interpret mode).
+    - `dtype`: the dtype of the product's floating operands.
+
+    **Returns:** a function of the product's arrays and static parameters. Kernel families
+    come with `interpret` and `platform` bound.
     """
-    if backend == "xla":
-        return "xla"
-    if backend == "interpret":
-        return "interpret" if pallas_supports("cpu") else "xla"
-    if backend == "auto" and platform not in ACCELERATOR_PLATFORMS:
-        return "xla"
-    if platform in ACCELERATOR_PLATFORMS and not pallas_supports(platform):
-        return "xla"
-    return "pallas"
+    interpret = backend == "interpret"
+    kernel_platform = _INTERPRET_PLATFORM if interpret else platform
+    for family in PREFERENCES[backend, platform]:
+        if family not in implementations:
+            continue
+        if not supports.get(family, _takes_every_dtype)(dtype, kernel_platform):
+            continue
+        function = implementations[family]
+        if family in KERNEL_FAMILIES:
+            return _with_kernel_options(function, interpret, kernel_platform)
+        return function
+    raise _no_implementation_error(op_name, backend, platform, dtype)
+
+
+def _takes_every_dtype(dtype, platform) -> bool:
+    return True
+
+
+def _with_kernel_options(function, interpret: bool, platform: str):
+    def kernel(*args, **params):
+        return function(*args, interpret=interpret, platform=platform, **params)
+
+    return kernel
+
+
+def _no_implementation_error(op_name: str, backend: str, platform: str, dtype) -> Exception:
+    if backend == "pallas" and platform == "cpu":
+        return ValueError(
+            f"{op_name}: backend='pallas' compiles Pallas kernels, and Pallas has no CPU "
+            "compiler. On a CPU use backend='interpret' to run the Pallas kernels in "
+            "interpret mode, or 'auto' / 'xla'."
+        )
+    where = "in interpret mode" if backend == "interpret" else f"on platform {platform!r}"
+    return TypeError(
+        f"{op_name}: backend={backend!r} has no Pallas kernel for dtype "
+        f"{np.dtype(dtype).name} {where}; an explicit backend never runs another "
+        "implementation. Use backend='auto' (which falls back to XLA for this dtype) or "
+        "backend='xla'."
+    )

@@ -1,17 +1,29 @@
 """`SparseMatrix`: what every jaxsparse format shares.
 
 A format subclass holds its arrays as pytree leaves and its `shape` (and any other Python
-metadata) as static fields, implements the conversions, and gets from here the products
+metadata) as static fields, names itself in `format` (which registers it, so formats can
+convert into each other without importing each other), registers its product with
+`_matmul.sparse_times_dense`, implements the conversions, and gets from here the products
 on both sides, scalar arithmetic, `T`, `astype`, `toarray` and a readable `repr`.
 """
 
 import abc
 import numbers
+from typing import ClassVar
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from ._matmul import matmul
+
+_FORMATS: dict[str, type] = {}
+
+
+def format_class(name: str) -> type:
+    """The registered class of the format called `name` (`"dia"`, `"csr"`)."""
+    return _FORMATS[name]
 
 
 class SparseMatrix(eqx.Module):
@@ -19,6 +31,12 @@ class SparseMatrix(eqx.Module):
 
     shape: eqx.AbstractVar[tuple[int, int]]
     data: eqx.AbstractVar[jax.Array]
+    format: ClassVar[str]
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "format" in cls.__dict__:
+            _FORMATS[cls.format] = cls
 
     # Make numpy arrays defer to our reflected operators (`x @ A` with `x` a numpy array).
     __array_ufunc__ = None
@@ -61,14 +79,18 @@ class SparseMatrix(eqx.Module):
         """The same matrix with its values cast to `dtype` (floating or complex)."""
         return self.with_data(self.data.astype(dtype))
 
-    def __matmul__(self, other):
-        from ._matmul import matmul
+    @abc.abstractmethod
+    def tocsr(self) -> "SparseMatrix":
+        """The same matrix as a `CSRMatrix`."""
 
+    @abc.abstractmethod
+    def todia(self) -> "SparseMatrix":
+        """The same matrix as a `DIAMatrix`."""
+
+    def __matmul__(self, other):
         return matmul(self, other)
 
     def __rmatmul__(self, other):
-        from ._matmul import matmul
-
         return matmul(other, self)
 
     def __mul__(self, scalar):

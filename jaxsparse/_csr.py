@@ -11,12 +11,15 @@ from ._base import (
     SparseMatrix,
     as_value_array,
     floating_host_values,
+    format_class,
     host_values,
     index_dtype_for,
     is_concrete,
     validate_shape,
 )
-from .kernels.reference import csr_row_ids
+from ._csr_layout import indptr_from_counts, row_ids, transposed_structure
+from ._csr_ops import csr_matmul_p, csr_matmul_t_p
+from ._matmul import sparse_times_dense
 
 INDEX_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
 
@@ -46,6 +49,7 @@ class CSRMatrix(SparseMatrix):
     indices: Integer[Array, "nnz"]
     indptr: Integer[Array, "m_plus_1"]  # noqa: F821 (a jaxtyping axis name)
     shape: tuple[int, int] = eqx.field(static=True)
+    format = "csr"
 
     def __init__(self, data, indices, indptr, shape):
         shape = validate_shape(shape)
@@ -90,7 +94,7 @@ class CSRMatrix(SparseMatrix):
 
     def row_ids(self) -> jax.Array:
         """The row of every stored entry, `(nnz,)`."""
-        return csr_row_ids(self.indptr, self.nnz)
+        return row_ids(self.indptr, self.nnz)
 
     def transpose(self) -> "CSRMatrix":
         """`A^T` as a CSR matrix (jit-able: a stable sort of the column indices).
@@ -98,11 +102,8 @@ class CSRMatrix(SparseMatrix):
         Entries keep their relative order within each new row.
         """
         m, n = self.shape
-        index_dtype = self.index_dtype
-        order = jnp.argsort(self.indices, stable=True)
-        counts = jnp.bincount(self.indices, length=n).astype(index_dtype)
-        indptr = jnp.concatenate([jnp.zeros((1,), index_dtype), jnp.cumsum(counts)])
-        return CSRMatrix(self.data[order], self.row_ids()[order], indptr, (n, m))
+        order, indices, indptr = transposed_structure(self.indices, self.indptr, n)
+        return CSRMatrix(self.data[order], indices, indptr, (n, m))
 
     def todense(self) -> jax.Array:
         dense = jnp.zeros(self.shape, self.dtype)
@@ -112,10 +113,15 @@ class CSRMatrix(SparseMatrix):
         return self
 
     def todia(self):
-        """The same matrix as a `DIAMatrix`, on the host (its offsets must be found)."""
-        from ._dia import DIAMatrix
-
-        return DIAMatrix.from_scipy(self.to_scipy())
+        """The same matrix as a `DIAMatrix`, on the host: its offsets are static and found
+        from the structure, so the index arrays must be concrete (not under `jit`)."""
+        if not is_concrete(self.indices, self.indptr):
+            raise TypeError(
+                "`CSRMatrix.todia()` needs concrete index arrays: the DIA offsets are static "
+                "and depend on the structure. Convert outside `jit`, or build the matrix with "
+                "known offsets: `DIAMatrix.fromdense(A.todense(), offsets=...)`."
+            )
+        return format_class("dia").from_scipy(self.to_scipy())
 
     def check(self) -> "CSRMatrix":
         """The index-value checks, runnable under `jit` (raise at run time if violated).
@@ -195,8 +201,7 @@ class CSRMatrix(SparseMatrix):
         rows, cols = jnp.nonzero(dense, size=nnz, fill_value=(max(m - 1, 0), 0))
         found = jnp.count_nonzero(dense)
         values = jnp.where(jnp.arange(nnz) < found, dense[rows, cols], 0)
-        counts = jnp.bincount(rows, length=m).astype(index_dtype)
-        indptr = jnp.concatenate([jnp.zeros((1,), index_dtype), jnp.cumsum(counts)])
+        indptr = indptr_from_counts(jnp.bincount(rows, length=m).astype(index_dtype))
         return cls(values.astype(dense.dtype), cols.astype(index_dtype), indptr, (m, n))
 
     def _repr_fields(self) -> dict:
@@ -234,3 +239,11 @@ def _check_structure_on_host(indices: np.ndarray, indptr: np.ndarray, shape) -> 
             f"`indices` out of range: column indices must lie in [0, {n}) for shape={shape}, "
             f"got values in [{indices.min()}, {indices.max()}]."
         )
+
+
+@sparse_times_dense.register(CSRMatrix)
+def _csr_times_dense(matrix: CSRMatrix, data, columns, *, transposed: bool, backend: str):
+    product = csr_matmul_t_p if transposed else csr_matmul_p
+    return product.bind(
+        data, columns, matrix.indices, matrix.indptr, shape=matrix.shape, backend=backend
+    )

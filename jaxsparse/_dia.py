@@ -9,16 +9,25 @@ import numpy as np
 import scipy.sparse
 from jaxtyping import Array, Inexact
 
-from . import _dia_layout
 from ._base import (
     SparseMatrix,
     as_value_array,
     floating_host_values,
+    format_class,
     host_values,
     index_dtype_for,
     is_concrete,
     validate_shape,
 )
+from ._dia_layout import (
+    csr_structure,
+    diagonal_lengths,
+    negate_offsets,
+    stored_positions,
+    transpose_data,
+)
+from ._dia_ops import dia_matmul_p, dia_matmul_t_p
+from ._matmul import sparse_times_dense
 
 
 class DIAMatrix(SparseMatrix):
@@ -43,6 +52,7 @@ class DIAMatrix(SparseMatrix):
     data: Inexact[Array, "ndiag n"]
     offsets: tuple[int, ...] = eqx.field(static=True)
     shape: tuple[int, int] = eqx.field(static=True)
+    format = "dia"
 
     def __init__(self, data, offsets, shape):
         shape = validate_shape(shape)
@@ -69,7 +79,7 @@ class DIAMatrix(SparseMatrix):
     @property
     def nnz(self) -> int:
         """Stored slots inside the matrix (as scipy counts them, zeros included)."""
-        return sum(_dia_layout.diagonal_lengths(self.offsets, self.shape))
+        return sum(diagonal_lengths(self.offsets, self.shape))
 
     def with_data(self, data) -> "DIAMatrix":
         return DIAMatrix(data, self.offsets, self.shape)
@@ -77,26 +87,25 @@ class DIAMatrix(SparseMatrix):
     def transpose(self) -> "DIAMatrix":
         """`A^T` as a DIA matrix: offsets negated, each diagonal shifted (jit-able)."""
         return DIAMatrix(
-            _dia_layout.transpose_data(self.data, self.offsets, self.shape),
-            _dia_layout.negate_offsets(self.offsets),
+            transpose_data(self.data, self.offsets, self.shape),
+            negate_offsets(self.offsets),
             (self.shape[1], self.shape[0]),
         )
 
     def todense(self) -> jax.Array:
-        diagonals, rows, cols = _dia_layout.stored_positions(self.offsets, self.shape)
+        diagonals, rows, cols = stored_positions(self.offsets, self.shape)
         dense = jnp.zeros(self.shape, self.dtype)
         return dense.at[rows, cols].set(self.data[diagonals, cols])
 
     def tocsr(self):
         """The same matrix as a `CSRMatrix` (jit-able: its structure follows from offsets).
 
-        Every slot inside the matrix becomes a stored entry, zeros included, as in scipy.
+        Every slot inside the matrix becomes a stored entry, zeros included (scipy's
+        `tocsr` drops explicit zeros; `to_scipy().tocsr()` does the same here).
         """
-        from ._csr import CSRMatrix
-
-        diagonals, cols, indptr = _dia_layout.csr_structure(self.offsets, self.shape)
+        diagonals, cols, indptr = csr_structure(self.offsets, self.shape)
         index_dtype = index_dtype_for(self.shape, len(cols))
-        return CSRMatrix(
+        return format_class("csr")(
             self.data[diagonals, cols],
             np.asarray(cols, index_dtype),
             np.asarray(indptr, index_dtype),
@@ -149,6 +158,8 @@ class DIAMatrix(SparseMatrix):
         those diagonals are dropped). Without, the offsets of every diagonal holding a
         nonzero are found on the host, which needs a concrete array.
         """
+        if scipy.sparse.issparse(dense):
+            raise TypeError("`dense` is a scipy.sparse matrix: use `DIAMatrix.from_scipy`.")
         dense = as_value_array(dense, "dense")
         if dense.ndim != 2:
             raise ValueError(f"`dense` must be 2-D, got shape {dense.shape}.")
@@ -162,7 +173,7 @@ class DIAMatrix(SparseMatrix):
             offsets = tuple(int(off) for off in np.unique(cols - rows))
         offsets = _validate_offsets(offsets)
         shape = (int(dense.shape[0]), int(dense.shape[1]))
-        diagonals, rows, cols = _dia_layout.stored_positions(offsets, shape)
+        diagonals, rows, cols = stored_positions(offsets, shape)
         data = jnp.zeros((len(offsets), shape[1]), dense.dtype)
         return cls(data.at[diagonals, cols].set(dense[rows, cols]), offsets, shape)
 
@@ -207,3 +218,9 @@ def _add(left: DIAMatrix, right, sign: int) -> DIAMatrix:
         for d, off in enumerate(matrix.offsets):
             data = data.at[offsets.index(off)].add(factor * matrix.data[d].astype(dtype))
     return DIAMatrix(data, offsets, left.shape)
+
+
+@sparse_times_dense.register(DIAMatrix)
+def _dia_times_dense(matrix: DIAMatrix, data, columns, *, transposed: bool, backend: str):
+    product = dia_matmul_t_p if transposed else dia_matmul_p
+    return product.bind(data, columns, offsets=matrix.offsets, shape=matrix.shape, backend=backend)

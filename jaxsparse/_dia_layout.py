@@ -1,27 +1,48 @@
 """Index arithmetic of the DIA layout, from static offsets and shape alone.
 
 `data[d, j] == A[j - offsets[d], j]`. Everything here depends only on `offsets` and
-`shape`, which are static, so the index arrays are numpy constants baked into the
-compiled program and every function works under `jax.jit`.
+`shape`, which are static, so index arrays are numpy constants baked into the compiled
+program and every function works under `jax.jit`. Containers and kernels both build on
+this module; it imports nothing else from jaxsparse.
 """
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .kernels.reference import dia_valid_rows
+
+def valid_rows(offset: int, shape: tuple[int, int]) -> tuple[int, int]:
+    """Rows `i` in `[lo, hi)` whose diagonal slot `(i, i + offset)` lies in the matrix.
+
+    Returns `(lo, hi)` with `hi <= lo` when the whole diagonal is outside.
+    """
+    m, n = shape
+    return max(0, -offset), min(m, n - offset)
+
+
+def active_diagonals(
+    offsets: tuple[int, ...], shape: tuple[int, int]
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Positions and offsets of the diagonals with at least one slot inside the matrix."""
+    index = tuple(d for d, off in enumerate(offsets) if _meets_matrix(off, shape))
+    return index, tuple(offsets[d] for d in index)
+
+
+def _meets_matrix(offset: int, shape: tuple[int, int]) -> bool:
+    lo, hi = valid_rows(offset, shape)
+    return hi > lo
 
 
 def diagonal_lengths(offsets: tuple[int, ...], shape: tuple[int, int]) -> list[int]:
     """How many slots of each diagonal lie inside the matrix."""
-    return [max(0, hi - lo) for lo, hi in (dia_valid_rows(off, shape) for off in offsets)]
+    return [max(0, hi - lo) for lo, hi in (valid_rows(off, shape) for off in offsets)]
 
 
 def stored_positions(offsets: tuple[int, ...], shape: tuple[int, int]):
     """Every slot inside the matrix: `(diagonal, row, column)` index arrays, diagonal-major."""
     diagonals, rows, cols = [], [], []
     for d, off in enumerate(offsets):
-        lo, hi = dia_valid_rows(off, shape)
+        lo, hi = valid_rows(off, shape)
         row = np.arange(lo, max(lo, hi), dtype=np.int64)
         rows.append(row)
         cols.append(row + off)
@@ -46,7 +67,7 @@ def transpose_data(data, offsets: tuple[int, ...], shape: tuple[int, int]) -> ja
     m, _ = shape
     rows = []
     for d, off in enumerate(offsets):
-        lo, hi = dia_valid_rows(off, shape)
+        lo, hi = valid_rows(off, shape)
         if hi <= lo:
             rows.append(jnp.zeros((m,), data.dtype))
         else:

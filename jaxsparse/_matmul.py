@@ -1,19 +1,44 @@
 """`matmul`: products of a sparse matrix with a dense vector or matrix, on either side.
 
 This is where `A @ B` lands. It checks shapes and dtypes, promotes both operands to the
-result dtype (`jnp.matmul`'s promotion), resolves the backend, and calls the format's
-primitive (`_dia_ops.py`, `_csr_ops.py`), which carries the autodiff and batching rules.
-`X @ A` is computed as `(A^T @ X^T)^T` by the transposed product, never by a dense `A`.
+result dtype (`jnp.matmul`'s promotion), resolves the backend, and hands the product to
+the sparse operand's format through `sparse_times_dense`, which each format's module
+registers for its class (as lineax registers its operators), so this module imports no
+format. `X @ A` is computed as `(A^T @ X^T)^T` by the transposed product, never by a
+dense `A`.
 """
+
+import functools
 
 import jax
 import jax.numpy as jnp
 
-from . import _csr_ops, _dia_ops
 from ._backend import resolve_backend
-from ._base import SparseMatrix
-from ._csr import CSRMatrix
-from ._dia import DIAMatrix
+
+
+@functools.singledispatch
+def sparse_times_dense(matrix, data, columns, *, transposed: bool, backend: str) -> jax.Array:
+    """`A @ columns`, or `A^T @ columns` if `transposed`, by the format's product primitive.
+
+    Each format registers its own (`sparse_times_dense.register(DIAMatrix)`).
+
+    **Arguments:**
+
+    - `matrix`: the sparse matrix, for its structure and static metadata.
+    - `data`: its values, already promoted to the product's dtype.
+    - `columns`: a 2-D dense operand of that dtype, `(n, k)` (or `(m, k)` if transposed).
+    - `transposed`, `backend`: a resolved backend name.
+
+    **Returns:** the `(m, k)` (or `(n, k)`) product.
+    """
+    raise TypeError(f"matmul: unsupported sparse format {type(matrix).__name__}.")
+
+
+_NOT_SPARSE = sparse_times_dense.dispatch(object)
+
+
+def _is_sparse(value) -> bool:
+    return sparse_times_dense.dispatch(type(value)) is not _NOT_SPARSE
 
 
 def matmul(a, b, *, backend: str | None = None) -> jax.Array:
@@ -32,16 +57,16 @@ def matmul(a, b, *, backend: str | None = None) -> jax.Array:
     dtype `jnp.matmul` would give for the two dtypes.
     """
     backend = resolve_backend(backend)
-    if isinstance(a, SparseMatrix) and isinstance(b, SparseMatrix):
+    if _is_sparse(a) and _is_sparse(b):
         raise TypeError(
             "matmul: both operands are sparse; sparse @ sparse is not supported. "
             "Convert one of them with `.todense()`."
         )
-    if isinstance(a, SparseMatrix):
+    if _is_sparse(a):
         dense = _as_dense_operand(b, "b")
         _check_inner_dims(a.shape, dense.shape, sparse_first=True)
         return _sparse_at_dense(a, dense, backend)
-    if isinstance(b, SparseMatrix):
+    if _is_sparse(b):
         dense = _as_dense_operand(a, "a")
         _check_inner_dims(b.shape, dense.shape, sparse_first=False)
         return _dense_at_sparse(dense, b, backend)
@@ -80,7 +105,7 @@ def _check_inner_dims(sparse_shape, dense_shape, *, sparse_first: bool) -> None:
         )
 
 
-def _promote(matrix: SparseMatrix, dense: jax.Array):
+def _promote(matrix, dense: jax.Array):
     dtype = jnp.result_type(matrix.dtype, dense.dtype)
     return matrix.data.astype(dtype), dense.astype(dtype)
 
@@ -92,26 +117,13 @@ def _as_columns(dense):
     return dense, lambda out: out
 
 
-def _sparse_at_dense(matrix: SparseMatrix, dense, backend: str):
+def _sparse_at_dense(matrix, dense, backend: str):
     data, dense = _promote(matrix, dense)
     columns, restore = _as_columns(dense)
-    return restore(_format_product(matrix, data, columns, backend, transposed=False))
+    return restore(sparse_times_dense(matrix, data, columns, transposed=False, backend=backend))
 
 
-def _dense_at_sparse(dense, matrix: SparseMatrix, backend: str):
+def _dense_at_sparse(dense, matrix, backend: str):
     data, dense = _promote(matrix, dense)
     columns, restore = _as_columns(dense.T)
-    return restore(_format_product(matrix, data, columns, backend, transposed=True)).T
-
-
-def _format_product(matrix: SparseMatrix, data, columns, backend: str, *, transposed: bool):
-    """`A @ columns` (or `A^T @ columns`) by the format's primitive, with values `data`."""
-    if isinstance(matrix, DIAMatrix):
-        product = _dia_ops.dia_transposed_matmul if transposed else _dia_ops.dia_matmul
-        return product(data, columns, offsets=matrix.offsets, shape=matrix.shape, backend=backend)
-    if isinstance(matrix, CSRMatrix):
-        product = _csr_ops.csr_transposed_matmul if transposed else _csr_ops.csr_matmul
-        return product(
-            data, matrix.indices, matrix.indptr, columns, shape=matrix.shape, backend=backend
-        )
-    raise TypeError(f"matmul: unsupported sparse format {type(matrix).__name__}.")
+    return restore(sparse_times_dense(matrix, data, columns, transposed=True, backend=backend)).T

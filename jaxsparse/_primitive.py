@@ -1,79 +1,152 @@
-"""The machinery shared by every sparse primitive: evaluation, lowering and batching.
+"""One builder for sparse products: a format declares its product family as data.
 
-Each sparse operation (a DIA product, a CSR sampled product, ...) is a JAX primitive, so
-`jax.jvp`, `jax.grad`, `jax.vmap` and their compositions see it as one linear operation
-with rules of its own, never as a dense matrix. This module builds such a primitive from
-its output shape and its two implementations (XLA reference and Pallas kernel); the
-per-format modules (`_dia_ops.py`, `_csr_ops.py`) add the autodiff rules.
+Every format has three products, each a JAX primitive bilinear in its first two array
+arguments, with the format's integer structure (if any) after them and its static
+metadata (`shape`, DIA's `offsets`) as parameters:
 
-Every primitive carries a `backend` parameter (see `_backend.py`). The implementation is
-picked in the lowering rule, once the target platform is known.
+| member     | computes                          | transpose in 1st argument | in 2nd argument   |
+|------------|-----------------------------------|---------------------------|-------------------|
+| `matmul`   | `matmul(a, x) = A @ x`            | `sddmm(ct, x)`            | `matmul_t(a, ct)` |
+| `matmul_t` | `matmul_t(a, g) = A^T @ g`        | `sddmm(g, ct)`            | `matmul(a, ct)`   |
+| `sddmm`    | `sddmm(g, x)[slot] = g[i] . x[j]` | `matmul(ct, x)`           | `matmul_t(ct, g)` |
+
+(`a` and `ct` in the first argument are stored values: `A`'s, or a cotangent with the
+same structure. `sddmm` is the product sampled on the structure: slot `(i, j)` gets
+`sum_c g[i, c] * x[j, c]`, the gradient of `A @ x` in `A`'s values.) The transposes are
+the same for every format and close on the family, so every order of differentiation
+stays sparse. `product_family` registers, for the three members at once:
+
+- the abstract evaluation, from `shape` and the format's `values_shape`;
+- the lowering per platform, which asks `_backend.choose_implementation` for one entry of
+  the member's table of implementations (`{"xla": ..., "cpu": ..., "pallas": ...}`);
+  every implementation of a member takes the primitive's arguments and parameters;
+- the JVP (two products: bilinearity), the transposes above, and batching: a batch of
+  dense operands (`x` of `matmul`, `g` of `matmul_t`) is folded into columns, one wider
+  product; anything else batched maps sequentially with `lax.map`.
+
+Every primitive also carries a `backend` parameter, which the implementations do not see.
 """
 
+import dataclasses
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import jax
 from jax import lax
+from jax.core import ShapedArray
 from jax.extend.core import Primitive
-from jax.interpreters import mlir
+from jax.interpreters import ad, batching, mlir
 
 from ._backend import PLATFORMS, choose_implementation
 
+MEMBERS = ("matmul", "matmul_t", "sddmm")
 
-def define_primitive(
-    name: str,
+
+@dataclasses.dataclass(frozen=True)
+class ProductFamily:
+    """The three product primitives of one format (see the module docstring)."""
+
+    matmul: Primitive
+    matmul_t: Primitive
+    sddmm: Primitive
+
+
+def product_family(
+    format_name: str,
     *,
-    abstract_eval: Callable,
-    xla_impl: Callable,
-    pallas_impl: Callable,
-    pallas_supports: Callable,
-    cpu_impl: Callable | None = None,
-) -> Primitive:
-    """A primitive whose lowering picks XLA or Pallas per backend and platform.
+    values_shape: Callable[..., tuple[int, ...]],
+    implementations: Mapping[str, Mapping[str, Callable]],
+    supports: Mapping[str, Callable],
+) -> ProductFamily:
+    """Build and register the product primitives of one format.
 
     **Arguments:**
 
-    - `name`: the primitive's name, as it appears in jaxprs.
-    - `abstract_eval`: `(*avals, **params) -> ShapedArray`.
-    - `xla_impl`: `(*arrays, **params) -> array`, the pure `jax.numpy` reference.
-    - `pallas_impl`: `(*arrays, interpret, platform, **params) -> array`.
-    - `pallas_supports`: `(dtype, platform) -> bool`.
-    - `cpu_impl`: `(*arrays, **params) -> array`, the XLA path on CPU where something
-      faster than the reference exists (`kernels/cpu.py`); `None` uses `xla_impl`.
+    - `format_name`: e.g. `"dia"`; the primitives are named `jaxsparse_dia_matmul`,
+      `jaxsparse_dia_matmul_t` and `jaxsparse_dia_sddmm`.
+    - `values_shape`: `(*structure_avals, **params) -> shape` of the stored values, the
+      result of `sddmm`.
+    - `implementations`: member (`"matmul"`, `"matmul_t"`, `"sddmm"`) -> implementation
+      family (`"xla"`, `"cpu"`, `"pallas"`, ...) -> function taking the primitive's arrays
+      and static parameters (kernel families also take `interpret` and `platform`).
+    - `supports`: implementation family -> `(dtype, platform) -> bool`, the dtypes its
+      kernels take; families not listed take every dtype.
 
-    **Returns:** the primitive. `params` always include `backend`, which the implementations
-    do not receive.
+    **Returns:** the `ProductFamily`.
     """
+    if set(implementations) != set(MEMBERS):
+        raise ValueError(f"`implementations` must have exactly the members {MEMBERS}.")
+    family = ProductFamily(
+        *(
+            _product_primitive(
+                f"jaxsparse_{format_name}_{member}",
+                abstract_eval=functools.partial(_abstract_eval, member, values_shape),
+                implementations=implementations[member],
+                supports=supports,
+            )
+            for member in MEMBERS
+        )
+    )
+    # (transpose in the first argument, transpose in the second): (ct, first, second) ->
+    # (member, its first argument, its second argument); structure and params follow.
+    transposes = {
+        family.matmul: (
+            lambda ct, a, x: (family.sddmm, ct, x),
+            lambda ct, a, x: (family.matmul_t, a, ct),
+        ),
+        family.matmul_t: (
+            lambda ct, a, g: (family.sddmm, g, ct),
+            lambda ct, a, g: (family.matmul, a, ct),
+        ),
+        family.sddmm: (
+            lambda ct, g, x: (family.matmul, ct, x),
+            lambda ct, g, x: (family.matmul_t, ct, g),
+        ),
+    }
+    for primitive, rules in transposes.items():
+        ad.primitive_jvps[primitive] = functools.partial(_bilinear_jvp, primitive)
+        ad.primitive_transposes[primitive] = functools.partial(_bilinear_transpose, rules)
+    batching.primitive_batchers[family.matmul] = functools.partial(_batch, family.matmul, True)
+    batching.primitive_batchers[family.matmul_t] = functools.partial(_batch, family.matmul_t, True)
+    batching.primitive_batchers[family.sddmm] = functools.partial(_batch, family.sddmm, False)
+    return family
+
+
+def _abstract_eval(member, values_shape, first, second, *structure, shape, backend, **params):
+    if first.dtype != second.dtype:
+        raise TypeError(
+            f"{member}: operands must share a dtype, got {first.dtype} and {second.dtype}."
+        )
+    m, n = shape
+    if member == "matmul":
+        return ShapedArray((m, second.shape[1]), second.dtype)
+    if member == "matmul_t":
+        return ShapedArray((n, second.shape[1]), second.dtype)
+    return ShapedArray(values_shape(*structure, shape=shape, **params), second.dtype)
+
+
+def _product_primitive(name, *, abstract_eval, implementations, supports) -> Primitive:
     primitive = Primitive(name)
     primitive.def_abstract_eval(abstract_eval)
     primitive.def_impl(functools.partial(_apply_compiled, primitive))
 
     def lowering(ctx, *args, backend, platform, **params):
-        dtype = ctx.avals_out[0].dtype
         implementation = choose_implementation(
-            backend, platform, lambda p: pallas_supports(dtype, p)
+            name,
+            implementations,
+            supports,
+            backend=backend,
+            platform=platform,
+            dtype=ctx.avals_in[0].dtype,
         )
-        if implementation == "xla":
-            impl = cpu_impl if platform == "cpu" and cpu_impl is not None else xla_impl
-            fn = functools.partial(impl, **params)
-        else:
-            fn = functools.partial(
-                pallas_impl, interpret=implementation == "interpret", platform=platform, **params
-            )
-        return mlir.lower_fun(fn, multiple_results=False)(ctx, *args)
+        function = functools.partial(implementation, **params)
+        return mlir.lower_fun(function, multiple_results=False)(ctx, *args)
 
     for platform in PLATFORMS:
         mlir.register_lowering(
             primitive, functools.partial(lowering, platform=platform), platform=platform
         )
     return primitive
-
-
-def check_same_dtype(name: str, a, b) -> None:
-    """The abstract-evaluation check that a primitive's two floating operands agree."""
-    if a.dtype != b.dtype:
-        raise TypeError(f"{name}: operands must share a dtype, got {a.dtype} and {b.dtype}.")
 
 
 def _apply_compiled(primitive: Primitive, *args, **params):
@@ -86,27 +159,38 @@ def _compiled_primitive(primitive: Primitive, params: tuple) -> Callable:
     return jax.jit(functools.partial(primitive.bind, **dict(params)))
 
 
-def batch_by_folding_columns(primitive: Primitive, args, dims, *, operand: int, params: dict):
-    """Batch a product that is batched only in its dense operand `args[operand]`.
+def _bilinear_jvp(primitive, primals, tangents, **params):
+    """`d(f(a, b)) = f(da, b) + f(a, db)`: JAX calls this only when a tangent is nonzero,
+    and the integer structure's tangents are always zero."""
+    out = primitive.bind(*primals, **params)
+    terms = []
+    for position in (0, 1):
+        if type(tangents[position]) is not ad.Zero:
+            args = list(primals)
+            args[position] = tangents[position]
+            terms.append(primitive.bind(*args, **params))
+    return out, sum(terms[1:], start=terms[0])
 
-    A batch of `B` operands of shape `(r, k)` is one operand of shape `(r, B * k)`, so the
-    whole batch runs as one wider product. The output's batch axis is 1.
-    """
-    dense = jax.numpy.moveaxis(args[operand], dims[operand], 1)
-    rows, size, cols = dense.shape
-    folded = list(args)
-    folded[operand] = dense.reshape(rows, size * cols)
-    out = primitive.bind(*folded, **params)
-    return out.reshape(out.shape[0], size, cols), 1
+
+def _bilinear_transpose(rules, ct, first, second, *structure, **params):
+    """The cotangent of whichever of the two bilinear arguments is being transposed."""
+    cotangents = [None] * (2 + len(structure))
+    if type(ct) is ad.Zero:
+        return cotangents
+    position = 0 if ad.is_undefined_primal(first) else 1
+    member, new_first, new_second = rules[position](ct, first, second)
+    cotangents[position] = member.bind(new_first, new_second, *structure, **params)
+    return cotangents
 
 
-def batch_by_mapping(primitive: Primitive, args, dims, *, params: dict):
-    """Batch any combination of batched arguments (`None` in `dims`: not batched) with a
-    sequential `lax.map`.
-
-    Used when the sparse values or structure themselves are batched: each member of the
-    batch is a different matrix, which no single product call can express.
-    """
+def _batch(primitive, folds_second: bool, args, dims, **params):
+    """One wider product when only the dense operand (second argument) is batched and the
+    member is column-wise in it; otherwise a sequential map over the batch."""
+    if folds_second and all(d is None for i, d in enumerate(dims) if i != 1):
+        dense = jax.numpy.moveaxis(args[1], dims[1], 1)
+        rows, size, cols = dense.shape
+        out = primitive.bind(args[0], dense.reshape(rows, size * cols), *args[2:], **params)
+        return out.reshape(out.shape[0], size, cols), 1
     batched = [i for i, d in enumerate(dims) if d is not None]
 
     def one_member(members):

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import random_csr, random_dia, random_values
+from helpers import random_csr, random_dia, random_values, small_matrix
 from jax.test_util import check_grads
 
 import jaxsparse as js
@@ -18,7 +18,10 @@ BACKENDS = ["xla", "interpret"]
 FORMATS = ["dia", "csr"]
 
 
-def make_matrix(fmt, rng, shape=(7, 5), dtype=jnp.float64):
+def make_matrix(fmt, rng, shape=None, dtype=jnp.float64):
+    """The registry's small autodiff matrix, or one of another `shape`."""
+    if shape is None:
+        return small_matrix(fmt, rng, dtype)
     if fmt == "dia":
         return random_dia(rng, shape, (-2, 0, 1, 6), dtype)[0]
     return random_csr(rng, shape, density=0.4, dtype=dtype, shuffle_columns=True)[0]

@@ -1,22 +1,20 @@
-"""Backend choice end to end: what "auto", "pallas", "interpret" and "xla" run, and that
-`jaxsparse.matmul(..., backend="pallas")` and its gradient lower for GPU and TPU here."""
+"""Backend choice end to end: what "auto", "pallas", "interpret" and "xla" run, that an
+explicit backend never runs another implementation, and that `jaxsparse.matmul(...,
+backend="pallas")` and its gradient lower for GPU and TPU here."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from helpers import random_csr, random_dia
+from lowering import KERNEL_CALLS, NEEDS_CROSS_LOWERING, lower
 
 import jaxsparse as js
-from jaxsparse.kernels import csr as csr_kernels
-from jaxsparse.kernels import dia as dia_kernels
+from jaxsparse import _csr_ops, _dia_ops
 
-NEEDS_CROSS_LOWERING = pytest.mark.skipif(
-    jax.__version_info__ < (0, 12),
-    reason="lowering for a platform this machine lacks (AbstractDevice) needs JAX >= 0.12",
-)
-TRITON_CALL = "__gpu$xla.gpu.triton"
-TPU_CALL = "tpu_custom_call"
+TABLES = {"dia": _dia_ops.IMPLEMENTATIONS, "csr": _csr_ops.IMPLEMENTATIONS}
+# The family each format's forward product runs in interpret mode on a CPU.
+INTERPRETED = {"dia": "pallas", "csr": "triton"}
 
 
 def small_matrix(fmt, dtype=jnp.float32):
@@ -26,83 +24,75 @@ def small_matrix(fmt, dtype=jnp.float32):
     return random_csr(rng, (12, 10), density=0.3, dtype=dtype)[0]
 
 
-@pytest.mark.parametrize("fmt", ["dia", "csr"])
-def test_pallas_backend_on_cpu_fails_loudly(fmt):
-    matrix = small_matrix(fmt)
-    with pytest.raises(Exception, match="(?i)interpret mode|cpu"):
-        js.matmul(matrix, jnp.ones((10, 2), jnp.float32), backend="pallas").block_until_ready()
-
-
-@pytest.mark.parametrize("fmt", ["dia", "csr"])
-def test_interpret_backend_runs_the_pallas_kernels(fmt, monkeypatch):
-    """The interpret backend calls the format's kernel module; "xla" and "auto" on CPU never do."""
-    module = dia_kernels if fmt == "dia" else csr_kernels
-    name = "dia_matmul" if fmt == "dia" else "csr_matmul"
+def spy_on(monkeypatch, fmt, family):
+    """Record the calls of one family's forward product (its table entry is replaced)."""
     calls = []
-    original = getattr(module, name)
+    original = TABLES[fmt]["matmul"][family]
 
     def spy(*args, **kwargs):
         calls.append(kwargs)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(module, name, spy)
+    monkeypatch.setitem(TABLES[fmt]["matmul"], family, spy)
+    return calls
+
+
+def product(backend):
+    """A fresh jitted product, so that each call lowers (and so picks) anew."""
+    return jax.jit(lambda a, x: js.matmul(a, x, backend=backend))
+
+
+@pytest.mark.parametrize("fmt", ["dia", "csr"])
+def test_pallas_backend_on_cpu_is_a_clear_error(fmt):
+    matrix = small_matrix(fmt)
+    with pytest.raises(ValueError, match="Pallas has no CPU compiler.*'interpret'"):
+        js.matmul(matrix, jnp.ones((10, 2), jnp.float32), backend="pallas")
+
+
+@pytest.mark.parametrize("fmt", ["dia", "csr"])
+def test_interpret_runs_the_pallas_kernels_and_auto_on_cpu_never_does(fmt, monkeypatch):
+    kernel_calls = spy_on(monkeypatch, fmt, INTERPRETED[fmt])
+    cpu_calls = spy_on(monkeypatch, fmt, "cpu")
+    xla_calls = spy_on(monkeypatch, fmt, "xla")
     matrix = small_matrix(fmt)
     x = jnp.asarray(np.random.default_rng(1).standard_normal((10, 2)), jnp.float32)
     expected = matrix.todense() @ x
-    for backend in ("xla", "auto", None):
-        np.testing.assert_allclose(js.matmul(matrix, x, backend=backend), expected, rtol=1e-5)
-    assert calls == []
-    np.testing.assert_allclose(js.matmul(matrix, x, backend="interpret"), expected, rtol=1e-5)
-    assert len(calls) == 1 and calls[0]["interpret"] is True
+    np.testing.assert_allclose(product("xla")(matrix, x), expected, rtol=1e-5)
+    assert (len(xla_calls), len(cpu_calls), len(kernel_calls)) == (1, 0, 0)
+    for backend in ("auto", None):
+        np.testing.assert_allclose(product(backend)(matrix, x), expected, rtol=1e-5)
+    assert (len(xla_calls), len(cpu_calls), len(kernel_calls)) == (1, 2, 0)
+    np.testing.assert_allclose(product("interpret")(matrix, x), expected, rtol=1e-5)
+    assert (len(xla_calls), len(cpu_calls), len(kernel_calls)) == (1, 2, 1)
+    assert kernel_calls[0]["interpret"] is True and kernel_calls[0]["platform"] == "cpu"
 
 
 def test_environment_variable_overrides_auto(monkeypatch):
-    calls = []
-    original = dia_kernels.dia_matmul
-    monkeypatch.setattr(
-        dia_kernels, "dia_matmul", lambda *a, **k: calls.append(k) or original(*a, **k)
-    )
+    calls = spy_on(monkeypatch, "dia", "pallas")
     matrix = small_matrix("dia")
     monkeypatch.setenv("JAXSPARSE_BACKEND", "interpret")
-    out = matrix @ jnp.ones((10,), jnp.float32)
+    out = product(None)(matrix, jnp.ones((10,), jnp.float32))
     assert len(calls) == 1
     np.testing.assert_allclose(out, matrix.todense() @ jnp.ones(10, jnp.float32), rtol=1e-5)
-    assert js.matmul(matrix, jnp.ones(10, jnp.float32), backend="xla").shape == (12,)
+    assert product("xla")(matrix, jnp.ones(10, jnp.float32)).shape == (12,)
     assert len(calls) == 1
 
 
 @pytest.mark.parametrize("fmt", ["dia", "csr"])
-def test_complex_values_take_the_xla_path_under_interpret(fmt):
-    module = dia_kernels if fmt == "dia" else csr_kernels
-    assert not module.pallas_supports(jnp.complex64, "cpu")
+def test_explicit_interpret_never_falls_back_for_a_dtype_its_kernels_decline(fmt, monkeypatch):
+    """Complex values have no Pallas kernel: "interpret" is an error naming the dtype and
+    what to use, and nothing else runs; "auto" takes the XLA path and matches scipy."""
+    xla_calls = spy_on(monkeypatch, fmt, "xla")
+    cpu_calls = spy_on(monkeypatch, fmt, "cpu")
     matrix = small_matrix(fmt, jnp.complex64)
     x = jnp.ones((10,), jnp.complex64) * (1 + 2j)
-    np.testing.assert_allclose(
-        js.matmul(matrix, x, backend="interpret"), matrix.todense() @ x, rtol=1e-5
-    )
-    product = lambda d: js.matmul(matrix.with_data(d), x, backend="interpret")  # noqa: E731
-    gradient = jax.grad(lambda d: jnp.sum(jnp.abs(product(d)) ** 2))
-    np.testing.assert_allclose(
-        gradient(matrix.data),
-        jax.grad(lambda d: jnp.sum(jnp.abs(matrix.with_data(d).todense() @ x) ** 2))(matrix.data),
-        rtol=1e-4,
-    )
-
-
-# Abstract devices to lower for: the platform's Pallas lowering reads the device kind.
-ABSTRACT_DEVICES = {"cuda": ("NVIDIA H100", 132), "tpu": ("TPU v5p", 1)}
-
-
-def lower(fn, args, platform):
-    """The StableHLO text of `fn` lowered for `platform`, from this CPU machine."""
-    avals = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in args]
-    if platform == "cpu":
-        return jax.jit(fn).trace(*avals).lower(lowering_platforms=("cpu",)).as_text()
-    kind, cores = ABSTRACT_DEVICES[platform]
-    device = jax.sharding.AbstractDevice(device_kind=kind, num_cores=cores, platform=platform)
-    mesh = jax.sharding.AbstractMesh((1,), ("x",), abstract_device=device)
-    with jax.sharding.use_abstract_mesh(mesh):
-        return jax.jit(fn).trace(*avals).lower(lowering_platforms=(platform,)).as_text()
+    with pytest.raises(TypeError, match="complex64 in interpret mode.*backend='auto'"):
+        product("interpret")(matrix, x)
+    assert xla_calls == [] and cpu_calls == []
+    np.testing.assert_allclose(product("auto")(matrix, x), matrix.todense() @ x, rtol=1e-5)
+    gradient = jax.grad(lambda d: jnp.sum(jnp.abs(matrix.with_data(d) @ x) ** 2))
+    dense_gradient = jax.grad(lambda d: jnp.sum(jnp.abs(matrix.with_data(d).todense() @ x) ** 2))
+    np.testing.assert_allclose(gradient(matrix.data), dense_gradient(matrix.data), rtol=1e-4)
 
 
 def stencil_offsets(side):
@@ -130,10 +120,6 @@ def csr_product_and_gradient(shape, backend):
     return product, gradient
 
 
-def custom_calls(text, marker):
-    return text.count(marker)
-
-
 @NEEDS_CROSS_LOWERING
 @pytest.mark.parametrize("platform", ["cuda", "tpu"])
 @pytest.mark.parametrize("k", [1, 128])
@@ -144,12 +130,11 @@ def test_dia_product_and_gradient_lower_for_accelerators(platform, k, backend):
     product, gradient = dia_product_and_gradient(offsets, shape, backend)
     data = jnp.zeros((len(offsets), rows), jnp.float32)
     x = jnp.zeros((rows, k), jnp.float32)
-    marker = TRITON_CALL if platform == "cuda" else TPU_CALL
-    product_text = lower(product, (data, x), platform)
-    assert custom_calls(product_text, marker) >= 1
+    marker = KERNEL_CALLS[platform]
+    assert lower(product, (data, x), platform).count(marker) >= 1
     # The gradient runs the sampled product and the forward kernel on A^T.
     gradient_text = lower(gradient, (data, x), platform)
-    assert custom_calls(gradient_text, marker) >= 2
+    assert gradient_text.count(marker) >= 2
     assert "dia_sddmm" in gradient_text and "dia_matmul" in gradient_text
 
 
@@ -165,9 +150,9 @@ def test_csr_product_and_gradient_lower_for_accelerators(platform, k):
         jnp.zeros((rows + 1,), jnp.int32),
         jnp.zeros((rows, k), jnp.float32),
     )
-    marker = TRITON_CALL if platform == "cuda" else TPU_CALL
-    assert custom_calls(lower(product, args, platform), marker) >= 1
-    assert custom_calls(lower(gradient, args, platform), marker) >= 2
+    marker = KERNEL_CALLS[platform]
+    assert lower(product, args, platform).count(marker) >= 1
+    assert lower(gradient, args, platform).count(marker) >= 2
 
 
 @NEEDS_CROSS_LOWERING
@@ -175,14 +160,36 @@ def test_auto_lowers_xla_for_cpu_and_pallas_for_gpu():
     offsets, shape = (-1, 0, 1), (4096, 4096)
     product, _ = dia_product_and_gradient(offsets, shape, "auto")
     args = (jnp.zeros((3, 4096), jnp.float32), jnp.zeros((4096, 1), jnp.float32))
-    assert TRITON_CALL in lower(product, args, "cuda")
+    assert KERNEL_CALLS["cuda"] in lower(product, args, "cuda")
     cpu_text = lower(product, args, "cpu")
-    assert TRITON_CALL not in cpu_text and TPU_CALL not in cpu_text
+    assert all(marker not in cpu_text for marker in KERNEL_CALLS.values())
 
 
 @NEEDS_CROSS_LOWERING
-def test_complex_lowers_to_xla_on_gpu():
-    offsets, shape = (-1, 0, 1), (4096, 4096)
-    product, _ = dia_product_and_gradient(offsets, shape, "pallas")
-    args = (jnp.zeros((3, 4096), jnp.complex64), jnp.zeros((4096, 1), jnp.complex64))
-    assert TRITON_CALL not in lower(product, args, "cuda")
+@pytest.mark.parametrize("fmt", ["dia", "csr"])
+@pytest.mark.parametrize(
+    ("dtype", "platform"),
+    [(jnp.complex64, "cuda"), (jnp.complex64, "tpu"), (jnp.float64, "tpu")],
+    ids=["complex64-cuda", "complex64-tpu", "float64-tpu"],
+)
+def test_dtypes_without_kernels_lower_to_xla_under_auto_and_raise_under_pallas(
+    fmt, dtype, platform
+):
+    shape = (4096, 4096)
+    if fmt == "dia":
+        args = (jnp.zeros((3, 4096), dtype), jnp.zeros((4096, 1), dtype))
+        auto = dia_product_and_gradient((-1, 0, 1), shape, "auto")[0]
+        pallas = dia_product_and_gradient((-1, 0, 1), shape, "pallas")[0]
+    else:
+        args = (
+            jnp.zeros((100,), dtype),
+            jnp.zeros((100,), jnp.int32),
+            jnp.zeros((4097,), jnp.int32),
+            jnp.zeros((4096, 1), dtype),
+        )
+        auto = csr_product_and_gradient(shape, "auto")[0]
+        pallas = csr_product_and_gradient(shape, "pallas")[0]
+    assert KERNEL_CALLS[platform] not in lower(auto, args, platform)
+    name = np.dtype(dtype).name
+    with pytest.raises(TypeError, match=f"{name} on platform '{platform}'"):
+        lower(pallas, args, platform)

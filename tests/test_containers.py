@@ -18,18 +18,18 @@ def scipy_random(shape, density=0.4, seed=0, fmt="coo"):
     return scipy.sparse.random_array((m, n), density=density, rng=seed, format=fmt)
 
 
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
 @pytest.mark.parametrize("fmt", SCIPY_FORMATS)
-@pytest.mark.parametrize("cls", [js.DIAMatrix, js.CSRMatrix])
-def test_from_scipy_any_format_round_trips(cls, fmt):
-    for shape in SHAPES:
-        source = scipy_random(shape, fmt=fmt)
-        matrix = cls.from_scipy(source)
-        assert matrix.shape == shape and matrix.ndim == 2
-        np.testing.assert_array_equal(matrix.todense(), source.toarray())
-        np.testing.assert_array_equal(matrix.toarray(), source.toarray())
-        back = matrix.to_scipy()
-        assert back.format == ("dia" if cls is js.DIAMatrix else "csr")
-        np.testing.assert_array_equal(back.toarray(), source.toarray())
+@pytest.mark.parametrize("cls", [js.DIAMatrix, js.CSRMatrix], ids=["dia", "csr"])
+def test_from_scipy_any_format_round_trips(cls, fmt, shape):
+    source = scipy_random(shape, fmt=fmt)
+    matrix = cls.from_scipy(source)
+    assert matrix.shape == shape and matrix.ndim == 2
+    np.testing.assert_array_equal(matrix.todense(), source.toarray())
+    np.testing.assert_array_equal(matrix.toarray(), source.toarray())
+    back = matrix.to_scipy()
+    assert back.format == ("dia" if cls is js.DIAMatrix else "csr")
+    np.testing.assert_array_equal(back.toarray(), source.toarray())
 
 
 def test_from_scipy_accepts_matrix_classes_and_integers():
@@ -76,22 +76,28 @@ def test_dtypes_and_astype(dtype):
 
 
 @pytest.mark.parametrize("jit", [False, True])
-def test_transpose_same_format(jit):
-    rng = np.random.default_rng(3)
+@pytest.mark.parametrize(
+    ("shape", "offsets"), [((6, 4), (-2, 0, 3)), ((3, 7), (-5, 1, 6)), ((5, 5), (0,))], ids=str
+)
+def test_dia_transpose_is_dia(shape, offsets, jit):
     transpose = jax.jit(lambda a: a.T) if jit else (lambda a: a.transpose())
-    for shape, offsets in [((6, 4), (-2, 0, 3)), ((3, 7), (-5, 1, 6)), ((5, 5), (0,))]:
-        matrix, twin = random_dia(rng, shape, offsets)
-        result = transpose(matrix)
-        assert isinstance(result, js.DIAMatrix)
-        assert result.offsets == tuple(-o for o in offsets) and result.shape == shape[::-1]
-        np.testing.assert_array_equal(result.todense(), twin.toarray().T.astype(np.float32))
-    for shape in [(6, 4), (3, 7), (5, 0)]:
-        matrix, twin = random_csr(rng, shape, density=0.5, shuffle_columns=True)
-        result = transpose(matrix)
-        assert isinstance(result, js.CSRMatrix) and result.shape == shape[::-1]
-        assert result.indices.dtype == matrix.indices.dtype
-        np.testing.assert_array_equal(result.todense(), twin.toarray().T.astype(np.float32))
-        np.testing.assert_array_equal(result.T.todense(), matrix.todense())
+    matrix, twin = random_dia(np.random.default_rng(3), shape, offsets)
+    result = transpose(matrix)
+    assert isinstance(result, js.DIAMatrix)
+    assert result.offsets == tuple(-o for o in offsets) and result.shape == shape[::-1]
+    np.testing.assert_array_equal(result.todense(), twin.toarray().T.astype(np.float32))
+
+
+@pytest.mark.parametrize("jit", [False, True])
+@pytest.mark.parametrize("shape", [(6, 4), (3, 7), (5, 0)], ids=str)
+def test_csr_transpose_is_csr(shape, jit):
+    transpose = jax.jit(lambda a: a.T) if jit else (lambda a: a.transpose())
+    matrix, twin = random_csr(np.random.default_rng(3), shape, density=0.5, shuffle_columns=True)
+    result = transpose(matrix)
+    assert isinstance(result, js.CSRMatrix) and result.shape == shape[::-1]
+    assert result.indices.dtype == matrix.indices.dtype
+    np.testing.assert_array_equal(result.todense(), twin.toarray().T.astype(np.float32))
+    np.testing.assert_array_equal(result.T.todense(), matrix.todense())
 
 
 def test_dia_fromdense_found_and_given_offsets():

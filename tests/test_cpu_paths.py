@@ -1,8 +1,9 @@
-"""The CPU paths of `kernels/cpu.py` against scipy, on the edge cases they special-case:
-empty rows, an all-empty matrix, unsorted and repeated columns, dtypes the native kernel
-lacks (bfloat16 falls back to the reference), int64 indices, and column counts around the
-8-column padding of the CSR kernel, and both sides of the limit on unrolled column sums in
-the data gradients."""
+"""The CPU paths (`kernels/cpu_dia.py`, `kernels/cpu_csr.py`) against scipy at the
+boundaries of each of their tuning constants: the CSR kernel's 8-column padding and the
+dtypes and empty shapes it hands to XLA; the unrolled column sums (`UNROLLED_COLUMNS`);
+DIA passes beyond `_MAX_DIAGONALS_IN_ONE_LOOP` diagonals (not in half precision); the
+data gradient's stacking up to `_MAX_DIAGONALS_STACKED` diagonals. Everything else about
+the CPU paths is covered by the product tests, which run them under "auto"."""
 
 import jax
 import jax.numpy as jnp
@@ -11,9 +12,10 @@ import pytest
 import scipy.sparse
 
 import jaxsparse as js
-from jaxsparse.kernels import cpu
+from jaxsparse.kernels import cpu_csr, cpu_dia
+from jaxsparse.kernels._xla_cpu import UNROLLED_COLUMNS
 
-KS = (1, 2, 8, 9)
+FFI_PADDING = cpu_csr._FFI_COLUMN_MULTIPLE
 
 
 def _csr_case(rng, m, n, kind):
@@ -30,20 +32,23 @@ def _csr_case(rng, m, n, kind):
 
 
 @pytest.mark.parametrize("kind", ["random", "repeated", "all-empty"])
-@pytest.mark.parametrize("k", KS)
-@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64, jnp.complex64, jnp.bfloat16])
-@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("k", [1, FFI_PADDING, FFI_PADDING + 1])
+@pytest.mark.parametrize(
+    ("dtype", "index_dtype"),
+    [(jnp.float32, np.int32), (jnp.complex64, np.int64), (jnp.bfloat16, np.int32)],
+    ids=["float32-int32", "complex64-int64", "bfloat16-int32"],
+)
 def test_csr_matmul_matches_scipy(kind, k, dtype, index_dtype):
     rng = np.random.default_rng(0)
     m, n = 37, 23
     data, indices, indptr = _csr_case(rng, m, n, kind)
     x = rng.standard_normal((n, k))
     expected = scipy.sparse.csr_array((data, indices, indptr), shape=(m, n)) @ x
-    out = jax.jit(lambda d, i, p, x: cpu.csr_matmul(d, i, p, x, shape=(m, n)))(
+    out = jax.jit(lambda d, x, i, p: cpu_csr.csr_matmul_cpu(d, x, i, p, shape=(m, n)))(
         jnp.asarray(data, dtype),
+        jnp.asarray(x, dtype),
         jnp.asarray(indices, index_dtype),
         jnp.asarray(indptr, index_dtype),
-        jnp.asarray(x, dtype),
     )
     assert out.shape == (m, k) and out.dtype == dtype
     tol = 5e-2 if dtype == jnp.bfloat16 else 1e-5
@@ -51,7 +56,7 @@ def test_csr_matmul_matches_scipy(kind, k, dtype, index_dtype):
 
 
 @pytest.mark.parametrize("kind", ["random", "repeated", "all-empty"])
-@pytest.mark.parametrize("k", (1, 2, 8, cpu._UNROLLED_COLUMNS + 1))
+@pytest.mark.parametrize("k", (0, 1, UNROLLED_COLUMNS, UNROLLED_COLUMNS + 1))
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 def test_csr_sddmm_matches_row_dot_products(kind, k, dtype):
     """The data gradient `out[p] = g[row(p)] . x[indices[p]]`, unrolled over the columns
@@ -62,18 +67,21 @@ def test_csr_sddmm_matches_row_dot_products(kind, k, dtype):
     g, x = rng.standard_normal((m, k)), rng.standard_normal((n, k))
     rows = np.repeat(np.arange(m), np.diff(indptr))
     expected = np.einsum("pk,pk->p", g[rows], x[indices])
-    out = jax.jit(lambda i, p, g, x: cpu.csr_sddmm(i, p, g, x, shape=(m, n)))(
-        jnp.asarray(indices, np.int32),
-        jnp.asarray(indptr, np.int32),
+    out = jax.jit(lambda g, x, i, p: cpu_csr.csr_sddmm_cpu(g, x, i, p, shape=(m, n)))(
         jnp.asarray(g, dtype),
         jnp.asarray(x, dtype),
+        jnp.asarray(indices, np.int32),
+        jnp.asarray(indptr, np.int32),
     )
     assert out.shape == indices.shape and out.dtype == dtype
     tol = 5e-2 if dtype == jnp.bfloat16 else 1e-5
     np.testing.assert_allclose(np.asarray(out, np.float64), expected, rtol=tol, atol=tol * k)
 
 
-OFFSETS = [(0,), (-1, 0, 1), (-40, -3, 0, 2, 5, 50), tuple(range(-13, 14))]
+# Both sides of the one-loop and stacking limits (8 diagonals), with offsets far apart.
+ONE_LOOP = (-40, -3, -1, 0, 1, 2, 5, 50)
+PASSES = (-40, -3, -1, 0, 1, 2, 5, 50, 60)
+assert len(ONE_LOOP) == cpu_dia._MAX_DIAGONALS_IN_ONE_LOOP == cpu_dia._MAX_DIAGONALS_STACKED
 
 
 def _dia_matrix(data, offsets, shape):
@@ -81,42 +89,42 @@ def _dia_matrix(data, offsets, shape):
     return scipy.sparse.dia_array((data, np.asarray(offsets)), shape=shape).toarray()
 
 
-@pytest.mark.parametrize("offsets", OFFSETS)
-@pytest.mark.parametrize("shape", [(30, 30), (20, 33), (33, 20)])
-@pytest.mark.parametrize("k", (1, 2, 8, 17, cpu._UNROLLED_COLUMNS + 1))
+@pytest.mark.parametrize("offsets", [ONE_LOOP, PASSES], ids=["8-diagonals", "9-diagonals"])
+@pytest.mark.parametrize("k", (0, 1, UNROLLED_COLUMNS, UNROLLED_COLUMNS + 1))
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
-def test_dia_products_and_sddmm_match_scipy(offsets, shape, k, dtype):
-    """`A @ x`, `A^T @ g` and the data gradient; 27 diagonals at k = 1 take the passes of a
-    few diagonals each."""
+def test_dia_products_and_sddmm_match_scipy(offsets, k, dtype):
+    """`A @ x`, `A^T @ g` and the data gradient (zero-column operands included)."""
     rng = np.random.default_rng(1)
+    shape = (70, 66)
     m, n = shape
     data = rng.standard_normal((len(offsets), n))
     dense = _dia_matrix(data, offsets, shape)
     x, g = rng.standard_normal((n, k)), rng.standard_normal((m, k))
     tol = 5e-2 if dtype == jnp.bfloat16 else 1e-5
     args = {"offsets": offsets, "shape": shape}
-    y = jax.jit(lambda d, x: cpu.dia_matmul(d, x, **args))(
+    y = jax.jit(lambda d, x: cpu_dia.dia_matmul_cpu(d, x, **args))(
         jnp.asarray(data, dtype), jnp.asarray(x, dtype)
     )
-    assert y.dtype == dtype
+    assert y.dtype == dtype and y.shape == (m, k)
     np.testing.assert_allclose(np.asarray(y, np.float64), dense @ x, rtol=tol, atol=tol * k)
-    yt = jax.jit(lambda d, g: cpu.dia_matmul_transpose(d, g, **args))(
+    yt = jax.jit(lambda d, g: cpu_dia.dia_matmul_t_cpu(d, g, **args))(
         jnp.asarray(data, dtype), jnp.asarray(g, dtype)
     )
     assert yt.dtype == dtype and yt.shape == (n, k)
     np.testing.assert_allclose(np.asarray(yt, np.float64), dense.T @ g, rtol=tol, atol=tol * k)
-    grad = jax.jit(lambda g, x: cpu.dia_sddmm(g, x, **args))(
+    grad = jax.jit(lambda g, x: cpu_dia.dia_sddmm_cpu(g, x, **args))(
         jnp.asarray(g, dtype), jnp.asarray(x, dtype)
     )
-    mask = _dia_matrix(np.ones_like(data), offsets, shape) != 0
     expected = np.zeros_like(data)
     for d, off in enumerate(offsets):
         for j in range(n):
             i = j - off
-            if 0 <= i < m and mask[i, j]:
+            if 0 <= i < m:
                 expected[d, j] = g[i] @ x[j]
     assert grad.dtype == dtype and grad.shape == data.shape
-    np.testing.assert_allclose(np.asarray(grad, np.float64), expected, rtol=tol, atol=tol * k)
+    np.testing.assert_allclose(
+        np.asarray(grad, np.float64), expected, rtol=tol, atol=tol * max(k, 1)
+    )
 
 
 STENCIL_27 = tuple(
@@ -134,10 +142,10 @@ STENCIL_27 = tuple(
     ],
 )
 def test_dia_passes_cover_every_diagonal_once_keeping_near_offsets_together(offsets):
-    passes = cpu._passes(offsets)
+    passes = cpu_dia._passes(offsets)
     assert [start for start, _ in passes] == [0] + [stop for _, stop in passes[:-1]]
     assert passes[-1][1] == len(offsets)
-    assert all(0 < stop - start <= cpu._DIAGONALS_PER_PASS for start, stop in passes)
+    assert all(0 < stop - start <= cpu_dia._DIAGONALS_PER_PASS for start, stop in passes)
     if offsets == STENCIL_27:  # nine groups of three near offsets, two groups a pass
         assert passes == [(0, 6), (6, 12), (12, 18), (18, 24), (24, 27)]
 
@@ -149,11 +157,13 @@ def test_dia_product_in_passes_matches_scipy_on_a_27_point_stencil():
     x = rng.standard_normal((shape[1], 1))
     expected = scipy.sparse.dia_array((data, np.asarray(STENCIL_27)), shape=shape) @ x
     args = {"offsets": STENCIL_27, "shape": shape}
-    y = jax.jit(lambda d, x: cpu.dia_matmul(d, x, **args))(jnp.asarray(data), jnp.asarray(x))
+    y = jax.jit(lambda d, x: cpu_dia.dia_matmul_cpu(d, x, **args))(
+        jnp.asarray(data), jnp.asarray(x)
+    )
     np.testing.assert_allclose(np.asarray(y, np.float64), expected, rtol=1e-4, atol=1e-4)
     g = rng.standard_normal((shape[0], 1))
     expected_t = scipy.sparse.dia_array((data, np.asarray(STENCIL_27)), shape=shape).T @ g
-    yt = jax.jit(lambda d, g: cpu.dia_matmul_transpose(d, g, **args))(
+    yt = jax.jit(lambda d, g: cpu_dia.dia_matmul_t_cpu(d, g, **args))(
         jnp.asarray(data), jnp.asarray(g)
     )
     np.testing.assert_allclose(np.asarray(yt, np.float64), expected_t, rtol=1e-4, atol=1e-4)

@@ -1,4 +1,5 @@
-"""The DIA Pallas kernels: interpret mode against scipy, cross-lowering, static offsets."""
+"""The DIA Pallas kernels (`kernels/pallas_dia.py`): interpret mode against scipy over the
+registry's DIA matrices, block sizes, cross-lowering, static offsets."""
 
 import functools
 
@@ -7,31 +8,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.sparse
-from helpers import tolerance
+from helpers import DIA_MATRICES, cases, ignored_slots, tolerance
+from lowering import KERNEL_CALLS, NEEDS_CROSS_LOWERING, lower
 
-from jaxsparse.kernels.dia import BlockSizes, dia_matmul, dia_sddmm, pallas_supports
-
-# A 3-D 27-point stencil on a 4x4x4 grid, in a scrambled order.
-_STENCIL_27 = tuple(
-    np.random.default_rng(27)
-    .permutation([a * 16 + b * 4 + c for a in (-1, 0, 1) for b in (-1, 0, 1) for c in (-1, 0, 1)])
-    .tolist()
+from jaxsparse.kernels.pallas_dia import (
+    BlockSizes,
+    dia_matmul_pallas,
+    dia_matmul_t_pallas,
+    dia_sddmm_pallas,
+    supports,
 )
-
-# (m, n, offsets, k, block_sizes)
-_CASES = {
-    "square-tridiagonal": (37, 37, (-1, 0, 1), 1, None),
-    "square-k3-unsorted": (45, 45, (2, -7, 0, 5), 3, None),
-    "tall-beyond-matrix": (50, 23, (3, -40, 0, 22, 100, -50), 5, None),
-    "wide-beyond-matrix": (20, 70, (-5, 2, 60, -19, 69, 70, -20), 3, None),
-    "single-diagonal": (33, 33, (7,), 1, None),
-    "27-diagonals": (70, 64, _STENCIL_27, 2, None),
-    "small-blocks": (77, 61, (-9, -1, 0, 1, 40), 5, BlockSizes(block_rows=32, block_cols=2)),
-    "one-by-one": (1, 1, (0,), 1, None),
-    "one-row": (1, 5, (0, 4, -1, 2), 2, None),
-    "one-column": (6, 1, (0, -5, 1, -2), 1, None),
-    "all-beyond-matrix": (10, 10, (10, -10, 25), 2, None),
-}
 
 
 def _random(rng, shape, dtype):
@@ -43,17 +29,11 @@ def _random(rng, shape, dtype):
     return np.array(jnp.asarray(values, dtype=dtype).astype(host_dtype))
 
 
-def _ignored_slots(offsets, m, n):
-    """Mask of the `data` slots that fall outside the `(m, n)` matrix."""
-    rows = np.arange(n)[None, :] - np.asarray(offsets)[:, None]
-    return (rows < 0) | (rows >= m)
-
-
 def _make_problem(m, n, offsets, k, dtype, seed=0):
     """`data` (with NaN junk in ignored slots) and `x`, `g`, as host arrays of `dtype`."""
     rng = np.random.default_rng(seed)
     data = _random(rng, (len(offsets), n), dtype)
-    data[_ignored_slots(offsets, m, n)] = np.nan
+    data[ignored_slots(offsets, (m, n))] = np.nan
     x = _random(rng, (n, k), dtype)
     g = _random(rng, (m, k), dtype)
     return data, x, g
@@ -80,64 +60,49 @@ def _check_close(actual, expected, dtype):
     np.testing.assert_allclose(actual, expected, rtol=tol, atol=tol * scale)
 
 
-@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
-@pytest.mark.parametrize("case", sorted(_CASES))
-def test_matmul_matches_scipy(case, dtype):
-    m, n, offsets, k, block_sizes = _CASES[case]
-    data, x, _ = _make_problem(m, n, offsets, k, dtype)
-    y = dia_matmul(
-        jnp.asarray(data, dtype),
-        jnp.asarray(x, dtype),
-        offsets=offsets,
-        shape=(m, n),
-        interpret=True,
-        block_sizes=block_sizes,
-    )
+def _check_kernels(m, n, offsets, k, dtype, block_sizes=None):
+    """Product, transposed product and data gradient in interpret mode against scipy; the
+    data gradient is exactly zero on ignored slots."""
+    data, x, g = _make_problem(m, n, offsets, k, dtype)
+    options = dict(offsets=offsets, shape=(m, n), interpret=True, block_sizes=block_sizes)
+    dense = _dense(data, offsets, m, n)
+    y = dia_matmul_pallas(jnp.asarray(data, dtype), jnp.asarray(x, dtype), **options)
     assert y.shape == (m, k)
-    _check_close(y, _dense(data, offsets, m, n) @ x, dtype)
+    _check_close(y, dense @ x, dtype)
+    yt = dia_matmul_t_pallas(jnp.asarray(data, dtype), jnp.asarray(g, dtype), **options)
+    assert yt.shape == (n, k)
+    _check_close(yt, dense.T @ g, dtype)
+    grad = dia_sddmm_pallas(jnp.asarray(g, dtype), jnp.asarray(x, dtype), **options)
+    assert grad.shape == (len(offsets), n)
+    _check_close(grad, _sddmm_oracle(g, x, offsets, m, n), dtype)
+    assert not np.asarray(grad.astype(jnp.float64))[ignored_slots(offsets, (m, n))].any()
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
-@pytest.mark.parametrize("case", sorted(_CASES))
-def test_sddmm_matches_einsum(case, dtype):
-    m, n, offsets, k, block_sizes = _CASES[case]
-    _, x, g = _make_problem(m, n, offsets, k, dtype)
-    grad = dia_sddmm(
-        jnp.asarray(g, dtype),
-        jnp.asarray(x, dtype),
-        offsets=offsets,
-        shape=(m, n),
-        interpret=True,
-        block_sizes=block_sizes,
-    )
-    assert grad.shape == (len(offsets), n)
-    expected = _sddmm_oracle(g, x, offsets, m, n)
-    _check_close(grad, expected, dtype)
-    assert not np.asarray(grad.astype(jnp.float64))[_ignored_slots(offsets, m, n)].any()
+@pytest.mark.parametrize("case", cases(DIA_MATRICES))
+def test_kernels_match_scipy(case, dtype):
+    _check_kernels(*case.shape, case.structure, 3, dtype)
+
+
+def test_small_blocks_span_several_programs_and_column_blocks():
+    blocks = BlockSizes(block_rows=32, block_cols=2)
+    _check_kernels(77, 61, (-9, -1, 0, 1, 40), 5, jnp.float32, blocks)
 
 
 @pytest.mark.parametrize("dtype", [jnp.float16, jnp.float64])
-@pytest.mark.parametrize("case", ["tall-beyond-matrix", "wide-beyond-matrix"])
+@pytest.mark.parametrize("case", cases(DIA_MATRICES[3:5]))
 def test_interpret_dtypes(case, dtype):
-    assert pallas_supports(dtype, "cpu")
-    m, n, offsets, k, _ = _CASES[case]
-    data, x, g = _make_problem(m, n, offsets, k, dtype)
-    data, x, g = (jnp.asarray(a, dtype) for a in (data, x, g))
-    kwargs = dict(offsets=offsets, shape=(m, n), interpret=True)
-    expected = _dense(np.asarray(data.astype(jnp.complex128)), offsets, m, n)
-    expected = expected @ np.asarray(x.astype(jnp.complex128))
-    _check_close(dia_matmul(data, x, **kwargs), expected, dtype)
-    x128, g128 = (np.asarray(a.astype(jnp.complex128)) for a in (x, g))
-    _check_close(dia_sddmm(g, x, **kwargs), _sddmm_oracle(g128, x128, offsets, m, n), dtype)
+    assert supports(dtype, "cpu")
+    _check_kernels(*case.shape, case.structure, 3, dtype)
 
 
 @pytest.mark.parametrize("m, n, k", [(0, 4, 2), (4, 0, 2), (4, 4, 0)])
 def test_empty(m, n, k):
     offsets = (-1, 0, 1)
     data = jnp.ones((3, n), jnp.float32)
-    y = dia_matmul(data, jnp.ones((n, k), jnp.float32), offsets=offsets, shape=(m, n))
+    y = dia_matmul_pallas(data, jnp.ones((n, k), jnp.float32), offsets=offsets, shape=(m, n))
     assert y.shape == (m, k) and not y.any()
-    grad = dia_sddmm(
+    grad = dia_sddmm_pallas(
         jnp.ones((m, k), jnp.float32), jnp.ones((n, k), jnp.float32), offsets=offsets, shape=(m, n)
     )
     assert grad.shape == (3, n) and not grad.any()
@@ -146,17 +111,17 @@ def test_empty(m, n, k):
 def test_shape_errors():
     data, x = jnp.ones((2, 4), jnp.float32), jnp.ones((4, 3), jnp.float32)
     with pytest.raises(ValueError, match="duplicate"):
-        dia_matmul(data, x, offsets=(1, 1), shape=(4, 4))
+        dia_matmul_pallas(data, x, offsets=(1, 1), shape=(4, 4))
     with pytest.raises(ValueError, match="data.shape"):
-        dia_matmul(data, x, offsets=(0,), shape=(4, 4))
+        dia_matmul_pallas(data, x, offsets=(0,), shape=(4, 4))
     with pytest.raises(ValueError, match="x.shape"):
-        dia_matmul(data, x[:3], offsets=(0, 1), shape=(4, 4))
+        dia_matmul_pallas(data, x[:3], offsets=(0, 1), shape=(4, 4))
     with pytest.raises(ValueError, match="dtype"):
-        dia_matmul(data, x.astype(jnp.float64), offsets=(0, 1), shape=(4, 4))
+        dia_matmul_pallas(data, x.astype(jnp.float64), offsets=(0, 1), shape=(4, 4))
     with pytest.raises(ValueError, match="g.shape"):
-        dia_sddmm(x[:3], x, offsets=(0, 1), shape=(4, 4))
+        dia_sddmm_pallas(x[:3], x, offsets=(0, 1), shape=(4, 4))
     with pytest.raises(ValueError, match="platform"):
-        dia_matmul(data, x, offsets=(0, 1), shape=(4, 4), platform="metal")
+        dia_matmul_pallas(data, x, offsets=(0, 1), shape=(4, 4), platform="metal")
 
 
 def test_block_sizes():
@@ -166,21 +131,25 @@ def test_block_sizes():
         BlockSizes(block_rows=16)
     with pytest.raises(ValueError, match="block_cols"):
         BlockSizes(block_cols=3)
+    with pytest.raises(ValueError, match="num_warps"):
+        BlockSizes(num_warps=3)
+    with pytest.raises(ValueError, match="num_stages"):
+        BlockSizes(num_stages=0)
     for platform in ("cuda", "rocm", "tpu", "cpu"):
         for k in (1, 7, 128, 1000):
             default = BlockSizes.get_default(platform=platform, num_cols=k)
             assert default.block_rows is not None and default.block_cols is not None
 
 
-def test_pallas_supports():
-    assert pallas_supports(jnp.float32, "cuda") and pallas_supports(jnp.bfloat16, "tpu")
-    assert pallas_supports(jnp.float64, "cuda") and pallas_supports(jnp.float16, "cpu")
-    assert not pallas_supports(jnp.float64, "tpu") and not pallas_supports(jnp.float16, "tpu")
-    assert not pallas_supports(jnp.int32, "cpu")
+def test_supports():
+    assert supports(jnp.float32, "cuda") and supports(jnp.bfloat16, "tpu")
+    assert supports(jnp.float64, "cuda") and supports(jnp.float16, "cpu")
+    assert not supports(jnp.float64, "tpu") and not supports(jnp.float16, "tpu")
+    assert not supports(jnp.int32, "cpu")
     for platform in ("cuda", "rocm", "tpu", "cpu"):
-        assert not pallas_supports(jnp.complex64, platform)
+        assert not supports(jnp.complex64, platform)
     with pytest.raises(ValueError, match="platform"):
-        pallas_supports(jnp.float32, "gpu")
+        supports(jnp.float32, "gpu")
 
 
 def _pallas_call_eqn(fn, *args, **kwargs):
@@ -189,10 +158,11 @@ def _pallas_call_eqn(fn, *args, **kwargs):
     return eqn
 
 
-@pytest.mark.parametrize("fn", [dia_matmul, dia_sddmm])
+@pytest.mark.parametrize("fn", [dia_matmul_pallas, dia_sddmm_pallas])
 def test_offsets_are_not_operands(fn):
     m = n = 40
-    first = jnp.ones((3, n), jnp.float32) if fn is dia_matmul else jnp.ones((m, 4), jnp.float32)
+    first = (3, n) if fn is dia_matmul_pallas else (m, 4)
+    first = jnp.ones(first, jnp.float32)
     x = jnp.ones((n, 4), jnp.float32)
     kwargs = dict(shape=(m, n), interpret=True)
     eqn_a = _pallas_call_eqn(fn, first, x, offsets=(-2, 0, 1), **kwargs)
@@ -208,7 +178,7 @@ def test_offsets_are_not_operands(fn):
 
 
 def test_same_offsets_reuse_the_compiled_kernel():
-    matmul = jax.jit(dia_matmul, static_argnames=("offsets", "shape", "interpret"))
+    matmul = jax.jit(dia_matmul_pallas, static_argnames=("offsets", "shape", "interpret"))
     rng = np.random.default_rng(1)
     x = jnp.asarray(rng.standard_normal((24, 2)), jnp.float32)
     for seed in range(2):
@@ -221,64 +191,66 @@ def test_same_offsets_reuse_the_compiled_kernel():
     _check_close(y, expected, jnp.float32)
 
 
-_CROSS_LOWERING = pytest.mark.skipif(
-    jax.__version_info__ < (0, 12),
-    reason="lowering for a platform the machine lacks needs JAX >= 0.12 (abstract devices)",
-)
-# JAX 0.11+ warns on every Triton lowering; the Triton path is still the one checkable here.
-_IGNORE_TRITON_DEPRECATION = pytest.mark.filterwarnings(
-    "ignore:The Pallas Triton backend is deprecated:DeprecationWarning"
-)
 _ROWS = 2**20
 _STENCIL_5 = (-1024, -1, 0, 1, 1024)  # 2-D 5-point stencil on a 1024 x 1024 grid
+_KERNEL_NAMES = {
+    dia_matmul_pallas: "dia_matmul",
+    dia_matmul_t_pallas: "dia_matmul",
+    dia_sddmm_pallas: "dia_sddmm",
+}
 
 
 def _lower(fn, offsets, k, dtype, platform):
     n = _ROWS
-    first = (len(offsets), n) if fn is dia_matmul else (n, k)
+    first = (n, k) if fn is dia_sddmm_pallas else (len(offsets), n)
     avals = (jax.ShapeDtypeStruct(first, dtype), jax.ShapeDtypeStruct((n, k), dtype))
     f = functools.partial(fn, offsets=offsets, shape=(n, n), platform=platform)
-    if platform == "cuda":
-        device = jax.sharding.AbstractDevice(
-            device_kind="NVIDIA H100", num_cores=132, platform="cuda"
-        )
-        mesh = jax.sharding.AbstractMesh((1,), ("x",), abstract_device=device)
-        with jax.sharding.use_abstract_mesh(mesh):
-            return jax.jit(f).trace(*avals).lower(lowering_platforms=("cuda",)).as_text()
-    return jax.jit(f).trace(*avals).lower(lowering_platforms=("tpu",)).as_text()
+    return lower(f, avals, platform)
 
 
-@_CROSS_LOWERING
-@_IGNORE_TRITON_DEPRECATION
+@NEEDS_CROSS_LOWERING
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 @pytest.mark.parametrize("k", [1, 128])
-@pytest.mark.parametrize("fn", [dia_matmul, dia_sddmm])
+@pytest.mark.parametrize("fn", list(_KERNEL_NAMES), ids=lambda fn: fn.__name__)
 def test_lowers_for_cuda(fn, k, dtype):
     text = _lower(fn, _STENCIL_5, k, dtype, "cuda")
-    assert "@__gpu$xla.gpu.triton" in text
-    assert f'name = "{fn.__name__}"' in text
+    assert KERNEL_CALLS["cuda"] in text
+    assert f'name = "{_KERNEL_NAMES[fn]}"' in text
     block_rows = BlockSizes.get_default(platform="cuda", num_cols=k).block_rows
     assert f"grid_x = {_ROWS // block_rows} : i32" in text
 
 
-@_CROSS_LOWERING
+def test_triton_knobs_reach_the_kernel_call():
+    """`num_warps` and `num_stages` travel with the block sizes into Triton's parameters."""
+    blocks = BlockSizes(num_warps=8, num_stages=3)
+    f = functools.partial(
+        dia_matmul_pallas, offsets=_STENCIL_5, shape=(4096, 4096), platform="cuda"
+    )
+    data, x = jnp.zeros((5, 4096), jnp.float32), jnp.zeros((4096, 1), jnp.float32)
+    jaxpr = jax.make_jaxpr(functools.partial(f, block_sizes=blocks))(data, x)
+    (eqn,) = [e for e in jaxpr.eqns if e.primitive.name == "pallas_call"]
+    params = eqn.params["compiler_params"]
+    triton = params["triton"] if isinstance(params, dict) else params
+    assert triton.num_warps == 8 and triton.num_stages == 3
+
+
+@NEEDS_CROSS_LOWERING
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 @pytest.mark.parametrize("k", [1, 128])
-@pytest.mark.parametrize("fn", [dia_matmul, dia_sddmm])
+@pytest.mark.parametrize("fn", list(_KERNEL_NAMES), ids=lambda fn: fn.__name__)
 def test_lowers_for_tpu(fn, k, dtype):
     text = _lower(fn, _STENCIL_5, k, dtype, "tpu")
-    assert "@tpu_custom_call" in text
-    assert f'kernel_name = "{fn.__name__}"' in text
+    assert KERNEL_CALLS["tpu"] in text
+    assert f'kernel_name = "{_KERNEL_NAMES[fn]}"' in text
     assert "triton" not in text
 
 
-@_CROSS_LOWERING
-@_IGNORE_TRITON_DEPRECATION
+@NEEDS_CROSS_LOWERING
 @pytest.mark.parametrize("platform", ["cuda", "tpu"])
-@pytest.mark.parametrize("fn", [dia_matmul, dia_sddmm])
+@pytest.mark.parametrize("fn", [dia_matmul_pallas, dia_sddmm_pallas], ids=lambda fn: fn.__name__)
 def test_27_point_stencil_lowers(fn, platform):
     offsets = tuple(
         a * 4096 + b * 64 + c for a in (-1, 0, 1) for b in (-1, 0, 1) for c in (-1, 0, 1)
     )
     text = _lower(fn, offsets, 128, jnp.float32, platform)
-    assert ("@__gpu$xla.gpu.triton" if platform == "cuda" else "@tpu_custom_call") in text
+    assert KERNEL_CALLS[platform] in text

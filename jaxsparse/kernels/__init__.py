@@ -1,2 +1,5 @@
-"""Kernels on plain arrays and static Python ints: Pallas kernels per format and the
-pure `jax.numpy` reference that serves as the CPU path and the test oracle."""
+"""Implementations of the sparse products, one format on one implementation family per file.
+
+They take plain arrays and static Python ints, never Equinox modules, and every
+implementation of one product shares its signature (see `jaxsparse._primitive`).
+"""

@@ -1,4 +1,7 @@
-"""Pallas kernels for DIA (diagonal) sparse matrices: the product and its data gradient.
+"""Pallas kernels for DIA matrices, one source for Triton (GPU) and Mosaic TPU.
+
+The product, the transposed product (the product kernel on `A^T`'s diagonals) and the
+data gradient.
 
 **Convention (scipy's).** A DIA matrix of shape `(m, n)` stores `data` of shape `(ndiag, n)`
 and static Python int `offsets`, with `data[k, j] == A[j - offsets[k], j]`: column `j` of
@@ -40,8 +43,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
+from jax.experimental.pallas import triton as plgpu
 
-from .reference import accumulation_dtype
+from .._dia_layout import active_diagonals, negate_offsets, transpose_data
+from ._precision import accumulation_dtype
 
 _PLATFORMS = ("cuda", "rocm", "tpu", "cpu")
 # Row counts are powers of two (Triton) and multiples of 32 (TPU sublane tiles of every
@@ -71,12 +76,16 @@ class BlockSizes:
     - `block_cols`: columns of `x` each program handles (`dia_matmul`), or the chunk of the
       reduction over `x`'s columns each loop step handles (`dia_sddmm`). A power of two; on TPU
       a `k` larger than `block_cols` needs a multiple of 128.
+    - `num_warps`, `num_stages`: Triton's warps per program and software-pipelining stages
+      (GPU only; `None` leaves Triton's own defaults).
 
-    `None` fields are filled by `get_default` for the platform and `k`.
+    `None` tile fields are filled by `get_default` for the platform and `k`.
     """
 
     block_rows: int | None = None
     block_cols: int | None = None
+    num_warps: int | None = None
+    num_stages: int | None = None
 
     def __post_init__(self):
         block_rows, block_cols = self.block_rows, self.block_cols
@@ -86,6 +95,10 @@ class BlockSizes:
             raise ValueError(f"{block_rows=} must be a power of two >= {_MIN_BLOCK_ROWS}")
         if block_cols is not None and not _is_power_of_two(block_cols):
             raise ValueError(f"{block_cols=} must be a power of two")
+        if self.num_warps is not None and not _is_power_of_two(self.num_warps):
+            raise ValueError(f"num_warps={self.num_warps} must be a power of two")
+        if self.num_stages is not None and self.num_stages < 1:
+            raise ValueError(f"num_stages={self.num_stages} must be at least 1")
 
     @classmethod
     def get_default(cls, *, platform: str, num_cols: int) -> "BlockSizes":
@@ -124,7 +137,7 @@ def _resolve_platform(platform: str | None, interpret: bool) -> str:
     return _check_platform({"gpu": "cuda"}.get(platform, platform))
 
 
-def pallas_supports(dtype, platform: str) -> bool:
+def supports(dtype, platform: str) -> bool:
     """Whether the Pallas DIA kernels take `dtype` on `platform`.
 
     False cases, where the caller routes to the XLA path:
@@ -145,7 +158,7 @@ def pallas_supports(dtype, platform: str) -> bool:
 
     **Returns:**
 
-    `True` if `dia_matmul` and `dia_sddmm` accept `dtype` there.
+    `True` if the DIA kernels accept `dtype` there.
     """
     platform = _check_platform(platform)
     dtype = jnp.dtype(dtype)
@@ -154,14 +167,6 @@ def pallas_supports(dtype, platform: str) -> bool:
     if platform == "tpu":
         return dtype in (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16))
     return True
-
-
-def _active_diagonals(
-    offsets: tuple[int, ...], m: int, n: int
-) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """Indices and offsets of the diagonals that meet the `(m, n)` matrix."""
-    index = tuple(k for k, off in enumerate(offsets) if max(0, off) < min(n, m + off))
-    return index, tuple(offsets[k] for k in index)
 
 
 def _check_offsets(offsets: tuple[int, ...]) -> None:
@@ -188,7 +193,13 @@ def _tiles(platform: str, block_sizes: BlockSizes | None, m: int, k: int) -> tup
     return rows, min(pl.next_power_of_2(k), block_cols)
 
 
-def _compiler_params(platform: str, vmem_bytes: int, num_grid_dims: int):
+def _compiler_params(
+    platform: str, block_sizes: BlockSizes | None, vmem_bytes: int, num_grid_dims: int
+):
+    if platform in ("cuda", "rocm") and block_sizes is not None:
+        return plgpu.CompilerParams(
+            num_warps=block_sizes.num_warps, num_stages=block_sizes.num_stages
+        )
     if platform != "tpu":
         return None
     # Double-buffered blocks plus headroom; only raised above Mosaic's default when needed.
@@ -221,15 +232,15 @@ def _dia_matmul_kernel(
     out_ref[...] = acc.astype(out_ref.dtype)
 
 
-def dia_matmul(
+def dia_matmul_pallas(
     data: jax.Array,
     x: jax.Array,
     *,
     offsets: tuple[int, ...],
     shape: tuple[int, int],
     interpret: bool = False,
-    block_sizes: BlockSizes | None = None,
     platform: str | None = None,
+    block_sizes: BlockSizes | None = None,
 ) -> jax.Array:
     """`Y = A @ x` for the DIA matrix `A = (data, offsets, shape)`.
 
@@ -240,10 +251,10 @@ def dia_matmul(
     - `offsets`: static Python ints, one per row of `data`, distinct, any order.
     - `shape`: static `(m, n)`.
     - `interpret`: run the kernel in Pallas interpret mode (any platform, slow).
-    - `block_sizes`: tiles; `None` fields take `BlockSizes.get_default`.
     - `platform`: the platform whose lowering the tiles are chosen for (`"cuda"`, `"rocm"`,
       `"tpu"`, `"cpu"`; `"gpu"` means `"cuda"`). `None`: `"cpu"` when interpreting, else the
       default backend. Pass it when lowering for a platform other than the default one.
+    - `block_sizes`: tiles and Triton knobs; `None` fields take `BlockSizes.get_default`.
 
     **Returns:**
 
@@ -258,7 +269,7 @@ def dia_matmul(
     if data.dtype != x.dtype:
         raise ValueError(f"{data.dtype=} and {x.dtype=} must match")
     k = x.shape[1]
-    active_index, active_offsets = _active_diagonals(offsets, m, n)
+    active_index, active_offsets = active_diagonals(offsets, shape)
     if k == 0 or not active_index:
         return jnp.zeros((m, k), x.dtype)
 
@@ -304,7 +315,7 @@ def dia_matmul(
             pl.BlockSpec((pl.Element(window), pl.Element(block_cols)), window_map),
         ],
         out_specs=pl.BlockSpec((block_rows, block_cols), lambda i, j: (i, j)),
-        compiler_params=_compiler_params(platform, vmem_bytes, 2),
+        compiler_params=_compiler_params(platform, block_sizes, vmem_bytes, 2),
         cost_estimate=pl.CostEstimate(
             flops=2 * ndiag * m * k,
             transcendentals=0,
@@ -313,6 +324,34 @@ def dia_matmul(
         interpret=interpret,
         name="dia_matmul",
     )(data_padded, x_padded)
+
+
+def dia_matmul_t_pallas(
+    data: jax.Array,
+    g: jax.Array,
+    *,
+    offsets: tuple[int, ...],
+    shape: tuple[int, int],
+    interpret: bool = False,
+    platform: str | None = None,
+    block_sizes: BlockSizes | None = None,
+) -> jax.Array:
+    """`A^T @ g`: the product kernel run on `A^T`'s diagonals (offsets negated, each
+    diagonal shifted by `transpose_data`, one extra read and write of `data`).
+
+    **Arguments:** as `dia_matmul_pallas`, with `g` the `(m, k)` operand.
+
+    **Returns:** `(n, k)` array of `g.dtype`.
+    """
+    return dia_matmul_pallas(
+        transpose_data(data, offsets, shape),
+        g,
+        offsets=negate_offsets(offsets),
+        shape=(shape[1], shape[0]),
+        interpret=interpret,
+        platform=platform,
+        block_sizes=block_sizes,
+    )
 
 
 def _dia_sddmm_kernel(
@@ -362,15 +401,15 @@ def _dia_sddmm_kernel(
         out_ref[:, pl.ds(k, 1)] = jnp.where(valid, total, 0).astype(out_ref.dtype)
 
 
-def dia_sddmm(
+def dia_sddmm_pallas(
     g: jax.Array,
     x: jax.Array,
     *,
     offsets: tuple[int, ...],
     shape: tuple[int, int],
     interpret: bool = False,
-    block_sizes: BlockSizes | None = None,
     platform: str | None = None,
+    block_sizes: BlockSizes | None = None,
 ) -> jax.Array:
     """The gradient of `A @ x` with respect to `data`: the product sampled on the diagonals.
 
@@ -386,7 +425,7 @@ def dia_sddmm(
     - `x`: `(n, k)` dense operand, same dtype as `g`.
     - `offsets`: static Python ints, distinct, any order.
     - `shape`: static `(m, n)`.
-    - `interpret`, `block_sizes`, `platform`: as for `dia_matmul`; here `block_rows` tiles
+    - `interpret`, `platform`, `block_sizes`: as for `dia_matmul_pallas`; here `block_rows` tiles
       the columns `j` and `block_cols` is the chunk of the reduction over `c`.
 
     **Returns:**
@@ -403,7 +442,7 @@ def dia_sddmm(
     if g.dtype != x.dtype:
         raise ValueError(f"{g.dtype=} and {x.dtype=} must match")
     k = x.shape[1]
-    active_index, active_offsets = _active_diagonals(offsets, m, n)
+    active_index, active_offsets = active_diagonals(offsets, shape)
     if k == 0 or not active_index:
         return jnp.zeros((len(offsets), n), x.dtype)
 
@@ -446,7 +485,7 @@ def dia_sddmm(
             pl.BlockSpec((block_rows, cols), lambda b: (b, 0)),
         ],
         out_specs=pl.BlockSpec((block_rows, ndiag), lambda b: (b, 0)),
-        compiler_params=_compiler_params(platform, vmem_bytes, 1),
+        compiler_params=_compiler_params(platform, block_sizes, vmem_bytes, 1),
         cost_estimate=pl.CostEstimate(
             flops=2 * ndiag * n * k,
             transcendentals=0,

@@ -1,49 +1,20 @@
-"""Pure `jax.numpy` implementations of every sparse kernel.
+"""The DIA products in pure `jax.numpy`: the portable XLA path and the test oracle.
 
-These are the XLA path (what runs on CPU) and the oracle the Pallas kernels are tested
-against. They take plain arrays and static Python ints, never Equinox modules, and share
-the Pallas kernels' signatures so the dispatcher can swap one for the other.
-
-Conventions, shared with `kernels/dia.py` and `kernels/csr.py`:
-
-- Dense operands are 2-D: `x` is `(n, k)`, a vector is passed as `(n, 1)`.
-- All floating operands of one call have the same dtype (the caller promotes). Products of
-  bfloat16/float16 accumulate in float32 and are cast back.
-- DIA: `data[d, j] == A[j - offsets[d], j]`; slots whose row falls outside `[0, m)` are
-  ignored and get a zero gradient.
-- CSR: row `i` holds entries `indptr[i]:indptr[i + 1]`; column indices may be unsorted
-  and repeated (repeats add up, as in scipy).
-
-No routine materializes the dense matrix or loops in Python over rows: DIA loops over the
-(static, few) diagonals, CSR works on all entries at once with gathers and segment sums.
+`data[d, j] == A[j - offsets[d], j]`; slots whose row falls outside `[0, m)` are ignored
+and get a zero gradient. Dense operands are 2-D (`(n, k)`; a vector is `(n, 1)`), all
+floating operands of one call share a dtype, and bfloat16/float16 accumulate in float32.
+Nothing materializes the dense matrix: each routine loops over the (static) diagonals.
+The lowering holds no custom call, so it runs on any XLA runtime and exports anywhere.
 """
-
-import functools
 
 import jax
 import jax.numpy as jnp
-import numpy as np
-from jax import lax
+
+from .._dia_layout import valid_rows
+from ._precision import accumulation_dtype
 
 
-def accumulation_dtype(dtype) -> np.dtype:
-    """The dtype products are summed in: float32 for half precision, else `dtype` itself."""
-    dtype = np.dtype(dtype)
-    if dtype in (jnp.bfloat16, jnp.float16):
-        return np.dtype(jnp.float32)
-    return dtype
-
-
-def dia_valid_rows(offset: int, shape: tuple[int, int]) -> tuple[int, int]:
-    """Rows `i` in `[lo, hi)` whose diagonal slot `(i, i + offset)` lies in the matrix.
-
-    Returns `(lo, hi)` with `hi <= lo` when the whole diagonal is outside.
-    """
-    m, n = shape
-    return max(0, -offset), min(m, n - offset)
-
-
-def dia_matmul(data, x, *, offsets: tuple[int, ...], shape: tuple[int, int]) -> jax.Array:
+def dia_matmul_xla(data, x, *, offsets: tuple[int, ...], shape: tuple[int, int]) -> jax.Array:
     """`A @ x` for a DIA matrix.
 
     **Arguments:**
@@ -60,13 +31,13 @@ def dia_matmul(data, x, *, offsets: tuple[int, ...], shape: tuple[int, int]) -> 
     )
 
 
-def dia_matmul_transpose(data, g, *, offsets: tuple[int, ...], shape: tuple[int, int]) -> jax.Array:
+def dia_matmul_t_xla(data, g, *, offsets: tuple[int, ...], shape: tuple[int, int]) -> jax.Array:
     """`A^T @ g` for a DIA matrix `A` of shape `(m, n)`, without forming `A^T`'s diagonals.
 
     `out[j] = sum_d data[d, j] * g[j - offsets[d]]` over the slots inside the matrix: the
     diagonals are read where they are stored, only `g` is shifted.
 
-    **Arguments:** `data` as in `dia_matmul`; `g` of shape `(m, k)`, same dtype.
+    **Arguments:** `data` as in `dia_matmul_xla`; `g` of shape `(m, k)`, same dtype.
 
     **Returns:** `(n, k)` array in `g.dtype`.
     """
@@ -81,7 +52,7 @@ def _diagonal_terms(offsets, shape, *, transposed: bool) -> list[tuple[int, ...]
     `data[d, data_start + t] * operand[operand_start + t]`."""
     terms = []
     for d, off in enumerate(offsets):
-        lo, hi = dia_valid_rows(off, shape)
+        lo, hi = valid_rows(off, shape)
         if hi <= lo:
             continue
         if transposed:  # output row = stored column j, operand row = j - off
@@ -132,7 +103,7 @@ def _shifted_products_rows(data, operand, terms, first: int, stop: int, acc) -> 
     return total
 
 
-def dia_sddmm(g, x, *, offsets: tuple[int, ...], shape: tuple[int, int]) -> jax.Array:
+def dia_sddmm_xla(g, x, *, offsets: tuple[int, ...], shape: tuple[int, int]) -> jax.Array:
     """Gradient of `A @ x` with respect to DIA `data`.
 
     `out[d, j] = sum_c g[j - offsets[d], c] * x[j, c]` where `0 <= j - offsets[d] < m`, else 0.
@@ -148,7 +119,7 @@ def dia_sddmm(g, x, *, offsets: tuple[int, ...], shape: tuple[int, int]) -> jax.
     acc = accumulation_dtype(x.dtype)
     rows = []
     for off in offsets:
-        lo, hi = dia_valid_rows(off, shape)
+        lo, hi = valid_rows(off, shape)
         if hi <= lo:
             rows.append(jnp.zeros((n,), acc))
             continue
@@ -157,54 +128,3 @@ def dia_sddmm(g, x, *, offsets: tuple[int, ...], shape: tuple[int, int]) -> jax.
     if not rows:
         return jnp.zeros((0, n), x.dtype)
     return jnp.stack(rows).astype(x.dtype)
-
-
-@functools.partial(jax.jit, static_argnums=1)
-def csr_row_ids(indptr, nnz: int) -> jax.Array:
-    """The row of every stored entry, `(nnz,)`, in `indptr`'s dtype; O(m + nnz).
-
-    Jitted so that an eager call (`CSRMatrix.todense()` outside `jit`) compiles the scan
-    once instead of dispatching its many small operations one by one.
-
-    Marks each row start with a count and takes a running sum, so empty rows (repeated
-    `indptr` values) are skipped correctly. The running sum is `lax.associative_scan`
-    rather than `jnp.cumsum`: on CPU XLA lowers `cumsum` through a `reduce_window` that
-    measured 1.4-1.6x slower at 10^7 entries (this prefix sum is most of a CSR product's
-    time on CPU).
-    """
-    starts = indptr[1:-1]
-    marks = jnp.zeros((nnz,), indptr.dtype).at[starts].add(1, mode="drop")
-    if nnz == 0:
-        return marks
-    return lax.associative_scan(jnp.add, marks)
-
-
-def csr_matmul(data, indices, indptr, x, *, shape: tuple[int, int]) -> jax.Array:
-    """`A @ x` for a CSR matrix: `(m, k)` in `x.dtype`. `x` is `(n, k)`."""
-    m, _ = shape
-    acc = accumulation_dtype(x.dtype)
-    rows = csr_row_ids(indptr, data.shape[0])
-    products = data[:, None].astype(acc) * x[indices].astype(acc)
-    out = jax.ops.segment_sum(products, rows, num_segments=m, indices_are_sorted=True)
-    return out.astype(x.dtype)
-
-
-def csr_matmul_transpose(data, indices, indptr, g, *, shape: tuple[int, int]) -> jax.Array:
-    """`A^T @ g` for a CSR matrix: `(n, k)` in `g.dtype`. `g` is `(m, k)`."""
-    _, n = shape
-    acc = accumulation_dtype(g.dtype)
-    rows = csr_row_ids(indptr, data.shape[0])
-    products = data[:, None].astype(acc) * g[rows].astype(acc)
-    return jax.ops.segment_sum(products, indices, num_segments=n).astype(g.dtype)
-
-
-def csr_sddmm(indices, indptr, g, x, *, shape: tuple[int, int]) -> jax.Array:
-    """Sampled product `out[p] = sum_c g[row(p), c] * x[indices[p], c]`, `(nnz,)`.
-
-    The gradient of `A @ x` with respect to CSR `data`.
-    """
-    del shape
-    acc = accumulation_dtype(x.dtype)
-    rows = csr_row_ids(indptr, indices.shape[0])
-    products = g[rows].astype(acc) * x[indices].astype(acc)
-    return jnp.sum(products, axis=1).astype(x.dtype)

@@ -1,0 +1,51 @@
+"""Index arithmetic of the CSR layout: row ids, row pointers from counts, the transpose.
+
+Row `i` holds the entries `p` in `[indptr[i], indptr[i + 1])`. Every function takes the
+index arrays as (possibly traced) JAX arrays and works under `jax.jit`. Containers and
+kernels both build on this module; it imports nothing else from jaxsparse.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def row_ids(indptr, nnz: int) -> jax.Array:
+    """The row of every stored entry, `(nnz,)`, in `indptr`'s dtype; O(m + nnz).
+
+    Jitted so that an eager call (`CSRMatrix.todense()` outside `jit`) compiles the scan
+    once instead of dispatching its many small operations one by one.
+
+    Marks each row start with a count and takes a running sum, so empty rows (repeated
+    `indptr` values) are skipped correctly. The running sum is `lax.associative_scan`
+    rather than `jnp.cumsum`: on CPU XLA lowers `cumsum` through a `reduce_window` that
+    measured 1.4-1.6x slower at 10^7 entries.
+    """
+    starts = indptr[1:-1]
+    marks = jnp.zeros((nnz,), indptr.dtype).at[starts].add(1, mode="drop")
+    if nnz == 0:
+        return marks
+    return lax.associative_scan(jnp.add, marks)
+
+
+def indptr_from_counts(counts) -> jax.Array:
+    """Row pointers `(len(counts) + 1,)` from entries per row, in `counts`' dtype."""
+    return jnp.concatenate([jnp.zeros((1,), counts.dtype), jnp.cumsum(counts, dtype=counts.dtype)])
+
+
+def transposed_structure(indices, indptr, num_cols: int):
+    """The CSR structure of `A^T` for `A` with `num_cols` columns.
+
+    A stable sort of the column indices, so the entries of a new row keep their old row
+    order. `O(nnz log nnz)`.
+
+    **Returns:** `(order, indices_t, indptr_t)`: entry `q` of `A^T` is entry `order[q]` of
+    `A`, at column `indices_t[q]` (its old row); `indptr_t` has `num_cols + 1` entries.
+    """
+    nnz = indices.shape[0]
+    order = jnp.argsort(indices, stable=True)
+    counts = jnp.zeros((num_cols,), indptr.dtype).at[indices].add(1, mode="drop")
+    return order, row_ids(indptr, nnz)[order], indptr_from_counts(counts)

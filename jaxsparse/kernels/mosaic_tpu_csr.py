@@ -1,0 +1,347 @@
+"""Mosaic TPU Pallas kernels for CSR matrices: product, transposed product, SDDMM.
+
+`A` is `(m, n)` with `data` `(nnz,)`, `indices` `(nnz,)` (the column of each entry) and
+`indptr` `(m + 1,)`; row `i` holds the entries `p` in `[indptr[i], indptr[i + 1])`.
+
+**Product.** TPU has no vector gather from HBM, so one program per block of
+`block_rows` rows walks the block's entries in chunks of `block_nnz`: the chunk's column
+indices go to SMEM by DMA, one DMA per entry brings row `x[indices[p]]` into a VMEM buffer
+`(block_nnz, k)`, and the chunk is reduced into the block's rows with one MXU product
+`W @ buffer`, where `W[r, p] = data[p]` if entry `p` lies in row `r` of the block (a
+segmented sum as a dense `(block_rows, block_nnz)` one-hot matrix, built from `indptr` in
+SMEM). Index arrays stay in HBM and are copied in windows, so nothing scales SMEM with `m`
+or `nnz` (scalar-prefetching 10**7 indices would not fit in SMEM). Index arrays are cast
+to int32 for TPU. The per-entry DMAs (unrolled, `block_nnz` in flight, not yet overlapped
+with the previous chunk's MXU work) make this kernel latency-bound for small `k`: it is a
+correct Mosaic kernel, and its lowering is checked, but its speed is unmeasured.
+
+**Power-law rows.** The product is balanced over row blocks, not over entries: a block
+whose rows hold `L` entries takes `ceil(L / block_nnz)` sequential steps while the others
+finish.
+
+**Transposed product** `A.T @ g`: the product kernel on the transposed structure, built in
+XLA by a stable sort (`_csr_layout.transposed_structure`), as for Triton: TPU has no
+atomics for a scatter.
+
+**SDDMM.** Row ids are computed in XLA from `indptr`, the nonzeros are split into equal
+chunks of `block_nnz` entries, one program per chunk, and both operand rows of every entry
+are DMA'd into VMEM.
+
+bfloat16 accumulates in float32. Lowering needs an abstract TPU mesh on a machine without
+a TPU (the DMA lowering asks the device kind).
+"""
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+from .._csr_layout import row_ids
+from ._csr_common import check_dense, check_sddmm, check_structure, matmul_t_by_transposed_structure
+from ._precision import accumulation_dtype
+
+_PLATFORMS = ("tpu", "cpu")
+
+
+def supports(dtype, platform: str) -> bool:
+    """Whether the Mosaic TPU kernels take `dtype` on `platform`.
+
+    float32 and bfloat16 on `"tpu"` and in interpret mode (`"cpu"`): TPU has no float64 or
+    complex vector unit, and float16 is not a native TPU type.
+    """
+    if platform not in _PLATFORMS:
+        return False
+    return jnp.dtype(dtype) in (jnp.bfloat16, jnp.float32)
+
+
+def _is_power_of_two(value: int) -> bool:
+    return value > 0 and value & (value - 1) == 0
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockSizes:
+    """Block sizes of the Mosaic TPU CSR kernels.
+
+    - `block_nnz`: entries per loop step (product) or per program (SDDMM); a power of 2,
+      at least 8 (TPU sublanes).
+    - `block_rows`: rows per program of the product; a power of 2, at least 8.
+
+    `None` fields are filled by `get_default`. The kernels take all `k` columns at once.
+    """
+
+    block_nnz: int | None = None
+    block_rows: int | None = None
+
+    def __post_init__(self):
+        for name in ("block_nnz", "block_rows"):
+            value = getattr(self, name)
+            if value is not None and not (_is_power_of_two(value) and value >= 8):
+                raise ValueError(f"{name}={value} must be a power of 2, at least 8 (sublanes)")
+
+    @classmethod
+    def get_default(cls, *, platform: str, num_cols: int) -> "BlockSizes":
+        """Defaults on `platform` (`"tpu"`, or `"cpu"` for interpret mode) for `num_cols`."""
+        del num_cols
+        _check_platform(platform)
+        return cls(block_nnz=128, block_rows=8)
+
+    def filled(self, *, platform: str, num_cols: int) -> "BlockSizes":
+        """These block sizes with `None` fields taken from `get_default`."""
+        default = self.get_default(platform=platform, num_cols=num_cols)
+        return BlockSizes(
+            block_nnz=self.block_nnz or default.block_nnz,
+            block_rows=self.block_rows or default.block_rows,
+        )
+
+
+def _check_platform(platform: str) -> str:
+    if platform not in _PLATFORMS:
+        raise ValueError(f"{platform=} must be one of {_PLATFORMS}")
+    return platform
+
+
+def _resolve(platform, interpret, block_sizes, num_cols):
+    if platform is None:
+        platform = "cpu" if interpret else "tpu"
+    _check_platform(platform)
+    return (block_sizes or BlockSizes()).filled(platform=platform, num_cols=num_cols)
+
+
+def _pad_to(array, length, value=0):
+    if array.shape[-1] >= length:
+        return array
+    widths = [(0, 0)] * (array.ndim - 1) + [(0, length - array.shape[-1])]
+    return jnp.pad(array, widths, constant_values=value)
+
+
+# Index arrays are int32 and live in HBM (`pl.ANY`).
+
+
+def _gather_rows(src_hbm, dst_vmem, positions_smem, sem, offset):
+    """`dst_vmem[p] = src_hbm[positions_smem[p + offset]]` by one DMA per row.
+
+    Rows whose `p + offset` falls past the window repeat its last position.
+    """
+    num_rows = dst_vmem.shape[0]
+    # Unrolled: the row count is static and small, and the DMA issue loop has no carry.
+    for p in range(num_rows):
+        position = positions_smem[jnp.minimum(offset + np.int32(p), np.int32(num_rows - 1))]
+        pltpu.make_async_copy(src_hbm.at[pl.ds(position, 1)], dst_vmem.at[pl.ds(p, 1)], sem).start()
+    # A wait on the whole buffer consumes the bytes of all `num_rows` row copies.
+    pltpu.make_async_copy(dst_vmem, dst_vmem, sem).wait()
+
+
+def _matmul_kernel(
+    indptr_hbm, indices_hbm, data_hbm, x_hbm, out_ref,
+    indptr_smem, cols_smem, data_vmem, x_vmem, data_sem, x_sem,
+    *, block_rows, block_nnz, num_rows, nnz,
+):  # fmt: skip
+    # Windows are clamped inside the arrays (the wrapper pads them to at least one
+    # window); `*_base` is the absolute position of a window's first element. Integer
+    # constants are int32 so the kernel also lowers when x64 is enabled.
+    block_first_row = pl.program_id(0) * np.int32(block_rows)
+    row_base = jnp.minimum(block_first_row, np.int32(num_rows - block_rows))
+    pltpu.sync_copy(indptr_hbm.at[pl.ds(row_base, block_rows + 1)], indptr_smem)
+    first_row = block_first_row - row_base
+    starts = [indptr_smem[first_row + np.int32(r)] for r in range(block_rows + 1)]
+    block_start, block_end = starts[0], starts[block_rows]
+    row_ids = lax.broadcasted_iota(jnp.int32, (block_rows, block_nnz), 0)
+    row_lo = jnp.zeros((block_rows, block_nnz), jnp.int32)
+    row_hi = jnp.zeros((block_rows, block_nnz), jnp.int32)
+    for r in range(block_rows):
+        row_lo = jnp.where(row_ids == np.int32(r), starts[r], row_lo)
+        row_hi = jnp.where(row_ids == np.int32(r), starts[r + 1], row_hi)
+    acc_dtype = accumulation_dtype(out_ref.dtype)
+
+    def body(step, acc):
+        chunk_start = block_start + step * np.int32(block_nnz)
+        base = jnp.minimum(chunk_start, np.int32(nnz - block_nnz))
+        pltpu.sync_copy(indices_hbm.at[pl.ds(base, block_nnz)], cols_smem)
+        data_copy = pltpu.make_async_copy(
+            data_hbm.at[:, pl.ds(base, block_nnz)], data_vmem, data_sem
+        )
+        data_copy.start()
+        _gather_rows(x_hbm, x_vmem, cols_smem, x_sem, np.int32(0))
+        data_copy.wait()
+        position = base + lax.broadcasted_iota(jnp.int32, (block_rows, block_nnz), 1)
+        in_row = (position >= row_lo) & (position < row_hi) & (position >= chunk_start)
+        weights = jnp.where(in_row, data_vmem[...].astype(acc_dtype), 0)
+        # Rows of the buffer outside the block may be any finite or non-finite values of x.
+        position_col = base + lax.broadcasted_iota(jnp.int32, x_vmem.shape, 0)
+        in_block = (position_col >= chunk_start) & (position_col < block_end)
+        x_rows = jnp.where(in_block, x_vmem[...].astype(acc_dtype), 0)
+        return acc + jnp.dot(
+            weights, x_rows, precision=lax.Precision.HIGHEST, preferred_element_type=acc_dtype
+        )
+
+    num_steps = (block_end - block_start + np.int32(block_nnz - 1)) // np.int32(block_nnz)
+    acc = lax.fori_loop(np.int32(0), num_steps, body, jnp.zeros(out_ref.shape, acc_dtype))
+    out_ref[...] = acc.astype(out_ref.dtype)
+
+
+def _sddmm_kernel(
+    rows_hbm, indices_hbm, g_hbm, x_hbm, out_ref,
+    rows_smem, cols_smem, g_vmem, x_vmem, g_sem, x_sem,
+    *, block_nnz, nnz,
+):  # fmt: skip
+    block_start = pl.program_id(0) * np.int32(block_nnz)
+    base = jnp.minimum(block_start, np.int32(nnz - block_nnz))
+    pltpu.sync_copy(rows_hbm.at[pl.ds(base, block_nnz)], rows_smem)
+    pltpu.sync_copy(indices_hbm.at[pl.ds(base, block_nnz)], cols_smem)
+    # The last window is clamped; `shift` puts entry `block start + p` in buffer row `p`.
+    shift = block_start - base
+    _gather_rows(g_hbm, g_vmem, rows_smem, g_sem, shift)
+    _gather_rows(x_hbm, x_vmem, cols_smem, x_sem, shift)
+    acc_dtype = accumulation_dtype(out_ref.dtype)
+    products = g_vmem[...].astype(acc_dtype) * x_vmem[...].astype(acc_dtype)
+    out_ref[...] = jnp.sum(products, axis=1, keepdims=True).astype(out_ref.dtype)
+
+
+def csr_matmul_mosaic_tpu(
+    data,
+    x,
+    indices,
+    indptr,
+    *,
+    shape: tuple[int, int],
+    interpret: bool = False,
+    platform: str | None = None,
+    block_sizes: BlockSizes | None = None,
+) -> jax.Array:
+    """`Y = A @ x` for the CSR matrix `A = (data, indices, indptr)`.
+
+    **Arguments:**
+
+    - `data`, `x`: the `(nnz,)` values and the dense `(n, k)` operand, one dtype.
+    - `indices`, `indptr`: the CSR structure (`(nnz,)`, `(m + 1,)`).
+    - `shape`: `(m, n)`, static.
+    - `interpret`: run the kernel in Pallas interpret mode (any machine).
+    - `platform`: `"tpu"` or `"cpu"` (interpret mode); `None`: `"cpu"` when interpreting.
+    - `block_sizes`: `None` fields take `BlockSizes.get_default`.
+
+    **Returns:** `(m, k)` array in `x`'s dtype.
+    """
+    m, n = shape
+    check_structure(data, indices, indptr, shape)
+    check_dense("x", x, n, data.dtype)
+    k = x.shape[1]
+    block_sizes = _resolve(platform, interpret, block_sizes, k)
+    if m == 0 or k == 0 or data.shape[0] == 0 or n == 0:
+        return jnp.zeros((m, k), x.dtype)
+    block_rows, block_nnz = block_sizes.block_rows, block_sizes.block_nnz
+    nnz = data.shape[0]
+    # Only matrices smaller than one window are padded, so the copies stay tiny.
+    indptr = _pad_to(indptr.astype(jnp.int32), block_rows + 1, value=nnz)
+    indices = _pad_to(indices.astype(jnp.int32), block_nnz)
+    data = _pad_to(data, block_nnz)[None, :]
+    kernel = functools.partial(
+        _matmul_kernel,
+        block_rows=block_rows,
+        block_nnz=block_nnz,
+        num_rows=indptr.shape[0] - 1,
+        nnz=indices.shape[0],
+    )
+    any_spec = pl.BlockSpec(memory_space=pl.ANY)
+    return pl.pallas_call(
+        kernel,
+        grid=(pl.cdiv(m, block_rows),),
+        in_specs=[any_spec] * 4,
+        out_specs=pl.BlockSpec((block_rows, k), lambda b: (b, 0)),
+        out_shape=jax.ShapeDtypeStruct((m, k), x.dtype),
+        scratch_shapes=[
+            pltpu.SMEM((block_rows + 1,), jnp.int32),
+            pltpu.SMEM((block_nnz,), jnp.int32),
+            pltpu.VMEM((1, block_nnz), data.dtype),
+            pltpu.VMEM((block_nnz, k), x.dtype),
+            pltpu.SemaphoreType.DMA(()),
+            pltpu.SemaphoreType.DMA(()),
+        ],
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",)),
+        interpret=interpret,
+        name="csr_matmul",
+    )(indptr, indices, data, x)
+
+
+def csr_matmul_t_mosaic_tpu(
+    data,
+    g,
+    indices,
+    indptr,
+    *,
+    shape: tuple[int, int],
+    interpret: bool = False,
+    platform: str | None = None,
+    block_sizes: BlockSizes | None = None,
+) -> jax.Array:
+    """`Y = A.T @ g`: the product kernel on the transposed structure, built in XLA.
+
+    **Arguments:** as `csr_matmul_mosaic_tpu`, with `g` the `(m, k)` operand.
+
+    **Returns:** `(n, k)` array in `g`'s dtype.
+    """
+    return matmul_t_by_transposed_structure(
+        csr_matmul_mosaic_tpu,
+        data,
+        g,
+        indices,
+        indptr,
+        shape=shape,
+        interpret=interpret,
+        platform=platform,
+        block_sizes=block_sizes,
+    )
+
+
+def csr_sddmm_mosaic_tpu(
+    g,
+    x,
+    indices,
+    indptr,
+    *,
+    shape: tuple[int, int],
+    interpret: bool = False,
+    platform: str | None = None,
+    block_sizes: BlockSizes | None = None,
+) -> jax.Array:
+    """Sampled product `out[p] = sum_c g[row(p), c] * x[indices[p], c]`: the gradient of
+    `A @ x` with respect to `data` (cotangent `g`).
+
+    **Arguments:** `g`: `(m, k)`; `x`: `(n, k)`, same dtype; the rest as
+    `csr_matmul_mosaic_tpu`.
+
+    **Returns:** `(nnz,)` array in `g`'s dtype.
+    """
+    check_sddmm(g, x, indices, indptr, shape)
+    nnz, k = indices.shape[0], g.shape[1]
+    block_sizes = _resolve(platform, interpret, block_sizes, k)
+    if nnz == 0 or k == 0:
+        return jnp.zeros((nnz,), g.dtype)
+    block_nnz = block_sizes.block_nnz
+    rows = _pad_to(row_ids(indptr, nnz).astype(jnp.int32), block_nnz)
+    indices = _pad_to(indices.astype(jnp.int32), block_nnz)
+    kernel = functools.partial(_sddmm_kernel, block_nnz=block_nnz, nnz=indices.shape[0])
+    any_spec = pl.BlockSpec(memory_space=pl.ANY)
+    out = pl.pallas_call(
+        kernel,
+        grid=(pl.cdiv(nnz, block_nnz),),
+        in_specs=[any_spec] * 4,
+        out_specs=pl.BlockSpec((block_nnz, 1), lambda b: (b, 0)),
+        out_shape=jax.ShapeDtypeStruct((nnz, 1), g.dtype),
+        scratch_shapes=[
+            pltpu.SMEM((block_nnz,), jnp.int32),
+            pltpu.SMEM((block_nnz,), jnp.int32),
+            pltpu.VMEM((block_nnz, k), g.dtype),
+            pltpu.VMEM((block_nnz, k), x.dtype),
+            pltpu.SemaphoreType.DMA(()),
+            pltpu.SemaphoreType.DMA(()),
+        ],
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",)),
+        interpret=interpret,
+        name="csr_sddmm",
+    )(rows, indices, g, x)
+    return out[:, 0]

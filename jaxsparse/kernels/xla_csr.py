@@ -1,0 +1,45 @@
+"""The CSR products in pure `jax.numpy`: the portable XLA path and the test oracle.
+
+Row `i` holds the entries `indptr[i]:indptr[i + 1]`; column indices may be unsorted and
+repeated (repeats add up, as in scipy). Dense operands are 2-D, all floating operands of
+one call share a dtype, and bfloat16/float16 accumulate in float32. Every routine works
+on all entries at once with gathers and segment sums, never on a dense matrix. The
+lowering holds no custom call, so it runs on any XLA runtime and exports anywhere.
+"""
+
+import jax
+import jax.numpy as jnp
+
+from .._csr_layout import row_ids
+from ._precision import accumulation_dtype
+
+
+def csr_matmul_xla(data, x, indices, indptr, *, shape: tuple[int, int]) -> jax.Array:
+    """`A @ x` for a CSR matrix: `(m, k)` in `x.dtype`. `x` is `(n, k)`."""
+    m, _ = shape
+    acc = accumulation_dtype(x.dtype)
+    rows = row_ids(indptr, data.shape[0])
+    products = data[:, None].astype(acc) * x[indices].astype(acc)
+    out = jax.ops.segment_sum(products, rows, num_segments=m, indices_are_sorted=True)
+    return out.astype(x.dtype)
+
+
+def csr_matmul_t_xla(data, g, indices, indptr, *, shape: tuple[int, int]) -> jax.Array:
+    """`A^T @ g` for a CSR matrix: `(n, k)` in `g.dtype`. `g` is `(m, k)`."""
+    _, n = shape
+    acc = accumulation_dtype(g.dtype)
+    rows = row_ids(indptr, data.shape[0])
+    products = data[:, None].astype(acc) * g[rows].astype(acc)
+    return jax.ops.segment_sum(products, indices, num_segments=n).astype(g.dtype)
+
+
+def csr_sddmm_xla(g, x, indices, indptr, *, shape: tuple[int, int]) -> jax.Array:
+    """Sampled product `out[p] = sum_c g[row(p), c] * x[indices[p], c]`, `(nnz,)`.
+
+    The gradient of `A @ x` with respect to CSR `data`.
+    """
+    del shape
+    acc = accumulation_dtype(x.dtype)
+    rows = row_ids(indptr, indices.shape[0])
+    products = g[rows].astype(acc) * x[indices].astype(acc)
+    return jnp.sum(products, axis=1).astype(x.dtype)
