@@ -7,7 +7,7 @@ STAMP := $(VENV)/.jaxsparse-installed
 
 .PHONY: demo test bench lint clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py $(wildcard jaxsparse/kernels/native/*)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test,examples,bench]'

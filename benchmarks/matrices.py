@@ -5,6 +5,7 @@ so even the largest ones cost a few numpy passes; their CSR twins come from `toc
 """
 
 import dataclasses
+import functools
 
 import numpy as np
 import scipy.sparse
@@ -109,6 +110,13 @@ KINDS = (
     Kind("poisson2d-5pt", "csr", poisson2d, _STENCIL_SIZES, _SMALL_FIRST),
     Kind("poisson3d-7pt", "csr", poisson3d, _STENCIL_SIZES, _SMALL_FIRST),
     Kind("stencil3d-27pt", "csr", stencil27, _STENCIL_SIZES[:4], _SMALL_FIRST),
+    Kind(
+        "random-8",
+        "csr",
+        functools.partial(random_uniform, per_row=8),
+        _STENCIL_SIZES[:4],
+        _SMALL_FIRST,
+    ),
     Kind("random-16", "csr", random_uniform, _STENCIL_SIZES[:4], _SMALL_FIRST),
     Kind("power-law", "csr", power_law, _STENCIL_SIZES[:4], _SMALL_FIRST),
 )

@@ -1,7 +1,8 @@
 """Benchmark jaxsparse's products against scipy.sparse, jax.experimental.sparse and dense jnp.
 
 Run `make bench` (or `python benchmarks/run.py --quick` for a < 1 minute smoke run). One
-process times every system on every matrix (float32): forward `A @ X` and a gradient step
+process times every system on every matrix (float32): forward `A @ X` as a single call
+and per product inside a jitted loop of 20 (whose buffers XLA reuses), and a gradient step
 (forward and backward: a jitted `jax.vjp` along a cotangent `W`, giving the gradients with
 respect to the values and `X`), after checking each system's result against scipy's.
 Prints progress to stderr, then a table, the machine's streaming bandwidth and the issue's
@@ -51,8 +52,9 @@ def relative_error(result, reference) -> float:
     return float(np.max(np.abs(np.asarray(result, np.float64) - reference))) / scale
 
 
-def measure(fn, reference, budget) -> dict:
-    """Check `fn()` against `reference`, then time it (a wrong answer is not timed)."""
+def measure(fn, reference, budget, products: int = 1) -> dict:
+    """Check `fn()` against `reference`, then time it (a wrong answer is not timed); times
+    are per product when `fn` runs `products` of them."""
     try:
         start = time.perf_counter()
         result = fn()
@@ -64,11 +66,9 @@ def measure(fn, reference, budget) -> dict:
     error = relative_error(result, reference)
     if not error <= TOLERANCE:
         return {"ok": False, "error": f"wrong result, relative error {error:.2e}"}
-    return {
-        "ok": True,
-        "rel_error": error,
-        **timing.time_call(fn, first_call_s=first_call_s, **budget),
-    }
+    timed = timing.time_call(fn, first_call_s=first_call_s, **budget)
+    timed["median_s"] /= products
+    return {"ok": True, "rel_error": error, **timed}
 
 
 def skip_reason(rows, k, max_rows):
@@ -122,12 +122,14 @@ def run_cases(args) -> tuple[list[dict], list[str]]:
                     "k": k,
                 }
                 for system in systems.systems_for(dia, csr, x, w, kind.fmt):
-                    ops = [("forward", system.forward(), y_ref)]
+                    ops = [("forward", system.forward(), y_ref, 1)]
+                    if system.loop() is not None:
+                        ops.append(("loop", system.loop(), y_ref, systems.LOOP_PRODUCTS))
                     if with_gradient and system.gradient() is not None:
-                        ops.append(("gradient", system.gradient(), dx_ref))
-                    for op, fn, reference in ops:
+                        ops.append(("gradient", system.gradient(), dx_ref, 1))
+                    for op, fn, reference, products in ops:
                         record = {**case, "system": system.name, "op": op}
-                        record.update(measure(fn, reference, budget))
+                        record.update(measure(fn, reference, budget, products))
                         records.append(record)
                         print(report.progress_line(record), file=sys.stderr, flush=True)
     return records, skipped

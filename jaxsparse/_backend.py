@@ -9,7 +9,7 @@ platform and takes the first that the product has and that takes the dtype there
 
 | requested       | cpu                | cuda, rocm                | tpu                           |
 |-----------------|--------------------|---------------------------|-------------------------------|
-| `"auto"`/`None` | `cpu`, `xla`       | `pallas`, `triton`, `xla` | `pallas`, `mosaic_tpu`, `xla` |
+| `"auto"`/`None` | `native`, `xla`    | `pallas`, `triton`, `xla` | `pallas`, `mosaic_tpu`, `xla` |
 | `"pallas"`      | error: no compiler | `pallas`, `triton`        | `pallas`, `mosaic_tpu`        |
 | `"interpret"`   | `pallas`, `triton` in interpret mode, on any platform                     |
 | `"xla"`         | `xla`: pure StableHLO, no custom call, on any platform                    |
@@ -17,8 +17,9 @@ platform and takes the first that the product has and that takes the dtype there
 (the first of the listed families that the product has and that takes the dtype; when
 none does, `"auto"` always has `xla`, and the explicit requests raise.)
 
-The families: `xla` (pure `jax.numpy`, `kernels/xla_*.py`), `cpu` (XLA formulations tuned
-for XLA CPU, and jaxlib's CSR kernel: `kernels/cpu_*.py`), `pallas` (one Pallas source for
+The families: `xla` (pure `jax.numpy`, `kernels/xla_*.py`), `native` (jaxsparse's C++
+kernels registered as XLA FFI targets for the CPU: `kernels/native_*.py`; missing when the
+extension was not built, and half precision), `pallas` (one Pallas source for
 Triton and Mosaic TPU: `kernels/pallas_dia.py`), `triton` and `mosaic_tpu` (per-platform
 Pallas kernels: `kernels/triton_csr.py`, `kernels/mosaic_tpu_csr.py`). A new family is a
 key in the products' tables, a line in `PREFERENCES`, and, if it is a Pallas kernel
@@ -43,7 +44,7 @@ KERNEL_FAMILIES = ("pallas", "triton", "mosaic_tpu")
 
 # (requested backend, platform) -> implementation families to try, in order.
 PREFERENCES: dict[tuple[str, str], tuple[str, ...]] = {
-    ("auto", "cpu"): ("cpu", "xla"),
+    ("auto", "cpu"): ("native", "xla"),
     ("auto", "cuda"): ("pallas", "triton", "xla"),
     ("auto", "rocm"): ("pallas", "triton", "xla"),
     ("auto", "tpu"): ("pallas", "mosaic_tpu", "xla"),

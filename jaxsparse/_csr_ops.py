@@ -3,7 +3,7 @@ implementation families compute it.
 
 - `csr_matmul_p(data, x, indices, indptr)   = A @ x`, `x` of shape `(n, k)`;
 - `csr_matmul_t_p(data, g, indices, indptr) = A^T @ g`, `g` of shape `(m, k)`, on `A`'s
-  own structure (no transposed copy on the XLA and CPU paths);
+  own structure (no transposed copy on the XLA and native paths);
 - `csr_sddmm_p(g, x, indices, indptr)`: `out[p] = g[row(p)] . x[indices[p]]`, `(nnz,)`:
   the gradient of `A @ x` in `data`.
 
@@ -13,13 +13,13 @@ implementation families compute it.
 """
 
 from ._primitive import product_family
-from .kernels import mosaic_tpu_csr, triton_csr
-from .kernels.cpu_csr import csr_matmul_cpu, csr_sddmm_cpu
+from .kernels import mosaic_tpu_csr, native_csr, triton_csr
 from .kernels.mosaic_tpu_csr import (
     csr_matmul_mosaic_tpu,
     csr_matmul_t_mosaic_tpu,
     csr_sddmm_mosaic_tpu,
 )
+from .kernels.native_csr import csr_matmul_native, csr_matmul_t_native, csr_sddmm_native
 from .kernels.triton_csr import csr_matmul_t_triton, csr_matmul_triton, csr_sddmm_triton
 from .kernels.xla_csr import csr_matmul_t_xla, csr_matmul_xla, csr_sddmm_xla
 
@@ -33,18 +33,19 @@ def _values_shape(indices, indptr, *, shape):
 IMPLEMENTATIONS = {
     "matmul": {
         "xla": csr_matmul_xla,
-        "cpu": csr_matmul_cpu,
+        "native": csr_matmul_native,
         "triton": csr_matmul_triton,
         "mosaic_tpu": csr_matmul_mosaic_tpu,
     },
     "matmul_t": {
         "xla": csr_matmul_t_xla,
+        "native": csr_matmul_t_native,
         "triton": csr_matmul_t_triton,
         "mosaic_tpu": csr_matmul_t_mosaic_tpu,
     },
     "sddmm": {
         "xla": csr_sddmm_xla,
-        "cpu": csr_sddmm_cpu,
+        "native": csr_sddmm_native,
         "triton": csr_sddmm_triton,
         "mosaic_tpu": csr_sddmm_mosaic_tpu,
     },
@@ -53,7 +54,11 @@ CSR_PRODUCTS = product_family(
     "csr",
     values_shape=_values_shape,
     implementations=IMPLEMENTATIONS,
-    supports={"triton": triton_csr.supports, "mosaic_tpu": mosaic_tpu_csr.supports},
+    supports={
+        "native": native_csr.supports,
+        "triton": triton_csr.supports,
+        "mosaic_tpu": mosaic_tpu_csr.supports,
+    },
 )
 csr_matmul_p = CSR_PRODUCTS.matmul
 csr_matmul_t_p = CSR_PRODUCTS.matmul_t

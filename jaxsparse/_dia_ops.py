@@ -11,8 +11,8 @@ choice of implementation come from `_primitive.product_family`.
 """
 
 from ._primitive import product_family
-from .kernels import pallas_dia
-from .kernels.cpu_dia import dia_matmul_cpu, dia_matmul_t_cpu, dia_sddmm_cpu
+from .kernels import native_dia, pallas_dia
+from .kernels.native_dia import dia_matmul_native, dia_matmul_t_native, dia_sddmm_native
 from .kernels.pallas_dia import dia_matmul_pallas, dia_matmul_t_pallas, dia_sddmm_pallas
 from .kernels.xla_dia import dia_matmul_t_xla, dia_matmul_xla, dia_sddmm_xla
 
@@ -24,19 +24,19 @@ def _values_shape(*, offsets, shape):
 # The table: member -> implementation family -> function (see `_backend.py` for which
 # family runs where). A new family is one key per member.
 IMPLEMENTATIONS = {
-    "matmul": {"xla": dia_matmul_xla, "cpu": dia_matmul_cpu, "pallas": dia_matmul_pallas},
+    "matmul": {"xla": dia_matmul_xla, "native": dia_matmul_native, "pallas": dia_matmul_pallas},
     "matmul_t": {
         "xla": dia_matmul_t_xla,
-        "cpu": dia_matmul_t_cpu,
+        "native": dia_matmul_t_native,
         "pallas": dia_matmul_t_pallas,
     },
-    "sddmm": {"xla": dia_sddmm_xla, "cpu": dia_sddmm_cpu, "pallas": dia_sddmm_pallas},
+    "sddmm": {"xla": dia_sddmm_xla, "native": dia_sddmm_native, "pallas": dia_sddmm_pallas},
 }
 DIA_PRODUCTS = product_family(
     "dia",
     values_shape=_values_shape,
     implementations=IMPLEMENTATIONS,
-    supports={"pallas": pallas_dia.supports},
+    supports={"native": native_dia.supports, "pallas": pallas_dia.supports},
 )
 dia_matmul_p = DIA_PRODUCTS.matmul
 dia_matmul_t_p = DIA_PRODUCTS.matmul_t

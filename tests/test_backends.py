@@ -50,20 +50,20 @@ def test_pallas_backend_on_cpu_is_a_clear_error(fmt):
 
 
 @pytest.mark.parametrize("fmt", ["dia", "csr"])
-def test_interpret_runs_the_pallas_kernels_and_auto_on_cpu_never_does(fmt, monkeypatch):
+def test_auto_on_cpu_runs_native_kernels_and_interpret_the_pallas_ones(fmt, monkeypatch):
     kernel_calls = spy_on(monkeypatch, fmt, INTERPRETED[fmt])
-    cpu_calls = spy_on(monkeypatch, fmt, "cpu")
+    native_calls = spy_on(monkeypatch, fmt, "native")
     xla_calls = spy_on(monkeypatch, fmt, "xla")
     matrix = small_matrix(fmt)
     x = jnp.asarray(np.random.default_rng(1).standard_normal((10, 2)), jnp.float32)
     expected = matrix.todense() @ x
     np.testing.assert_allclose(product("xla")(matrix, x), expected, rtol=1e-5)
-    assert (len(xla_calls), len(cpu_calls), len(kernel_calls)) == (1, 0, 0)
+    assert (len(xla_calls), len(native_calls), len(kernel_calls)) == (1, 0, 0)
     for backend in ("auto", None):
         np.testing.assert_allclose(product(backend)(matrix, x), expected, rtol=1e-5)
-    assert (len(xla_calls), len(cpu_calls), len(kernel_calls)) == (1, 2, 0)
+    assert (len(xla_calls), len(native_calls), len(kernel_calls)) == (1, 2, 0)
     np.testing.assert_allclose(product("interpret")(matrix, x), expected, rtol=1e-5)
-    assert (len(xla_calls), len(cpu_calls), len(kernel_calls)) == (1, 2, 1)
+    assert (len(xla_calls), len(native_calls), len(kernel_calls)) == (1, 2, 1)
     assert kernel_calls[0]["interpret"] is True and kernel_calls[0]["platform"] == "cpu"
 
 
@@ -83,12 +83,12 @@ def test_explicit_interpret_never_falls_back_for_a_dtype_its_kernels_decline(fmt
     """Complex values have no Pallas kernel: "interpret" is an error naming the dtype and
     what to use, and nothing else runs; "auto" takes the XLA path and matches scipy."""
     xla_calls = spy_on(monkeypatch, fmt, "xla")
-    cpu_calls = spy_on(monkeypatch, fmt, "cpu")
+    native_calls = spy_on(monkeypatch, fmt, "native")
     matrix = small_matrix(fmt, jnp.complex64)
     x = jnp.ones((10,), jnp.complex64) * (1 + 2j)
     with pytest.raises(TypeError, match="complex64 in interpret mode.*backend='auto'"):
         product("interpret")(matrix, x)
-    assert xla_calls == [] and cpu_calls == []
+    assert xla_calls == [] and native_calls == []
     np.testing.assert_allclose(product("auto")(matrix, x), matrix.todense() @ x, rtol=1e-5)
     gradient = jax.grad(lambda d: jnp.sum(jnp.abs(matrix.with_data(d) @ x) ** 2))
     dense_gradient = jax.grad(lambda d: jnp.sum(jnp.abs(matrix.with_data(d).todense() @ x) ** 2))

@@ -1,0 +1,164 @@
+// DIA kernels for CPU: the product A @ X, the transposed product A^T @ G and the gradient
+// in the diagonals, for float32/float64/complex64/complex128 values.
+//
+// data[d, j] == A[j - offsets[d], j]; slots whose row falls outside [0, m) are never read
+// and get a zero gradient. The offsets arrive as an array attribute, so one compiled
+// kernel serves any number of diagonals. Rows are split evenly over the pool's threads,
+// and each thread walks its rows in blocks small enough that the block's output stays in
+// the L1 cache while every diagonal adds into it: the output is written to memory once,
+// however many diagonals there are.
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "dispatch.h"
+#include "handlers.h"
+#include "parallel.h"
+
+namespace jaxsparse {
+namespace {
+
+// Output values per block: 16 KiB of float32 (32 KiB of float64 / complex64).
+constexpr int64_t kBlockValues = 4096;
+
+ffi::Error CheckDiagonals(int64_t ndiag, size_t noffsets) {
+  if (static_cast<size_t>(ndiag) != noffsets) {
+    return ffi::Error::InvalidArgument("DIA data has " + std::to_string(ndiag) +
+                                       " diagonals but offsets has " + std::to_string(noffsets) +
+                                       " entries");
+  }
+  return ffi::Error::Success();
+}
+
+// Calls block(first, stop) for consecutive row blocks covering [0, rows), spread over the
+// pool, each block at most kBlockValues / k rows.
+template <typename F>
+void ForRowBlocks(ffi::ThreadPool& pool, int64_t rows, int64_t k, int64_t work, const F& block) {
+  const int64_t block_rows = std::max<int64_t>(1, kBlockValues / std::max<int64_t>(k, 1));
+  const int64_t parts = NumParts(pool, work);
+  ParallelFor(pool, parts, [&](int64_t part) {
+    const int64_t begin = PieceStart(rows, parts, part);
+    const int64_t end = PieceStart(rows, parts, part + 1);
+    for (int64_t first = begin; first < end; first += block_rows) {
+      block(first, std::min(end, first + block_rows));
+    }
+  });
+}
+
+// out[i] += diagonal[i] * operand[i] for rows i in [lo, hi), k columns per row; the
+// diagonal holds one value per row.
+template <typename T>
+void AddShiftedProducts(const T* diagonal, const T* operand, int64_t k, int64_t lo, int64_t hi,
+                        T* out) {
+  if (k == 1) {
+    for (int64_t i = lo; i < hi; ++i) out[i] += diagonal[i] * operand[i];
+    return;
+  }
+  for (int64_t i = lo; i < hi; ++i) {
+    const T value = diagonal[i];
+    for (int64_t c = 0; c < k; ++c) out[i * k + c] += value * operand[i * k + c];
+  }
+}
+
+// `out = A @ x` (transposed = false: out rows i read data[d, i + off], x[i + off]) or
+// `out = A^T @ x` (transposed = true: out rows j read data[d, j], x[j - off]).
+template <typename T>
+ffi::Error Product(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi::AnyBuffer& x,
+                   ffi::Span<const int64_t> offsets, ffi::Result<ffi::AnyBuffer>& out_buffer,
+                   bool transposed) {
+  const int64_t ndiag = data.dimensions()[0], n = data.dimensions()[1];
+  if (ffi::Error error = CheckDiagonals(ndiag, offsets.size()); !error.success()) return error;
+  const int64_t k = x.dimensions()[1];
+  const int64_t operand_rows = x.dimensions()[0], out_rows = out_buffer->dimensions()[0];
+  const int64_t m = transposed ? operand_rows : out_rows;
+  const T* values = Data<T>(data);
+  const T* operand = Data<T>(x);
+  T* out = Data<T>(out_buffer);
+  ForRowBlocks(pool, out_rows, k, ndiag * out_rows * k, [&](int64_t first, int64_t stop) {
+    std::fill(out + first * k, out + stop * k, T(0));
+    for (int64_t d = 0; d < ndiag; ++d) {
+      const int64_t off = offsets[d];
+      // Output row r pairs with stored column `column(r)` and operand row `source(r)`:
+      // A @ x: column = source = r + off, r in [max(0, -off), min(m, n - off)).
+      // A^T @ x: column = r, source = r - off, r in [max(0, off), min(n, m + off)).
+      const int64_t valid_lo = transposed ? std::max<int64_t>(0, off) : std::max<int64_t>(0, -off);
+      const int64_t valid_hi = transposed ? std::min(n, m + off) : std::min(m, n - off);
+      const int64_t lo = std::max(first, valid_lo), hi = std::min(stop, valid_hi);
+      if (hi <= lo) continue;
+      const T* diagonal = values + d * n + (transposed ? 0 : off);
+      const T* source = operand + (transposed ? -off : off) * k;
+      AddShiftedProducts(diagonal, source, k, lo, hi, out);
+    }
+  });
+  return ffi::Error::Success();
+}
+
+template <typename T>
+ffi::Error Sddmm(ffi::ThreadPool& pool, const ffi::AnyBuffer& g, const ffi::AnyBuffer& x,
+                 ffi::Span<const int64_t> offsets, ffi::Result<ffi::AnyBuffer>& out_buffer) {
+  const int64_t ndiag = out_buffer->dimensions()[0], n = out_buffer->dimensions()[1];
+  if (ffi::Error error = CheckDiagonals(ndiag, offsets.size()); !error.success()) return error;
+  const int64_t m = g.dimensions()[0], k = g.dimensions()[1];
+  const T* cotangent = Data<T>(g);
+  const T* operand = Data<T>(x);
+  T* out = Data<T>(out_buffer);
+  ForRowBlocks(pool, n, k, ndiag * n * std::max<int64_t>(k, 1), [&](int64_t first, int64_t stop) {
+    for (int64_t d = 0; d < ndiag; ++d) {
+      const int64_t off = offsets[d];
+      T* row = out + d * n;
+      // Column j is inside the matrix when its row j - off lies in [0, m).
+      const int64_t lo = std::clamp<int64_t>(off, first, stop);
+      const int64_t hi = std::clamp<int64_t>(m + off, lo, stop);
+      std::fill(row + first, row + lo, T(0));
+      std::fill(row + hi, row + stop, T(0));
+      const T* shifted = cotangent - off * k;
+      if (k == 1) {
+        for (int64_t j = lo; j < hi; ++j) row[j] = shifted[j] * operand[j];
+        continue;
+      }
+      for (int64_t j = lo; j < hi; ++j) {
+        T sum = T(0);
+        for (int64_t c = 0; c < k; ++c) sum += shifted[j * k + c] * operand[j * k + c];
+        row[j] = sum;
+      }
+    }
+  });
+  return ffi::Error::Success();
+}
+
+ffi::Error DiaMatmulImpl(ffi::ThreadPool pool, ffi::AnyBuffer data, ffi::AnyBuffer x,
+                         ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> offsets) {
+  return WithValueType(data.element_type(), "DIA values", [&](auto value) {
+    return Product<decltype(value)>(pool, data, x, offsets, out, /*transposed=*/false);
+  });
+}
+
+ffi::Error DiaMatmulTImpl(ffi::ThreadPool pool, ffi::AnyBuffer data, ffi::AnyBuffer g,
+                          ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> offsets) {
+  return WithValueType(data.element_type(), "DIA values", [&](auto value) {
+    return Product<decltype(value)>(pool, data, g, offsets, out, /*transposed=*/true);
+  });
+}
+
+ffi::Error DiaSddmmImpl(ffi::ThreadPool pool, ffi::AnyBuffer g, ffi::AnyBuffer x,
+                        ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> offsets) {
+  return WithValueType(g.element_type(), "DIA operands", [&](auto value) {
+    return Sddmm<decltype(value)>(pool, g, x, offsets, out);
+  });
+}
+
+}  // namespace
+}  // namespace jaxsparse
+
+#define JAXSPARSE_DIA_BINDING                  \
+  xla::ffi::Ffi::Bind()                             \
+      .Ctx<xla::ffi::ThreadPool>()                  \
+      .Arg<xla::ffi::AnyBuffer>()                   \
+      .Arg<xla::ffi::AnyBuffer>()                   \
+      .Ret<xla::ffi::AnyBuffer>()                   \
+      .Attr<xla::ffi::Span<const int64_t>>("offsets")
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxsparseDiaMatmul, jaxsparse::DiaMatmulImpl, JAXSPARSE_DIA_BINDING);
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxsparseDiaMatmulT, jaxsparse::DiaMatmulTImpl, JAXSPARSE_DIA_BINDING);
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxsparseDiaSddmm, jaxsparse::DiaSddmmImpl, JAXSPARSE_DIA_BINDING);

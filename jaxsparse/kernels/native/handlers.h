@@ -1,0 +1,25 @@
+// The XLA FFI handlers of the native CPU kernels, registered by module.cc.
+
+#ifndef JAXSPARSE_NATIVE_HANDLERS_H_
+#define JAXSPARSE_NATIVE_HANDLERS_H_
+
+#include "xla/ffi/api/c_api.h"
+
+extern "C" {
+
+// (data, x, indices, indptr) -> A @ x
+XLA_FFI_Error* JaxsparseCsrMatmul(XLA_FFI_CallFrame* call_frame);
+// (data, g, indices, indptr) -> A^T @ g
+XLA_FFI_Error* JaxsparseCsrMatmulT(XLA_FFI_CallFrame* call_frame);
+// (g, x, indices, indptr) -> out[p] = g[row(p)] . x[indices[p]]
+XLA_FFI_Error* JaxsparseCsrSddmm(XLA_FFI_CallFrame* call_frame);
+// (data, x; offsets) -> A @ x
+XLA_FFI_Error* JaxsparseDiaMatmul(XLA_FFI_CallFrame* call_frame);
+// (data, g; offsets) -> A^T @ g
+XLA_FFI_Error* JaxsparseDiaMatmulT(XLA_FFI_CallFrame* call_frame);
+// (g, x; offsets) -> out[d, j] = g[j - offsets[d]] . x[j] inside the matrix, else 0
+XLA_FFI_Error* JaxsparseDiaSddmm(XLA_FFI_CallFrame* call_frame);
+
+}  // extern "C"
+
+#endif  // JAXSPARSE_NATIVE_HANDLERS_H_

@@ -1,0 +1,44 @@
+"""The CSR products on CPU by jaxsparse's native kernels (`native/csr_kernels.cc`).
+
+Same contracts as `xla_csr.py`. Work is split over XLA's intra-op threads by stored
+entries, so power-law rows balance; results are identical bit for bit from run to run.
+Each kernel validates the structure as it reads it: an index pointer that does not start
+at 0, decreases, or does not end at `nnz`, or a column index outside `[0, n)`, fails the
+call with an error naming the problem (under `jit` too), never a wrong answer or an
+out-of-bounds read. float32, float64, complex64 and complex128 values, int32 or int64
+indices; half precision stays on the XLA path. The transposed product scatters into one
+buffer per thread (at most 8, and at most twice the entries), added in a fixed order,
+rather than building the transposed structure.
+"""
+
+import jax
+import numpy as np
+
+from . import _native_library
+
+_VALUE_DTYPES = tuple(np.dtype(t) for t in (np.float32, np.float64, np.complex64, np.complex128))
+
+
+def supports(dtype, platform: str) -> bool:
+    """Whether the native kernels take `dtype` on `platform` (the CPU, once built)."""
+    return platform == "cpu" and _native_library.AVAILABLE and np.dtype(dtype) in _VALUE_DTYPES
+
+
+def _call(target: str, out_shape, *args):
+    return jax.ffi.ffi_call(target, jax.ShapeDtypeStruct(out_shape, args[0].dtype))(*args)
+
+
+def csr_matmul_native(data, x, indices, indptr, *, shape: tuple[int, int]) -> jax.Array:
+    """`A @ x`, `(m, k)`."""
+    return _call("jaxsparse_csr_matmul", (shape[0], x.shape[1]), data, x, indices, indptr)
+
+
+def csr_matmul_t_native(data, g, indices, indptr, *, shape: tuple[int, int]) -> jax.Array:
+    """`A^T @ g`, `(n, k)`."""
+    return _call("jaxsparse_csr_matmul_t", (shape[1], g.shape[1]), data, g, indices, indptr)
+
+
+def csr_sddmm_native(g, x, indices, indptr, *, shape: tuple[int, int]) -> jax.Array:
+    """`out[p] = g[row(p)] . x[indices[p]]`, `(nnz,)`."""
+    del shape
+    return _call("jaxsparse_csr_sddmm", indices.shape, g, x, indices, indptr)

@@ -1,0 +1,224 @@
+"""The native CPU kernels (`kernels/native_*.py`, C++ in `kernels/native/`): against the
+XLA reference and scipy over every value dtype, index dtype and registry matrix (empty,
+non-square, one row, one column, unsorted and repeated columns, power-law rows); each
+invalid CSR structure fails with its message under `jit`; runs are bitwise repeatable;
+pieces of work that cut a long row add up; the `"xla"` backend holds no custom call."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.sparse
+from helpers import CSR_MATRICES, DIA_MATRICES, as_float64, cases, random_values, tolerance
+
+import jaxsparse as js
+from jaxsparse.kernels import _native_library, native_csr, native_dia
+from jaxsparse.kernels.xla_csr import csr_matmul_t_xla, csr_matmul_xla, csr_sddmm_xla
+from jaxsparse.kernels.xla_dia import dia_matmul_t_xla, dia_matmul_xla, dia_sddmm_xla
+
+pytestmark = pytest.mark.skipif(
+    not _native_library.AVAILABLE,
+    reason=f"native kernels not built: {_native_library.UNAVAILABLE_REASON}",
+)
+# Every value dtype with both index dtypes and both column paths (k = 1 is a kernel path
+# of its own) across the combinations.
+COMBINATIONS = [
+    (jnp.float32, np.int32, 1),
+    (jnp.float64, np.int64, 3),
+    (jnp.complex64, np.int64, 1),
+    (jnp.complex128, np.int32, 3),
+    (jnp.float32, np.int64, 0),
+]
+COMBINATION_IDS = [f"{np.dtype(d).name}-{np.dtype(i).name}-k{k}" for d, i, k in COMBINATIONS]
+
+
+def _close(got, want, dtype, k):
+    """`got` against a float64 oracle `want`, in `got`'s dtype's tolerance."""
+    assert got.dtype == jnp.dtype(dtype)
+    scale = max(1.0, float(np.max(np.abs(want), initial=0.0)))
+    np.testing.assert_allclose(
+        as_float64(got), want, atol=10 * tolerance(dtype) * scale * max(k, 1)
+    )
+
+
+@pytest.mark.parametrize(("dtype", "index_dtype", "k"), COMBINATIONS, ids=COMBINATION_IDS)
+@pytest.mark.parametrize("case", cases(CSR_MATRICES))
+def test_csr_kernels_match_scipy(case, dtype, index_dtype, k):
+    rng = np.random.default_rng(0)
+    matrix, twin = case.make(rng, dtype, index_dtype)
+    m, n = matrix.shape
+    x, g = random_values(rng, (n, k), dtype), random_values(rng, (m, k), dtype)
+    arrays = (matrix.indices, matrix.indptr)
+    static = dict(shape=matrix.shape)
+    x64, g64 = as_float64(x), as_float64(g)
+    _close(native_csr.csr_matmul_native(matrix.data, x, *arrays, **static), twin @ x64, dtype, k)
+    _close(
+        native_csr.csr_matmul_t_native(matrix.data, g, *arrays, **static), twin.T @ g64, dtype, k
+    )
+    rows = np.repeat(np.arange(m), np.diff(twin.indptr))
+    expected = np.sum(g64[rows] * x64[twin.indices], axis=1)
+    _close(native_csr.csr_sddmm_native(g, x, *arrays, **static), expected, dtype, k)
+
+
+@pytest.mark.parametrize(("dtype", "k"), [c[::2] for c in COMBINATIONS], ids=COMBINATION_IDS)
+@pytest.mark.parametrize("case", cases(DIA_MATRICES))
+def test_dia_kernels_match_scipy(case, dtype, k):
+    rng = np.random.default_rng(1)
+    matrix, twin = case.make(rng, dtype)
+    m, n = matrix.shape
+    x, g = random_values(rng, (n, k), dtype), random_values(rng, (m, k), dtype)
+    static = dict(offsets=matrix.offsets, shape=matrix.shape)
+    x64, g64 = as_float64(x), as_float64(g)
+    _close(native_dia.dia_matmul_native(matrix.data, x, **static), twin @ x64, dtype, k)
+    _close(native_dia.dia_matmul_t_native(matrix.data, g, **static), twin.T @ g64, dtype, k)
+    dense = twin.toarray()
+    expected = np.zeros(matrix.data.shape, dense.dtype)
+    for d, off in enumerate(matrix.offsets):
+        for j in range(n):
+            if 0 <= j - off < m:
+                expected[d, j] = g64[j - off] @ x64[j]
+    _close(native_dia.dia_sddmm_native(g, x, **static), expected, dtype, k)
+
+
+@pytest.mark.parametrize("fmt", ["dia", "csr"])
+def test_native_equals_the_xla_reference(fmt):
+    """The same products as the XLA path, for one matrix of each format."""
+    rng = np.random.default_rng(2)
+    case = DIA_MATRICES[3] if fmt == "dia" else CSR_MATRICES[3]
+    matrix, _ = case.make(rng, jnp.float64)
+    m, n = matrix.shape
+    x, g = jnp.asarray(rng.standard_normal((n, 4))), jnp.asarray(rng.standard_normal((m, 4)))
+    if fmt == "dia":
+        static = dict(offsets=matrix.offsets, shape=matrix.shape)
+        pairs = [
+            (native_dia.dia_matmul_native, dia_matmul_xla, (matrix.data, x)),
+            (native_dia.dia_matmul_t_native, dia_matmul_t_xla, (matrix.data, g)),
+            (native_dia.dia_sddmm_native, dia_sddmm_xla, (g, x)),
+        ]
+    else:
+        static = dict(shape=matrix.shape)
+        arrays = (matrix.indices, matrix.indptr)
+        pairs = [
+            (native_csr.csr_matmul_native, csr_matmul_xla, (matrix.data, x, *arrays)),
+            (native_csr.csr_matmul_t_native, csr_matmul_t_xla, (matrix.data, g, *arrays)),
+            (native_csr.csr_sddmm_native, csr_sddmm_xla, (g, x, *arrays)),
+        ]
+    for native, reference, args in pairs:
+        np.testing.assert_allclose(native(*args, **static), reference(*args, **static), atol=1e-12)
+
+
+# (what is wrong, indices, indptr, message): a 3 x 3 matrix with 3 stored entries.
+GOOD_INDICES, GOOD_INDPTR = [0, 2, 1], [0, 2, 2, 3]
+BAD_STRUCTURES = [
+    ("indptr-start", GOOD_INDICES, [1, 2, 2, 3], "should start with 0"),
+    ("indptr-decreasing", GOOD_INDICES, [0, 2, 1, 3], "non-decreasing"),
+    ("indptr-beyond-entries", GOOD_INDICES, [0, 2, 9, 3], "non-decreasing"),
+    ("indptr-end", GOOD_INDICES, [0, 2, 2, 2], "should be nnz = 3"),
+    ("column-too-large", [0, 99, 1], GOOD_INDPTR, r"column index out of range.*\[0, 3\)"),
+    ("column-negative", [0, -5, 1], GOOD_INDPTR, "column index out of range"),
+]
+
+
+@pytest.mark.parametrize("member", ["matmul", "matmul_t", "sddmm"])
+@pytest.mark.parametrize(
+    ("indices", "indptr", "message"),
+    [case[1:] for case in BAD_STRUCTURES],
+    ids=[case[0] for case in BAD_STRUCTURES],
+)
+def test_invalid_csr_structure_fails_under_jit_with_its_message(indices, indptr, message, member):
+    """A structure built under `jit` (so never checked by the constructor) reaches the
+    kernel, which fails the call rather than reading out of bounds or answering wrongly."""
+
+    @jax.jit
+    def run(data, x, indices, indptr):
+        matrix = js.CSRMatrix(data, indices, indptr, (3, 3))
+        if member == "matmul":
+            return matrix @ x
+        if member == "matmul_t":
+            return x.T @ matrix
+        return jax.grad(lambda d: jnp.sum(matrix.with_data(d) @ x))(data)
+
+    arrays = (jnp.ones(3, jnp.float32), jnp.ones((3, 2), jnp.float32))
+    good = run(*arrays, jnp.array(GOOD_INDICES, jnp.int32), jnp.array(GOOD_INDPTR, jnp.int32))
+    assert bool(jnp.all(jnp.isfinite(good)))
+    with pytest.raises(Exception, match=message):
+        run(
+            *arrays, jnp.array(indices, jnp.int32), jnp.array(indptr, jnp.int32)
+        ).block_until_ready()
+
+
+def _power_law_with_one_long_row(rng, m, n, long_row_length):
+    lengths = np.minimum(np.floor(rng.pareto(1.5, size=m)).astype(np.int64), 50)
+    lengths[m // 3] = long_row_length
+    columns = [rng.integers(0, n, size=length) for length in lengths]  # repeats allowed
+    indices = np.concatenate(columns).astype(np.int32)
+    indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    values = rng.standard_normal(len(indices)).astype(np.float32)
+    return scipy.sparse.csr_array((values, indices, indptr), shape=(m, n))
+
+
+def test_long_rows_split_over_threads_add_up_and_repeat_bit_for_bit():
+    """Large enough that the work is cut into pieces by entries: one row of 200000 entries
+    is shared by every piece, and two runs give identical bits."""
+    rng = np.random.default_rng(3)
+    twin = _power_law_with_one_long_row(rng, 20000, 5000, 200000)
+    matrix = js.CSRMatrix.from_scipy(twin)
+    x = jnp.asarray(rng.standard_normal((5000, 2)), jnp.float32)
+    g = jnp.asarray(rng.standard_normal((20000, 2)), jnp.float32)
+
+    @jax.jit
+    def step(data, x, g):
+        out, pullback = jax.vjp(lambda d, x: matrix.with_data(d) @ x, data, x)
+        return (out, *pullback(g))
+
+    first = step(matrix.data, x, g)
+    second = step(matrix.data, x, g)
+    for a, b in zip(first, second, strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    x64, g64 = np.asarray(x, np.float64), np.asarray(g, np.float64)
+    np.testing.assert_allclose(first[0], twin @ x64, rtol=1e-4, atol=1e-2)
+    np.testing.assert_allclose(first[2], twin.T @ g64, rtol=1e-4, atol=1e-2)
+    rows = np.repeat(np.arange(20000), np.diff(twin.indptr))
+    expected = np.sum(g64[rows] * x64[twin.indices], axis=1)
+    np.testing.assert_allclose(first[1], expected, rtol=1e-4, atol=1e-4)
+
+
+def test_dia_with_many_diagonals_splits_rows_and_repeats_bit_for_bit():
+    rng = np.random.default_rng(4)
+    offsets = tuple(range(-60, 61, 4))
+    shape = (30000, 29000)
+    data = rng.standard_normal((len(offsets), shape[1])).astype(np.float32)
+    twin = scipy.sparse.dia_array((data.astype(np.float64), np.asarray(offsets)), shape=shape)
+    x = jnp.asarray(rng.standard_normal((shape[1], 1)), jnp.float32)
+    product = jax.jit(lambda d, x: js.DIAMatrix(d, offsets, shape) @ x)
+    first, second = product(data, x), product(data, x)
+    np.testing.assert_array_equal(np.asarray(first), np.asarray(second))
+    np.testing.assert_allclose(first, twin @ np.asarray(x, np.float64), rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("fmt", ["dia", "csr"])
+def test_xla_backend_lowers_without_any_custom_call(fmt):
+    """`backend="xla"` is pure StableHLO for every product and gradient: it runs on any
+    XLA runtime and exports with default checks. `"auto"` on a CPU calls the native
+    kernels."""
+    rng = np.random.default_rng(5)
+    case = DIA_MATRICES[2] if fmt == "dia" else CSR_MATRICES[3]
+    matrix, _ = case.make(rng, jnp.float32)
+    m, n = matrix.shape
+
+    def step(backend):
+        def run(matrix, x, y):
+            def loss(data, x, y):
+                a = matrix.with_data(data)
+                forward = js.matmul(a, x, backend=backend)
+                left = js.matmul(y, a, backend=backend)
+                return jnp.sum(forward**2) + jnp.sum(left**2)
+
+            return loss(matrix.data, x, y), jax.grad(loss, argnums=(0, 1, 2))(matrix.data, x, y)
+
+        return run
+
+    args = (matrix, jnp.ones((n, 3), jnp.float32), jnp.ones((2, m), jnp.float32))
+    xla_text = jax.jit(step("xla")).lower(*args).as_text()
+    assert "custom_call" not in xla_text
+    assert "jaxsparse_" in jax.jit(step("auto")).lower(*args).as_text()
