@@ -80,6 +80,23 @@ def test_dia_kernels_match_scipy(case, dtype, k):
     _close(native_dia.dia_sddmm_native(g, x, **static), expected, dtype, k)
 
 
+@pytest.mark.parametrize("shape", [(0, 4), (4, 0), (0, 0)], ids=str)
+def test_empty_shapes(shape):
+    m, n = shape
+    x, g = jnp.ones((n, 2), jnp.float32), jnp.ones((m, 2), jnp.float32)
+    no_entries = (jnp.zeros(0, jnp.int32), jnp.zeros(m + 1, jnp.int32))
+    data = jnp.zeros(0, jnp.float32)
+    assert native_csr.csr_matmul_native(data, x, *no_entries, shape=shape).shape == (m, 2)
+    transposed = native_csr.csr_matmul_t_native(data, g, *no_entries, shape=shape)
+    np.testing.assert_array_equal(transposed, np.zeros((n, 2)))
+    assert native_csr.csr_sddmm_native(g, x, *no_entries, shape=shape).shape == (0,)
+    static = dict(offsets=(-1, 0, 1), shape=shape)
+    diagonals = jnp.ones((3, n), jnp.float32)
+    assert native_dia.dia_matmul_native(diagonals, x, **static).shape == (m, 2)
+    np.testing.assert_array_equal(native_dia.dia_matmul_t_native(diagonals, g, **static), 0)
+    np.testing.assert_array_equal(native_dia.dia_sddmm_native(g, x, **static), 0)
+
+
 @pytest.mark.parametrize("fmt", ["dia", "csr"])
 def test_native_equals_the_xla_reference(fmt):
     """The same products as the XLA path, for one matrix of each format."""
