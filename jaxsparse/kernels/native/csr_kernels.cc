@@ -62,11 +62,6 @@ ffi::Error ColumnError(int64_t n) {
                                      std::to_string(n) + ")");
 }
 
-template <typename I>
-bool OutOfRange(I column, int64_t n) {
-  return static_cast<uint64_t>(static_cast<int64_t>(column)) >= static_cast<uint64_t>(n);
-}
-
 // The row holding entry p (the last row starting at or before p).
 template <typename I>
 int64_t RowOf(const I* indptr, int64_t m, int64_t p) {
@@ -79,36 +74,35 @@ int64_t FirstRowFrom(const I* indptr, int64_t m, int64_t p) {
   return std::lower_bound(indptr, indptr + m, static_cast<I>(p)) - indptr;
 }
 
-// out[0:k] = sum of values[p] * x[indices[p]] over p in [begin, end); false on a bad column.
+// Column `indices[p]`, and whether it is outside [0, n). An outside column reads column
+// 0 instead (without a branch in the inner loop); the caller reports the error.
+template <typename I>
+inline __attribute__((always_inline)) int64_t CheckedColumn(const I* indices, int64_t p,
+                                                             int64_t n, bool& bad) {
+  const int64_t column = indices[p];
+  const bool outside = static_cast<uint64_t>(column) >= static_cast<uint64_t>(n);
+  bad |= outside;
+  return outside ? 0 : column;
+}
+
+// out[0:k] = sum of values[p] * x[indices[p]] over p in [begin, end). Inlined: with a few
+// entries per row, a call per row measured slower than the sums themselves.
 template <typename T, typename I>
-bool RowSum(const T* values, const I* indices, const T* x, int64_t n, int64_t k, int64_t begin,
-            int64_t end, T* out) {
-  bool ok = true;
+inline __attribute__((always_inline)) void RowSum(const T* values, const I* indices, const T* x,
+                                                  int64_t n, int64_t k, int64_t begin, int64_t end,
+                                                  T* out, bool& bad) {
   if (k == 1) {
     T sum = T(0);
-    for (int64_t p = begin; p < end; ++p) {
-      I column = indices[p];
-      if (OutOfRange(column, n)) {
-        ok = false;
-        continue;
-      }
-      sum += values[p] * x[column];
-    }
+    for (int64_t p = begin; p < end; ++p) sum += values[p] * x[CheckedColumn(indices, p, n, bad)];
     out[0] = sum;
-    return ok;
+    return;
   }
   std::fill(out, out + k, T(0));
   for (int64_t p = begin; p < end; ++p) {
-    I column = indices[p];
-    if (OutOfRange(column, n)) {
-      ok = false;
-      continue;
-    }
     const T value = values[p];
-    const T* row = x + static_cast<int64_t>(column) * k;
+    const T* row = x + CheckedColumn(indices, p, n, bad) * k;
     for (int64_t c = 0; c < k; ++c) out[c] += value * row[c];
   }
-  return ok;
 }
 
 template <typename T, typename I>
@@ -136,18 +130,29 @@ ffi::Error Matmul(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi::
     const int64_t end = PieceStart(nnz, parts, part + 1);
     const int64_t first_row = part == 0 ? 0 : FirstRowFrom(indptr, m, begin);
     const int64_t last_row = part == parts - 1 ? m : FirstRowFrom(indptr, m, end);
-    bool piece_ok = true;
+    bool bad = false;
     const int64_t owned_start = first_row < m ? static_cast<int64_t>(indptr[first_row]) : nnz;
     if (first_row > 0 && begin < std::min(owned_start, end)) {
       carry_row[part] = first_row - 1;
-      piece_ok &= RowSum(values, indices, dense, n, k, begin, std::min(owned_start, end),
-                         carry.data() + part * k);
+      RowSum(values, indices, dense, n, k, begin, std::min(owned_start, end),
+             carry.data() + part * k, bad);
     }
-    for (int64_t row = first_row; row < last_row; ++row) {
-      const int64_t row_end = std::min<int64_t>(indptr[row + 1], end);
-      piece_ok &= RowSum(values, indices, dense, n, k, indptr[row], row_end, out + row * k);
+    if (k == 1) {  // the common SpMV, its row loop written out for the compiler
+      for (int64_t row = first_row; row < last_row; ++row) {
+        const int64_t row_end = std::min<int64_t>(indptr[row + 1], end);
+        T sum = T(0);
+        for (int64_t p = indptr[row]; p < row_end; ++p) {
+          sum += values[p] * dense[CheckedColumn(indices, p, n, bad)];
+        }
+        out[row] = sum;
+      }
+    } else {
+      for (int64_t row = first_row; row < last_row; ++row) {
+        const int64_t row_end = std::min<int64_t>(indptr[row + 1], end);
+        RowSum(values, indices, dense, n, k, indptr[row], row_end, out + row * k, bad);
+      }
     }
-    if (!piece_ok) ok = false;
+    if (bad) ok = false;
   });
   for (int64_t part = 1; part < parts; ++part) {
     if (carry_row[part] < 0) continue;
@@ -184,21 +189,18 @@ ffi::Error MatmulT(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi:
     const int64_t end = PieceStart(nnz, parts, part + 1);
     if (begin >= end) return;
     T* target = part == 0 ? out : scratch.data() + (part - 1) * n * k;
-    bool piece_ok = true;
+    bool bad = false;
     int64_t row = RowOf(indptr, m, begin);
     for (int64_t p = begin; p < end; ++p) {
       while (p >= indptr[row + 1]) ++row;
-      I column = indices[p];
-      if (OutOfRange(column, n)) {
-        piece_ok = false;
-        continue;
-      }
-      const T value = values[p];
+      const int64_t column = CheckedColumn(indices, p, n, bad);
+      // An outside column adds nothing (value 0) where its read was redirected.
+      const T value = static_cast<uint64_t>(indices[p]) < static_cast<uint64_t>(n) ? values[p] : T(0);
       const T* source = cotangent + row * k;
-      T* destination = target + static_cast<int64_t>(column) * k;
+      T* destination = target + column * k;
       for (int64_t c = 0; c < k; ++c) destination[c] += value * source[c];
     }
-    if (!piece_ok) ok = false;
+    if (bad) ok = false;
   });
   if (parts > 1) {
     const int64_t reduce_parts = NumParts(pool, n * k * (parts - 1));
@@ -234,23 +236,17 @@ ffi::Error Sddmm(ffi::ThreadPool& pool, const ffi::AnyBuffer& g, const ffi::AnyB
     const int64_t begin = PieceStart(nnz, parts, part);
     const int64_t end = PieceStart(nnz, parts, part + 1);
     if (begin >= end) return;
-    bool piece_ok = true;
+    bool bad = false;
     int64_t row = RowOf(indptr, m, begin);
     for (int64_t p = begin; p < end; ++p) {
       while (p >= indptr[row + 1]) ++row;
-      I column = indices[p];
-      if (OutOfRange(column, n)) {
-        piece_ok = false;
-        out[p] = T(0);
-        continue;
-      }
       const T* left = cotangent + row * k;
-      const T* right = dense + static_cast<int64_t>(column) * k;
+      const T* right = dense + CheckedColumn(indices, p, n, bad) * k;
       T sum = T(0);
       for (int64_t c = 0; c < k; ++c) sum += left[c] * right[c];
       out[p] = sum;
     }
-    if (!piece_ok) ok = false;
+    if (bad) ok = false;
   });
   return ok ? ffi::Error::Success() : ColumnError(n);
 }

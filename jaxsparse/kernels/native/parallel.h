@@ -11,6 +11,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 
 #include "xla/ffi/api/ffi.h"
@@ -28,30 +29,38 @@ inline int64_t NumParts(xla::ffi::ThreadPool& pool, int64_t work, int64_t max_pa
   return std::min({threads, by_work, max_parts});
 }
 
-// Calls `fn(part)` for every part in [0, parts): part 0 on the calling thread, the others
-// as tasks on the pool (or inline, when the pool cannot take them); returns when all are
-// done.
+// Calls `fn(part)` for every part in [0, parts) and returns when all are done. The calling
+// thread and up to `parts - 1` tasks on the pool take parts from a shared counter, so the
+// caller does all the work itself when the pool's threads are busy elsewhere, rather than
+// waiting for them. A task that starts late finds no part left and touches nothing but
+// the shared state it co-owns.
 template <typename F>
 void ParallelFor(xla::ffi::ThreadPool& pool, int64_t parts, const F& fn) {
   if (parts <= 1) {
     fn(0);
     return;
   }
-  std::mutex mutex;
-  std::condition_variable done;
-  int64_t remaining = parts - 1;
-  for (int64_t part = 1; part < parts; ++part) {
-    pool.Schedule([&, part] {
+  struct State {
+    std::atomic<int64_t> next{0};
+    std::mutex mutex;
+    std::condition_variable done;
+    int64_t finished = 0;
+  };
+  auto state = std::make_shared<State>();
+  // Runs parts until none is left; only a claimed part touches `fn`.
+  auto work = [parts, &fn](State& state) {
+    for (int64_t part; (part = state.next.fetch_add(1)) < parts;) {
       fn(part);
-      // The count changes under the lock, so the caller cannot see zero, return and
-      // destroy `mutex` before this task has released it.
-      std::lock_guard<std::mutex> lock(mutex);
-      if (--remaining == 0) done.notify_one();
-    });
+      std::lock_guard<std::mutex> lock(state.mutex);
+      if (++state.finished == parts) state.done.notify_one();
+    }
+  };
+  for (int64_t task = 1; task < parts; ++task) {
+    pool.Schedule([state, work] { work(*state); });
   }
-  fn(0);
-  std::unique_lock<std::mutex> lock(mutex);
-  done.wait(lock, [&] { return remaining == 0; });
+  work(*state);
+  std::unique_lock<std::mutex> lock(state->mutex);
+  state->done.wait(lock, [&] { return state->finished == parts; });
 }
 
 // The first element of piece `part` when [0, size) is cut into `parts` near-equal pieces.
