@@ -18,8 +18,10 @@ stays sparse. `product_family` registers, for the three members at once:
 
 - the abstract evaluation, from `shape` and the format's `values_shape`;
 - the lowering per platform, which asks `_backend.choose_implementation` for one entry of
-  the member's table of implementations (`{"xla": ..., "cpu": ..., "pallas": ...}`);
-  every implementation of a member takes the primitive's arguments and parameters;
+  the member's table of implementations (`{"xla": ..., "cpu": ..., "pallas": ...}`),
+  telling it whether `jax.export` is lowering (JAX's `for_export` lowering parameter) and
+  whether a shape is symbolic (shape polymorphism); every implementation of a member
+  takes the primitive's arguments and parameters;
 - the JVP (two products: bilinearity), the transposes above, and batching: a batch of
   dense operands (`x` of `matmul`, `g` of `matmul_t`) is folded into columns, one wider
   product; anything else batched maps sequentially with `lax.map`.
@@ -138,6 +140,10 @@ def _product_primitive(name, *, abstract_eval, implementations, supports) -> Pri
             backend=backend,
             platform=platform,
             dtype=ctx.avals_in[0].dtype,
+            for_export=ctx.module_context.lowering_parameters.for_export,
+            symbolic_shapes=any(
+                not isinstance(dim, int) for aval in ctx.avals_in for dim in aval.shape
+            ),
         )
         function = functools.partial(implementation, **params)
         return mlir.lower_fun(function, multiple_results=False)(ctx, *args)
