@@ -22,11 +22,17 @@ none does, `"auto"` always has `xla`, and the explicit requests raise.)
 `EXPORTABLE` lists for the platform: those whose lowering holds no custom call, or only
 custom calls that `jax.export` guarantees to keep loading (its default checks accept them):
 
-| platform   | `"auto"` exports                | why                                                      |
-|------------|---------------------------------|----------------------------------------------------------|
-| cpu        | `xla`                           | any other CPU family may call a native kernel (jaxlib's `cpu_csr_sparse_dense_ffi`, our own FFI kernels) with no guarantee |
-| cuda, rocm | `xla`                           | Pallas lowers to Triton there: `__gpu$xla.gpu.triton` has no guarantee (Mosaic GPU's `mosaic_gpu_v2` has one; no family uses it yet) |
-| tpu        | `pallas`, `mosaic_tpu`, `xla`   | Mosaic TPU's `tpu_custom_call` is guaranteed             |
+| platform   | `"auto"` exports              |
+|------------|-------------------------------|
+| cpu        | `xla`                         |
+| cuda, rocm | `xla`                         |
+| tpu        | `pallas`, `mosaic_tpu`, `xla` |
+
+Every CPU family but `xla` may call a native kernel with no guarantee (jaxlib's
+`cpu_csr_sparse_dense_ffi`, FFI kernels of our own). On GPUs the Pallas kernels lower to
+Triton, whose `__gpu$xla.gpu.triton` has no guarantee (Mosaic GPU's `mosaic_gpu_v2` has
+one: a Mosaic GPU family joins `EXPORTABLE["cuda"]`). Mosaic TPU's `tpu_custom_call` has
+one.
 
 A Pallas kernel picks its grid and block sizes from static shapes, so a product with a
 symbolic dimension (`jax.export`'s shape polymorphism: a symbolic column count or batch)
@@ -42,8 +48,9 @@ The families: `xla` (pure `jax.numpy`, `kernels/xla_*.py`), `cpu` (XLA formulati
 for XLA CPU, and jaxlib's CSR kernel: `kernels/cpu_*.py`), `pallas` (one Pallas source for
 Triton and Mosaic TPU: `kernels/pallas_dia.py`), `triton` and `mosaic_tpu` (per-platform
 Pallas kernels: `kernels/triton_csr.py`, `kernels/mosaic_tpu_csr.py`). A new family is a
-key in the products' tables, a line in `PREFERENCES`, and, if it is a Pallas kernel
-family (it takes `interpret` and `platform`), a name in `KERNEL_FAMILIES`.
+key in the products' tables, a line in `PREFERENCES`, if it is a Pallas kernel family (it
+takes `interpret` and `platform`) a name in `KERNEL_FAMILIES`, and, where its custom calls
+carry `jax.export`'s guarantee, a name in `EXPORTABLE`.
 
 Only `"auto"` falls back. An explicit `"pallas"` or `"interpret"` for a dtype its kernels
 cannot take (complex values, float64 on TPU, ...) is a `TypeError` naming the dtype, the

@@ -18,10 +18,8 @@ stays sparse. `product_family` registers, for the three members at once:
 
 - the abstract evaluation, from `shape` and the format's `values_shape`;
 - the lowering per platform, which asks `_backend.choose_implementation` for one entry of
-  the member's table of implementations (`{"xla": ..., "cpu": ..., "pallas": ...}`),
-  telling it whether `jax.export` is lowering (JAX's `for_export` lowering parameter) and
-  whether a shape is symbolic (shape polymorphism); every implementation of a member
-  takes the primitive's arguments and parameters;
+  the member's table of implementations (`{"xla": ..., "cpu": ..., "pallas": ...}`);
+  every implementation of a member takes the primitive's arguments and parameters;
 - the JVP (two products: bilinearity), the transposes above, and batching: a batch of
   dense operands (`x` of `matmul`, `g` of `matmul_t`) is folded into columns, one wider
   product; anything else batched maps sequentially with `lax.map`.
@@ -133,6 +131,9 @@ def _product_primitive(name, *, abstract_eval, implementations, supports) -> Pri
     primitive.def_impl(functools.partial(_apply_compiled, primitive))
 
     def lowering(ctx, *args, backend, platform, **params):
+        # What else decides: whether `jax.export` is lowering (then only implementations
+        # whose custom calls it guarantees), and whether a dimension is symbolic (shape
+        # polymorphism, which no Pallas kernel takes).
         implementation = choose_implementation(
             name,
             implementations,
