@@ -17,13 +17,41 @@ platform and takes the first that the product has and that takes the dtype there
 (the first of the listed families that the product has and that takes the dtype; when
 none does, `"auto"` always has `xla`, and the explicit requests raise.)
 
+**Lowering for export.** When `jax.export` lowers a program (the lowering rule sees
+`for_export` in JAX's lowering parameters), `"auto"` keeps only the families that
+`EXPORTABLE` lists for the platform: those whose lowering holds no custom call, or only
+custom calls that `jax.export` guarantees to keep loading (its default checks accept them):
+
+| platform   | `"auto"` exports              |
+|------------|-------------------------------|
+| cpu        | `xla`                         |
+| cuda, rocm | `xla`                         |
+| tpu        | `pallas`, `mosaic_tpu`, `xla` |
+
+Every CPU family but `xla` calls a native kernel with no guarantee (jaxsparse's own FFI
+kernels). On GPUs the Pallas kernels lower to
+Triton, whose `__gpu$xla.gpu.triton` has no guarantee (Mosaic GPU's `mosaic_gpu_v2` has
+one: a Mosaic GPU family joins `EXPORTABLE["cuda"]`). Mosaic TPU's `tpu_custom_call` has
+one.
+
+A Pallas kernel picks its grid and block sizes from static shapes, so a product with a
+symbolic dimension (`jax.export`'s shape polymorphism: a symbolic column count or batch)
+never runs one: `"auto"` skips the kernel families, and `"pallas"` or `"interpret"` raise a
+`ValueError`.
+
+An explicit backend is exported as it is: `"xla"` anywhere; `"pallas"` on TPU; `"pallas"`
+on a GPU only with `disabled_checks=[jax.export.DisabledSafetyCheck.custom_call(
+"__gpu$xla.gpu.triton")]`, and lowering it for export warns so (`jax.export` itself
+raises without them).
+
 The families: `xla` (pure `jax.numpy`, `kernels/xla_*.py`), `native` (jaxsparse's C++
 kernels registered as XLA FFI targets for the CPU: `kernels/native_*.py`; missing when the
 extension was not built, and half precision), `pallas` (one Pallas source for
 Triton and Mosaic TPU: `kernels/pallas_dia.py`), `triton` and `mosaic_tpu` (per-platform
 Pallas kernels: `kernels/triton_csr.py`, `kernels/mosaic_tpu_csr.py`). A new family is a
-key in the products' tables, a line in `PREFERENCES`, and, if it is a Pallas kernel
-family (it takes `interpret` and `platform`), a name in `KERNEL_FAMILIES`.
+key in the products' tables, a line in `PREFERENCES`, if it is a Pallas kernel family (it
+takes `interpret` and `platform`) a name in `KERNEL_FAMILIES`, and, where its custom calls
+carry `jax.export`'s guarantee, a name in `EXPORTABLE`.
 
 Only `"auto"` falls back. An explicit `"pallas"` or `"interpret"` for a dtype its kernels
 cannot take (complex values, float64 on TPU, ...) is a `TypeError` naming the dtype, the
@@ -33,6 +61,7 @@ CPU is a `ValueError` (Pallas has no CPU compiler). The environment variable
 """
 
 import os
+import warnings
 from collections.abc import Callable, Mapping
 
 import numpy as np
@@ -55,6 +84,17 @@ PREFERENCES: dict[tuple[str, str], tuple[str, ...]] = {
     **{("interpret", platform): ("pallas", "triton") for platform in PLATFORMS},
     **{("xla", platform): ("xla",) for platform in PLATFORMS},
 }
+
+# Platform -> the families `"auto"` may lower for export there (see the module docstring):
+# a family is listed only once its custom calls, if any, carry `jax.export`'s guarantee.
+EXPORTABLE: dict[str, tuple[str, ...]] = {
+    "cpu": ("xla",),
+    "cuda": ("xla",),
+    "rocm": ("xla",),
+    "tpu": ("pallas", "mosaic_tpu", "xla"),
+}
+# The custom call that Pallas GPU kernels lower to today (Triton), for the export warning.
+TRITON_CUSTOM_CALL = "__gpu$xla.gpu.triton"
 
 # Interpret mode runs on the host whatever the target: kernels pick tiles for "cpu".
 _INTERPRET_PLATFORM = "cpu"
@@ -85,6 +125,8 @@ def choose_implementation(
     backend: str,
     platform: str,
     dtype,
+    for_export: bool = False,
+    symbolic_shapes: bool = False,
 ) -> Callable:
     """The implementation of one product to lower, with its kernel options bound.
 
@@ -97,22 +139,33 @@ def choose_implementation(
     - `backend`: a resolved backend (see `resolve_backend`).
     - `platform`: the platform being lowered for.
     - `dtype`: the dtype of the product's floating operands.
+    - `for_export`: whether the program is being lowered for `jax.export`; then `"auto"`
+      takes only the families `EXPORTABLE` lists for `platform`.
+    - `symbolic_shapes`: whether an operand has a symbolic dimension; then no kernel family
+      is taken.
 
     **Returns:** a function of the product's arrays and static parameters. Kernel families
     come with `interpret` and `platform` bound.
     """
     interpret = backend == "interpret"
     kernel_platform = _INTERPRET_PLATFORM if interpret else platform
-    for family in PREFERENCES[backend, platform]:
+    preferences = PREFERENCES[backend, platform]
+    if for_export and backend == "auto":
+        preferences = tuple(f for f in preferences if f in EXPORTABLE[platform])
+    for family in preferences:
         if family not in implementations:
             continue
         if not supports.get(family, _takes_every_dtype)(dtype, kernel_platform):
             continue
+        if symbolic_shapes and family in KERNEL_FAMILIES:
+            continue
         function = implementations[family]
+        if for_export and backend == "pallas" and family not in EXPORTABLE[platform]:
+            warnings.warn(_unguaranteed_export_message(op_name, platform), stacklevel=2)
         if family in KERNEL_FAMILIES:
             return _with_kernel_options(function, interpret, kernel_platform)
         return function
-    raise _no_implementation_error(op_name, backend, platform, dtype)
+    raise _no_implementation_error(op_name, backend, platform, dtype, symbolic_shapes)
 
 
 def _takes_every_dtype(dtype, platform) -> bool:
@@ -126,12 +179,21 @@ def _with_kernel_options(function, interpret: bool, platform: str):
     return kernel
 
 
-def _no_implementation_error(op_name: str, backend: str, platform: str, dtype) -> Exception:
+def _no_implementation_error(
+    op_name: str, backend: str, platform: str, dtype, symbolic_shapes: bool
+) -> Exception:
     if backend == "pallas" and platform == "cpu":
         return ValueError(
             f"{op_name}: backend='pallas' compiles Pallas kernels, and Pallas has no CPU "
             "compiler. On a CPU use backend='interpret' to run the Pallas kernels in "
             "interpret mode, or 'auto' / 'xla'."
+        )
+    if symbolic_shapes:
+        return ValueError(
+            f"{op_name}: backend={backend!r} runs Pallas kernels, which need static shapes "
+            "(they pick their grid and block sizes from them), and this product has a "
+            "symbolic dimension (shape polymorphism). Use backend='auto' or 'xla', which "
+            "lower symbolic shapes to pure StableHLO."
         )
     where = "in interpret mode" if backend == "interpret" else f"on platform {platform!r}"
     return TypeError(
@@ -139,4 +201,14 @@ def _no_implementation_error(op_name: str, backend: str, platform: str, dtype) -
         f"{np.dtype(dtype).name} {where}; an explicit backend never runs another "
         "implementation. Use backend='auto' (which falls back to XLA for this dtype) or "
         "backend='xla'."
+    )
+
+
+def _unguaranteed_export_message(op_name: str, platform: str) -> str:
+    return (
+        f"{op_name}: backend='pallas' lowers to a Triton kernel for platform {platform!r}, "
+        f"and its custom call {TRITON_CUSTOM_CALL!r} has no compatibility guarantee: "
+        "jax.export accepts it only with disabled_checks=[jax.export.DisabledSafetyCheck."
+        f"custom_call({TRITON_CUSTOM_CALL!r})], and the artifact may not load under another "
+        "JAX version. backend='auto' exports pure StableHLO on GPUs."
     )

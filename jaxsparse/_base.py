@@ -4,7 +4,8 @@ A format subclass holds its arrays as pytree leaves and its `shape` (and any oth
 metadata) as static fields, names itself in `format` (which registers it, so formats can
 convert into each other without importing each other), registers its product with
 `_matmul.sparse_times_dense`, implements the conversions, and gets from here the products
-on both sides, scalar arithmetic, `T`, `astype`, `toarray` and a readable `repr`.
+on both sides, scalar arithmetic, `T`, `astype`, `toarray`, a readable `repr`, and its
+registration for `jax.export` serialization (`_export.py`).
 """
 
 import abc
@@ -16,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._export import register_serialization
 from ._matmul import matmul
 
 _FORMATS: dict[str, type] = {}
@@ -37,6 +39,7 @@ class SparseMatrix(eqx.Module):
         super().__init_subclass__(**kwargs)
         if "format" in cls.__dict__:
             _FORMATS[cls.format] = cls
+            register_serialization(cls)
 
     # Make numpy arrays defer to our reflected operators (`x @ A` with `x` a numpy array).
     __array_ufunc__ = None

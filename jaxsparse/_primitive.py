@@ -131,6 +131,9 @@ def _product_primitive(name, *, abstract_eval, implementations, supports) -> Pri
     primitive.def_impl(functools.partial(_apply_compiled, primitive))
 
     def lowering(ctx, *args, backend, platform, **params):
+        # What else decides: whether `jax.export` is lowering (then only implementations
+        # whose custom calls it guarantees), and whether a dimension is symbolic (shape
+        # polymorphism, which no Pallas kernel takes).
         implementation = choose_implementation(
             name,
             implementations,
@@ -138,6 +141,10 @@ def _product_primitive(name, *, abstract_eval, implementations, supports) -> Pri
             backend=backend,
             platform=platform,
             dtype=ctx.avals_in[0].dtype,
+            for_export=ctx.module_context.lowering_parameters.for_export,
+            symbolic_shapes=any(
+                not isinstance(dim, int) for aval in ctx.avals_in for dim in aval.shape
+            ),
         )
         function = functools.partial(implementation, **params)
         return mlir.lower_fun(function, multiple_results=False)(ctx, *args)

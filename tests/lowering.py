@@ -13,6 +13,15 @@ KERNEL_CALLS = {"cuda": "__gpu$xla.gpu.triton", "tpu": "tpu_custom_call"}
 _ABSTRACT_DEVICES = {"cuda": ("NVIDIA H100", 132), "tpu": ("TPU v5p", 1)}
 
 
+def abstract_mesh(platform: str):
+    """A context in which programs lower (and export) for `platform` (`"cuda"`, `"tpu"`)
+    as if on one of its devices."""
+    kind, cores = _ABSTRACT_DEVICES[platform]
+    device = jax.sharding.AbstractDevice(device_kind=kind, num_cores=cores, platform=platform)
+    mesh = jax.sharding.AbstractMesh((1,), ("x",), abstract_device=device)
+    return jax.sharding.use_abstract_mesh(mesh)
+
+
 def lower(fn, args, platform: str) -> str:
     """The StableHLO text of `jax.jit(fn)` lowered for `platform`, from this CPU machine.
 
@@ -21,8 +30,5 @@ def lower(fn, args, platform: str) -> str:
     avals = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in args]
     if platform == "cpu":
         return jax.jit(fn).trace(*avals).lower(lowering_platforms=("cpu",)).as_text()
-    kind, cores = _ABSTRACT_DEVICES[platform]
-    device = jax.sharding.AbstractDevice(device_kind=kind, num_cores=cores, platform=platform)
-    mesh = jax.sharding.AbstractMesh((1,), ("x",), abstract_device=device)
-    with jax.sharding.use_abstract_mesh(mesh):
+    with abstract_mesh(platform):
         return jax.jit(fn).trace(*avals).lower(lowering_platforms=(platform,)).as_text()
