@@ -8,8 +8,13 @@ implementation families compute it.
 
 Parameters: the static `offsets` and `shape`, and `backend`. Autodiff, batching and the
 choice of implementation come from `_primitive.product_family`.
+
+The `cpu` family (`kernels/cpu_dia.py`) unrolls every diagonal and takes one matrix; its
+table entries run it only there (up to `MAX_UNROLLED_DIAGONALS` diagonals, unbatched), and
+the XLA family's loop over the diagonals and its batch axis everywhere else.
 """
 
+from ._dia_layout import unrolls_diagonals
 from ._primitive import product_family
 from .kernels import pallas_dia
 from .kernels.cpu_dia import dia_matmul_cpu, dia_matmul_t_cpu, dia_sddmm_cpu
@@ -21,16 +26,37 @@ def _values_shape(*, offsets, shape):
     return (len(offsets), shape[1])
 
 
+def _unrolled_or_xla(unrolled, xla):
+    """An implementation running `unrolled` (for one matrix, diagonals unrolled) where it
+    applies, and `xla` for a batch or for more than `MAX_UNROLLED_DIAGONALS` diagonals."""
+
+    def implementation(first, second, *, offsets, shape):
+        one_matrix = first.ndim == 2 and second.ndim == 2
+        if one_matrix and unrolls_diagonals(offsets, shape):
+            return unrolled(first, second, offsets=offsets, shape=shape)
+        return xla(first, second, offsets=offsets, shape=shape)
+
+    return implementation
+
+
 # The table: member -> implementation family -> function (see `_backend.py` for which
 # family runs where). A new family is one key per member.
 IMPLEMENTATIONS = {
-    "matmul": {"xla": dia_matmul_xla, "cpu": dia_matmul_cpu, "pallas": dia_matmul_pallas},
+    "matmul": {
+        "xla": dia_matmul_xla,
+        "cpu": _unrolled_or_xla(dia_matmul_cpu, dia_matmul_xla),
+        "pallas": dia_matmul_pallas,
+    },
     "matmul_t": {
         "xla": dia_matmul_t_xla,
-        "cpu": dia_matmul_t_cpu,
+        "cpu": _unrolled_or_xla(dia_matmul_t_cpu, dia_matmul_t_xla),
         "pallas": dia_matmul_t_pallas,
     },
-    "sddmm": {"xla": dia_sddmm_xla, "cpu": dia_sddmm_cpu, "pallas": dia_sddmm_pallas},
+    "sddmm": {
+        "xla": dia_sddmm_xla,
+        "cpu": _unrolled_or_xla(dia_sddmm_cpu, dia_sddmm_xla),
+        "pallas": dia_sddmm_pallas,
+    },
 }
 DIA_PRODUCTS = product_family(
     "dia",
