@@ -8,6 +8,10 @@ implementation families compute it.
 
 Parameters: the static `offsets` and `shape`, and `backend`. Autodiff, batching and the
 choice of implementation come from `_primitive.product_family`.
+
+The `native` family (`kernels/native_dia.py`) takes any number of diagonals (the offsets
+are an attribute of one kernel call) but one matrix at a time; batched calls run the XLA
+family's batch axis.
 """
 
 from ._primitive import product_family
@@ -21,16 +25,35 @@ def _values_shape(*, offsets, shape):
     return (len(offsets), shape[1])
 
 
+def _unbatched_or_xla(unbatched, xla):
+    """An implementation running `unbatched` for one matrix and `xla` for a batch (an
+    argument with a leading batch axis)."""
+
+    def implementation(first, second, *, offsets, shape):
+        function = unbatched if first.ndim == 2 and second.ndim == 2 else xla
+        return function(first, second, offsets=offsets, shape=shape)
+
+    return implementation
+
+
 # The table: member -> implementation family -> function (see `_backend.py` for which
 # family runs where). A new family is one key per member.
 IMPLEMENTATIONS = {
-    "matmul": {"xla": dia_matmul_xla, "native": dia_matmul_native, "pallas": dia_matmul_pallas},
+    "matmul": {
+        "xla": dia_matmul_xla,
+        "native": _unbatched_or_xla(dia_matmul_native, dia_matmul_xla),
+        "pallas": dia_matmul_pallas,
+    },
     "matmul_t": {
         "xla": dia_matmul_t_xla,
-        "native": dia_matmul_t_native,
+        "native": _unbatched_or_xla(dia_matmul_t_native, dia_matmul_t_xla),
         "pallas": dia_matmul_t_pallas,
     },
-    "sddmm": {"xla": dia_sddmm_xla, "native": dia_sddmm_native, "pallas": dia_sddmm_pallas},
+    "sddmm": {
+        "xla": dia_sddmm_xla,
+        "native": _unbatched_or_xla(dia_sddmm_native, dia_sddmm_xla),
+        "pallas": dia_sddmm_pallas,
+    },
 }
 DIA_PRODUCTS = product_family(
     "dia",

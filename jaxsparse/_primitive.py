@@ -20,11 +20,29 @@ stays sparse. `product_family` registers, for the three members at once:
 - the lowering per platform, which asks `_backend.choose_implementation` for one entry of
   the member's table of implementations (`{"xla": ..., "cpu": ..., "pallas": ...}`);
   every implementation of a member takes the primitive's arguments and parameters;
-- the JVP (two products: bilinearity), the transposes above, and batching: a batch of
-  dense operands (`x` of `matmul`, `g` of `matmul_t`) is folded into columns, one wider
-  product; anything else batched maps sequentially with `lax.map`.
+- the JVP (two products: bilinearity), the transposes above, and batching (below).
 
 Every primitive also carries a `backend` parameter, which the implementations do not see.
+
+**Batches.** `jax.vmap` never maps a product sequentially. A batch of dense operands alone
+(`x` of `matmul`, `g` of `matmul_t`) is folded into columns: one wider product. Any other
+batch becomes one leading batch axis on the two bilinear arguments, and every
+implementation takes it (the contract a new implementation family follows):
+
+| member     | first argument         | second argument       | result                 |
+|------------|------------------------|-----------------------|------------------------|
+| `matmul`   | values `(B, *values)`  | `(n, k)` or `(B, n, k)` | `(B, m, k)`          |
+| `matmul_t` | values `(B, *values)`  | `(m, k)` or `(B, m, k)` | `(B, n, k)`          |
+| `sddmm`    | `(m, k)` or `(B, m, k)` | `(n, k)` or `(B, n, k)` | `(B, *values)`      |
+
+(`values` is the unbatched values' shape, `values_shape`; a `matmul` or `matmul_t` whose
+operand is batched always has batched values too; an `sddmm` has at least one batched
+argument.) An argument without the axis is shared by the whole batch, and the structure
+(CSR's index arrays) never has it: the implementation reads the structure, and a shared
+operand, once for all `B` matrices. Nested `vmap`s merge into the one axis. A batch of
+structures is the format's `batch_structure` rule (CSR: one block-diagonal matrix). A
+family whose kernels cannot take the axis is completed in the format's table by one that
+can (`with_batches`), so a batched call always runs one batched product.
 """
 
 import dataclasses
@@ -32,7 +50,7 @@ import functools
 from collections.abc import Callable, Mapping
 
 import jax
-from jax import lax
+import jax.numpy as jnp
 from jax.core import ShapedArray
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
@@ -57,6 +75,7 @@ def product_family(
     values_shape: Callable[..., tuple[int, ...]],
     implementations: Mapping[str, Mapping[str, Callable]],
     supports: Mapping[str, Callable],
+    batch_structure: Callable | None = None,
 ) -> ProductFamily:
     """Build and register the product primitives of one format.
 
@@ -67,10 +86,12 @@ def product_family(
     - `values_shape`: `(*structure_avals, **params) -> shape` of the stored values, the
       result of `sddmm`.
     - `implementations`: member (`"matmul"`, `"matmul_t"`, `"sddmm"`) -> implementation
-      family (`"xla"`, `"cpu"`, `"pallas"`, ...) -> function taking the primitive's arrays
+      family (`"xla"`, `"native"`, `"pallas"`, ...) -> function taking the primitive's arrays
       and static parameters (kernel families also take `interpret` and `platform`).
     - `supports`: implementation family -> `(dtype, platform) -> bool`, the dtypes its
       kernels take; families not listed take every dtype.
+    - `batch_structure`: for formats with structure arguments, `(primitive, args, dims,
+      **params) -> (out, out_dim)`, the batching rule when the structure is batched.
 
     **Returns:** the `ProductFamily`.
     """
@@ -106,9 +127,10 @@ def product_family(
     for primitive, rules in transposes.items():
         ad.primitive_jvps[primitive] = functools.partial(_bilinear_jvp, primitive)
         ad.primitive_transposes[primitive] = functools.partial(_bilinear_transpose, rules)
-    batching.primitive_batchers[family.matmul] = functools.partial(_batch, family.matmul, True)
-    batching.primitive_batchers[family.matmul_t] = functools.partial(_batch, family.matmul_t, True)
-    batching.primitive_batchers[family.sddmm] = functools.partial(_batch, family.sddmm, False)
+    for member in MEMBERS:
+        batching.primitive_batchers[getattr(family, member)] = functools.partial(
+            _batch, getattr(family, member), member, values_shape, batch_structure
+        )
     return family
 
 
@@ -117,12 +139,24 @@ def _abstract_eval(member, values_shape, first, second, *structure, shape, backe
         raise TypeError(
             f"{member}: operands must share a dtype, got {first.dtype} and {second.dtype}."
         )
+    values = values_shape(*structure, shape=shape, **params)
+    first_rank = 2 if member == "sddmm" else len(values)
+    batch = _batch_shape(member, (first, first_rank), (second, 2))
     m, n = shape
     if member == "matmul":
-        return ShapedArray((m, second.shape[1]), second.dtype)
+        return ShapedArray((*batch, m, second.shape[-1]), second.dtype)
     if member == "matmul_t":
-        return ShapedArray((n, second.shape[1]), second.dtype)
-    return ShapedArray(values_shape(*structure, shape=shape, **params), second.dtype)
+        return ShapedArray((*batch, n, second.shape[-1]), second.dtype)
+    return ShapedArray((*batch, *values), second.dtype)
+
+
+def _batch_shape(member, *arrays_and_ranks) -> tuple:
+    """`(B,)` if one of the bilinear arguments has the leading batch axis, else `()`."""
+    sizes = {a.shape[0] for a, rank in arrays_and_ranks if a.ndim == rank + 1}
+    if any(a.ndim not in (rank, rank + 1) for a, rank in arrays_and_ranks) or len(sizes) > 1:
+        shapes = [a.shape for a, _ in arrays_and_ranks]
+        raise ValueError(f"{member}: arguments of shapes {shapes} are not one batch.")
+    return tuple(sizes)
 
 
 def _product_primitive(name, *, abstract_eval, implementations, supports) -> Primitive:
@@ -180,31 +214,77 @@ def _bilinear_jvp(primitive, primals, tangents, **params):
 
 
 def _bilinear_transpose(rules, ct, first, second, *structure, **params):
-    """The cotangent of whichever of the two bilinear arguments is being transposed."""
+    """The cotangent of whichever of the two bilinear arguments is being transposed; an
+    argument shared by a batch (no batch axis) gets the sum over the batch."""
     cotangents = [None] * (2 + len(structure))
     if type(ct) is ad.Zero:
         return cotangents
     position = 0 if ad.is_undefined_primal(first) else 1
     member, new_first, new_second = rules[position](ct, first, second)
-    cotangents[position] = member.bind(new_first, new_second, *structure, **params)
+    cotangent = member.bind(new_first, new_second, *structure, **params)
+    primal_rank = (first, second)[position].aval.ndim
+    if cotangent.ndim == primal_rank + 1:
+        cotangent = jnp.sum(cotangent, axis=0)
+    cotangents[position] = cotangent
     return cotangents
 
 
-def _batch(primitive, folds_second: bool, args, dims, **params):
-    """One wider product when only the dense operand (second argument) is batched and the
-    member is column-wise in it; otherwise a sequential map over the batch."""
-    if folds_second and all(d is None for i, d in enumerate(dims) if i != 1):
-        dense = jax.numpy.moveaxis(args[1], dims[1], 1)
-        rows, size, cols = dense.shape
-        out = primitive.bind(args[0], dense.reshape(rows, size * cols), *args[2:], **params)
-        return out.reshape(out.shape[0], size, cols), 1
-    batched = [i for i, d in enumerate(dims) if d is not None]
+def _batch(primitive, member, values_shape, batch_structure, args, dims, **params):
+    """The batching rule: see "Batches" in the module docstring."""
+    if any(d is not None for d in dims[2:]):
+        if batch_structure is None:
+            raise NotImplementedError(f"{primitive.name}: no batching rule for its structure.")
+        return batch_structure(primitive, args, dims, **params)
+    first, second, *structure = args
+    if member != "sddmm" and dims[0] is None:
+        return _fold_into_columns(primitive, first, second, dims[1], structure, params)
+    values = values_shape(*structure, **{k: v for k, v in params.items() if k != "backend"})
+    ranks = (2 if member == "sddmm" else len(values), 2)
+    # A nested vmap meets arguments that already carry an (inner) batch axis: the new axis
+    # and the inner one merge into one leading axis, new-major.
+    inner = [
+        a.ndim - (d is not None) > r for a, d, r in zip(args[:2], dims[:2], ranks, strict=True)
+    ]
+    size = next(a.shape[d] for a, d in zip(args[:2], dims[:2], strict=True) if d is not None)
+    inner_size = next(
+        (
+            a.shape[1 if d == 0 else 0]
+            for a, d, i in zip(args[:2], dims[:2], inner, strict=True)
+            if i
+        ),
+        1,
+    )
+    merged = [
+        _with_merged_batch(a, d, i, any(inner), size, inner_size)
+        for a, d, i in zip(args[:2], dims[:2], inner, strict=True)
+    ]
+    out = primitive.bind(*merged, *structure, **params)
+    if any(inner):
+        out = out.reshape(size, inner_size, *out.shape[1:])
+    return out, 0
 
-    def one_member(members):
-        call_args = list(args)
-        for i, member in zip(batched, members, strict=True):
-            call_args[i] = member
-        return primitive.bind(*call_args, **params)
 
-    stacked = tuple(jax.numpy.moveaxis(args[i], dims[i], 0) for i in batched)
-    return lax.map(one_member, stacked), 0
+def _fold_into_columns(primitive, values, dense, dim, structure, params):
+    """Only the dense operand is batched: its batch joins its columns (the last axis)."""
+    dense = jnp.moveaxis(dense, dim, -2)
+    *lead, size, cols = dense.shape
+    out = primitive.bind(values, dense.reshape(*lead, size * cols), *structure, **params)
+    out = out.reshape(*out.shape[:-1], size, cols)
+    return out, out.ndim - 2
+
+
+def _with_merged_batch(array, dim, has_inner, merge, size, inner_size):
+    """`array` with its new batch axis (`dim`, or none: shared) and inner batch axis (if
+    `has_inner`) as one leading axis of `size * inner_size`, where `merge`; an array with
+    neither stays shared."""
+    if dim is None and not has_inner:
+        return array
+    if dim is None:
+        array = jnp.broadcast_to(array, (size, *array.shape))
+    else:
+        array = jnp.moveaxis(array, dim, 0)
+    if not merge:
+        return array
+    if not has_inner:
+        array = jnp.broadcast_to(array[:, None], (size, inner_size, *array.shape[1:]))
+    return array.reshape(size * inner_size, *array.shape[2:])

@@ -1,5 +1,6 @@
-"""What the CSR Pallas kernel families (Triton, Mosaic TPU) share: argument checks, and
-the transposed product as the family's product on the transposed structure."""
+"""What the CSR Pallas kernel families (Triton, Mosaic TPU) share: argument checks (with the
+batch axis of `_primitive.py`: values `(B, nnz)`, dense operands `(B, rows, k)` or shared),
+and the transposed product as the family's product on the transposed structure."""
 
 import jax.numpy as jnp
 
@@ -11,18 +12,20 @@ def check_structure(values, indices, indptr, shape) -> None:
     m, _ = shape
     if indices.ndim != 1 or indptr.ndim != 1:
         raise ValueError(f"{indices.shape=} and {indptr.shape=} must be 1-D")
-    if values is not None and values.shape != indices.shape:
-        raise ValueError(f"data.shape={values.shape} must equal {indices.shape=}")
+    if values is not None and (values.ndim not in (1, 2) or values.shape[-1:] != indices.shape):
+        raise ValueError(f"data.shape={values.shape} must be {indices.shape=}, or batched")
     if indptr.shape != (m + 1,):
         raise ValueError(f"{indptr.shape=} must be (m + 1,) for {shape=}")
     if indices.dtype != indptr.dtype or indices.dtype not in (jnp.int32, jnp.int64):
         raise ValueError(f"{indices.dtype=} and {indptr.dtype=} must be the same int32/int64")
 
 
-def check_dense(name: str, array, rows: int, dtype) -> None:
-    """`array` is a 2-D `(rows, k)` operand of `dtype`."""
-    if array.ndim != 2 or array.shape[0] != rows:
-        raise ValueError(f"{name}.shape={array.shape} must be ({rows}, k)")
+def check_dense(name: str, array, rows: int, dtype, batch=None) -> None:
+    """`array` is a `(rows, k)` operand of `dtype`, or `(batch, rows, k)` if `batch`."""
+    if array.ndim not in (2, 3) or array.shape[-2] != rows:
+        raise ValueError(f"{name}.shape={array.shape} must be ({rows}, k) or (B, {rows}, k)")
+    if array.ndim == 3 and array.shape[0] != batch:
+        raise ValueError(f"{name}.shape={array.shape} does not match the batch ({batch})")
     if array.dtype != dtype:
         raise ValueError(f"{name}.dtype={array.dtype} must equal {dtype=}")
 
@@ -31,9 +34,10 @@ def check_sddmm(g, x, indices, indptr, shape) -> None:
     """The arguments of a sampled product `g[row(p)] . x[indices[p]]`."""
     m, n = shape
     check_structure(None, indices, indptr, shape)
-    check_dense("g", g, m, g.dtype)
-    check_dense("x", x, n, g.dtype)
-    if g.shape[1] != x.shape[1]:
+    batch = next((a.shape[0] for a in (g, x) if a.ndim == 3), None)
+    check_dense("g", g, m, g.dtype, batch)
+    check_dense("x", x, n, g.dtype, batch)
+    if g.shape[-1] != x.shape[-1]:
         raise ValueError(f"{g.shape=} and {x.shape=} must have the same number of columns")
 
 
@@ -44,6 +48,6 @@ def matmul_t_by_transposed_structure(matmul, data, g, indices, indptr, *, shape,
     are non-deterministic)."""
     m, n = shape
     check_structure(data, indices, indptr, shape)
-    check_dense("g", g, m, data.dtype)
+    check_dense("g", g, m, data.dtype, data.shape[0] if data.ndim == 2 else None)
     order, indices_t, indptr_t = transposed_structure(indices, indptr, n)
-    return matmul(data[order], g, indices_t, indptr_t, shape=(n, m), **options)
+    return matmul(data[..., order], g, indices_t, indptr_t, shape=(n, m), **options)

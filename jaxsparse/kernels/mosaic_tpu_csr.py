@@ -27,6 +27,12 @@ atomics for a scatter.
 chunks of `block_nnz` entries, one program per chunk, and both operand rows of every entry
 are DMA'd into VMEM.
 
+**Batches** (`_primitive.py`, "Batches": values `(B, nnz)`, dense operands `(B, rows, k)` or
+shared). Each program loops over the `B` members inside: a chunk's column indices and row
+ids reach SMEM once, one DMA brings the chunk's values of all members, and a shared
+operand's rows are gathered once; a batched operand's rows are gathered per member. The
+accumulator is a `(B, block_rows, k)` float32 VMEM buffer. One matrix is a batch of one.
+
 bfloat16 accumulates in float32. Lowering needs an abstract TPU mesh on a machine without
 a TPU (the DMA lowering asks the device kind).
 """
@@ -138,12 +144,14 @@ def _gather_rows(src_hbm, dst_vmem, positions_smem, sem, offset):
 
 def _matmul_kernel(
     indptr_hbm, indices_hbm, data_hbm, x_hbm, out_ref,
-    indptr_smem, cols_smem, data_vmem, x_vmem, data_sem, x_sem,
-    *, block_rows, block_nnz, num_rows, nnz,
+    indptr_smem, cols_smem, data_vmem, x_vmem, acc_vmem, data_sem, x_sem,
+    *, block_rows, block_nnz, num_rows, nnz, shared_x,
 ):  # fmt: skip
     # Windows are clamped inside the arrays (the wrapper pads them to at least one
     # window); `*_base` is the absolute position of a window's first element. Integer
-    # constants are int32 so the kernel also lowers when x64 is enabled.
+    # constants are int32 so the kernel also lowers when x64 is enabled. `data_hbm` is
+    # `(batch, nnz)`, `x_hbm` `(n, k)` if `shared_x` else `(batch, n, k)`.
+    batch = data_vmem.shape[0]
     block_first_row = pl.program_id(0) * np.int32(block_rows)
     row_base = jnp.minimum(block_first_row, np.int32(num_rows - block_rows))
     pltpu.sync_copy(indptr_hbm.at[pl.ds(row_base, block_rows + 1)], indptr_smem)
@@ -157,8 +165,9 @@ def _matmul_kernel(
         row_lo = jnp.where(row_ids == np.int32(r), starts[r], row_lo)
         row_hi = jnp.where(row_ids == np.int32(r), starts[r + 1], row_hi)
     acc_dtype = accumulation_dtype(out_ref.dtype)
+    acc_vmem[...] = jnp.zeros_like(acc_vmem)
 
-    def body(step, acc):
+    def body(step, carry):
         chunk_start = block_start + step * np.int32(block_nnz)
         base = jnp.minimum(chunk_start, np.int32(nnz - block_nnz))
         pltpu.sync_copy(indices_hbm.at[pl.ds(base, block_nnz)], cols_smem)
@@ -166,40 +175,62 @@ def _matmul_kernel(
             data_hbm.at[:, pl.ds(base, block_nnz)], data_vmem, data_sem
         )
         data_copy.start()
-        _gather_rows(x_hbm, x_vmem, cols_smem, x_sem, np.int32(0))
+        if shared_x:
+            _gather_rows(x_hbm, x_vmem, cols_smem, x_sem, np.int32(0))
         data_copy.wait()
         position = base + lax.broadcasted_iota(jnp.int32, (block_rows, block_nnz), 1)
         in_row = (position >= row_lo) & (position < row_hi) & (position >= chunk_start)
-        weights = jnp.where(in_row, data_vmem[...].astype(acc_dtype), 0)
         # Rows of the buffer outside the block may be any finite or non-finite values of x.
         position_col = base + lax.broadcasted_iota(jnp.int32, x_vmem.shape, 0)
         in_block = (position_col >= chunk_start) & (position_col < block_end)
-        x_rows = jnp.where(in_block, x_vmem[...].astype(acc_dtype), 0)
-        return acc + jnp.dot(
-            weights, x_rows, precision=lax.Precision.HIGHEST, preferred_element_type=acc_dtype
-        )
+
+        def member(b, carry):
+            if not shared_x:
+                _gather_rows(x_hbm.at[b], x_vmem, cols_smem, x_sem, np.int32(0))
+            x_rows = jnp.where(in_block, x_vmem[...].astype(acc_dtype), 0)
+            values = data_vmem[pl.ds(b, 1), :].astype(acc_dtype)
+            weights = jnp.where(in_row, values, 0)
+            acc_vmem[b] += jnp.dot(
+                weights, x_rows, precision=lax.Precision.HIGHEST, preferred_element_type=acc_dtype
+            )
+            return carry
+
+        return lax.fori_loop(np.int32(0), np.int32(batch), member, carry)
 
     num_steps = (block_end - block_start + np.int32(block_nnz - 1)) // np.int32(block_nnz)
-    acc = lax.fori_loop(np.int32(0), num_steps, body, jnp.zeros(out_ref.shape, acc_dtype))
-    out_ref[...] = acc.astype(out_ref.dtype)
+    lax.fori_loop(np.int32(0), num_steps, body, np.int32(0))
+    out_ref[...] = acc_vmem[...].astype(out_ref.dtype)
 
 
 def _sddmm_kernel(
     rows_hbm, indices_hbm, g_hbm, x_hbm, out_ref,
     rows_smem, cols_smem, g_vmem, x_vmem, g_sem, x_sem,
-    *, block_nnz, nnz,
+    *, block_nnz, nnz, batched,
 ):  # fmt: skip
+    """`g_hbm` and `x_hbm` are each `(rows, k)` (shared) or `(batch, rows, k)` per
+    `batched`; `out_ref` is the `(batch, block_nnz, 1)` block."""
     block_start = pl.program_id(0) * np.int32(block_nnz)
     base = jnp.minimum(block_start, np.int32(nnz - block_nnz))
     pltpu.sync_copy(rows_hbm.at[pl.ds(base, block_nnz)], rows_smem)
     pltpu.sync_copy(indices_hbm.at[pl.ds(base, block_nnz)], cols_smem)
     # The last window is clamped; `shift` puts entry `block start + p` in buffer row `p`.
     shift = block_start - base
-    _gather_rows(g_hbm, g_vmem, rows_smem, g_sem, shift)
-    _gather_rows(x_hbm, x_vmem, cols_smem, x_sem, shift)
+    if not batched[0]:
+        _gather_rows(g_hbm, g_vmem, rows_smem, g_sem, shift)
+    if not batched[1]:
+        _gather_rows(x_hbm, x_vmem, cols_smem, x_sem, shift)
     acc_dtype = accumulation_dtype(out_ref.dtype)
-    products = g_vmem[...].astype(acc_dtype) * x_vmem[...].astype(acc_dtype)
-    out_ref[...] = jnp.sum(products, axis=1, keepdims=True).astype(out_ref.dtype)
+
+    def member(b, carry):
+        if batched[0]:
+            _gather_rows(g_hbm.at[b], g_vmem, rows_smem, g_sem, shift)
+        if batched[1]:
+            _gather_rows(x_hbm.at[b], x_vmem, cols_smem, x_sem, shift)
+        products = g_vmem[...].astype(acc_dtype) * x_vmem[...].astype(acc_dtype)
+        out_ref[b] = jnp.sum(products, axis=1, keepdims=True).astype(out_ref.dtype)
+        return carry
+
+    lax.fori_loop(np.int32(0), np.int32(out_ref.shape[0]), member, np.int32(0))
 
 
 def csr_matmul_mosaic_tpu(
@@ -217,47 +248,53 @@ def csr_matmul_mosaic_tpu(
 
     **Arguments:**
 
-    - `data`, `x`: the `(nnz,)` values and the dense `(n, k)` operand, one dtype.
+    - `data`, `x`: the `(nnz,)` values and the dense `(n, k)` operand, one dtype; or a
+      batch: `(B, nnz)` values and a `(B, n, k)` or shared `(n, k)` operand.
     - `indices`, `indptr`: the CSR structure (`(nnz,)`, `(m + 1,)`).
     - `shape`: `(m, n)`, static.
     - `interpret`: run the kernel in Pallas interpret mode (any machine).
     - `platform`: `"tpu"` or `"cpu"` (interpret mode); `None`: `"cpu"` when interpreting.
     - `block_sizes`: `None` fields take `BlockSizes.get_default`.
 
-    **Returns:** `(m, k)` array in `x`'s dtype.
+    **Returns:** `(m, k)` array in `x`'s dtype (`(B, m, k)` for a batch).
     """
     m, n = shape
     check_structure(data, indices, indptr, shape)
-    check_dense("x", x, n, data.dtype)
-    k = x.shape[1]
+    batch = data.shape[0] if data.ndim == 2 else None
+    check_dense("x", x, n, data.dtype, batch)
+    k = x.shape[-1]
+    lead = data.shape[:-1]
     block_sizes = _resolve(platform, interpret, block_sizes, k)
-    if m == 0 or k == 0 or data.shape[0] == 0 or n == 0:
-        return jnp.zeros((m, k), x.dtype)
+    if m == 0 or k == 0 or data.shape[-1] == 0 or n == 0 or 0 in lead:
+        return jnp.zeros((*lead, m, k), x.dtype)
     block_rows, block_nnz = block_sizes.block_rows, block_sizes.block_nnz
-    nnz = data.shape[0]
+    nnz = data.shape[-1]
+    members = batch or 1
     # Only matrices smaller than one window are padded, so the copies stay tiny.
     indptr = _pad_to(indptr.astype(jnp.int32), block_rows + 1, value=nnz)
     indices = _pad_to(indices.astype(jnp.int32), block_nnz)
-    data = _pad_to(data, block_nnz)[None, :]
+    data = _pad_to(data.reshape(members, nnz), block_nnz)
     kernel = functools.partial(
         _matmul_kernel,
         block_rows=block_rows,
         block_nnz=block_nnz,
         num_rows=indptr.shape[0] - 1,
         nnz=indices.shape[0],
+        shared_x=x.ndim == 2,
     )
     any_spec = pl.BlockSpec(memory_space=pl.ANY)
-    return pl.pallas_call(
+    out = pl.pallas_call(
         kernel,
         grid=(pl.cdiv(m, block_rows),),
         in_specs=[any_spec] * 4,
-        out_specs=pl.BlockSpec((block_rows, k), lambda b: (b, 0)),
-        out_shape=jax.ShapeDtypeStruct((m, k), x.dtype),
+        out_specs=pl.BlockSpec((members, block_rows, k), lambda b: (0, b, 0)),
+        out_shape=jax.ShapeDtypeStruct((members, m, k), x.dtype),
         scratch_shapes=[
             pltpu.SMEM((block_rows + 1,), jnp.int32),
             pltpu.SMEM((block_nnz,), jnp.int32),
-            pltpu.VMEM((1, block_nnz), data.dtype),
+            pltpu.VMEM((members, block_nnz), data.dtype),
             pltpu.VMEM((block_nnz, k), x.dtype),
+            pltpu.VMEM((members, block_rows, k), accumulation_dtype(x.dtype)),
             pltpu.SemaphoreType.DMA(()),
             pltpu.SemaphoreType.DMA(()),
         ],
@@ -265,6 +302,7 @@ def csr_matmul_mosaic_tpu(
         interpret=interpret,
         name="csr_matmul",
     )(indptr, indices, data, x)
+    return out if batch else out[0]
 
 
 def csr_matmul_t_mosaic_tpu(
@@ -282,7 +320,7 @@ def csr_matmul_t_mosaic_tpu(
 
     **Arguments:** as `csr_matmul_mosaic_tpu`, with `g` the `(m, k)` operand.
 
-    **Returns:** `(n, k)` array in `g`'s dtype.
+    **Returns:** `(n, k)` array in `g`'s dtype (`(B, n, k)` for a batch).
     """
     return matmul_t_by_transposed_structure(
         csr_matmul_mosaic_tpu,
@@ -314,24 +352,30 @@ def csr_sddmm_mosaic_tpu(
     **Arguments:** `g`: `(m, k)`; `x`: `(n, k)`, same dtype; the rest as
     `csr_matmul_mosaic_tpu`.
 
-    **Returns:** `(nnz,)` array in `g`'s dtype.
+    **Returns:** `(nnz,)` array in `g`'s dtype (`(B, nnz)` if `g` or `x` is a `(B, rows, k)`
+    batch).
     """
     check_sddmm(g, x, indices, indptr, shape)
-    nnz, k = indices.shape[0], g.shape[1]
+    nnz, k = indices.shape[0], g.shape[-1]
+    batch = next((a.shape[0] for a in (g, x) if a.ndim == 3), None)
+    lead = (batch,) if batch is not None else ()
     block_sizes = _resolve(platform, interpret, block_sizes, k)
-    if nnz == 0 or k == 0:
-        return jnp.zeros((nnz,), g.dtype)
+    if nnz == 0 or k == 0 or 0 in lead:
+        return jnp.zeros((*lead, nnz), g.dtype)
     block_nnz = block_sizes.block_nnz
+    members = batch or 1
     rows = _pad_to(row_ids(indptr, nnz).astype(jnp.int32), block_nnz)
     indices = _pad_to(indices.astype(jnp.int32), block_nnz)
-    kernel = functools.partial(_sddmm_kernel, block_nnz=block_nnz, nnz=indices.shape[0])
+    kernel = functools.partial(
+        _sddmm_kernel, block_nnz=block_nnz, nnz=indices.shape[0], batched=(g.ndim == 3, x.ndim == 3)
+    )
     any_spec = pl.BlockSpec(memory_space=pl.ANY)
     out = pl.pallas_call(
         kernel,
         grid=(pl.cdiv(nnz, block_nnz),),
         in_specs=[any_spec] * 4,
-        out_specs=pl.BlockSpec((block_nnz, 1), lambda b: (b, 0)),
-        out_shape=jax.ShapeDtypeStruct((nnz, 1), g.dtype),
+        out_specs=pl.BlockSpec((members, block_nnz, 1), lambda b: (0, b, 0)),
+        out_shape=jax.ShapeDtypeStruct((members, nnz, 1), g.dtype),
         scratch_shapes=[
             pltpu.SMEM((block_nnz,), jnp.int32),
             pltpu.SMEM((block_nnz,), jnp.int32),
@@ -344,4 +388,4 @@ def csr_sddmm_mosaic_tpu(
         interpret=interpret,
         name="csr_sddmm",
     )(rows, indices, g, x)
-    return out[:, 0]
+    return out[..., 0] if batch else out[0, :, 0]

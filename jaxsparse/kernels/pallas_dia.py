@@ -41,11 +41,13 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 from jax.experimental.pallas import triton as plgpu
 
-from .._dia_layout import active_diagonals, negate_offsets, transpose_data
+from .._dia_layout import active_diagonals, negate_offsets, transpose_data, unrolls_diagonals
+from . import pallas_dia_loop
 from ._precision import accumulation_dtype
 
 _PLATFORMS = ("cuda", "rocm", "tpu", "cpu")
@@ -194,7 +196,7 @@ def _tiles(platform: str, block_sizes: BlockSizes | None, m: int, k: int) -> tup
 
 
 def _compiler_params(
-    platform: str, block_sizes: BlockSizes | None, vmem_bytes: int, num_grid_dims: int
+    platform: str, block_sizes: BlockSizes | None, vmem_bytes: int, dimension_semantics
 ):
     if platform in ("cuda", "rocm") and block_sizes is not None:
         return plgpu.CompilerParams(
@@ -204,9 +206,7 @@ def _compiler_params(
         return None
     # Double-buffered blocks plus headroom; only raised above Mosaic's default when needed.
     limit = max(_TPU_DEFAULT_VMEM_BYTES, 2 * vmem_bytes + 4 * 2**20)
-    return pltpu.CompilerParams(
-        dimension_semantics=("parallel",) * num_grid_dims, vmem_limit_bytes=limit
-    )
+    return pltpu.CompilerParams(dimension_semantics=dimension_semantics, vmem_limit_bytes=limit)
 
 
 def _vmem_block_bytes(rows: int, cols: int, dtype) -> int:
@@ -246,8 +246,9 @@ def dia_matmul_pallas(
 
     **Arguments:**
 
-    - `data`: `(ndiag, n)` diagonal values, `data[k, j] == A[j - offsets[k], j]`.
-    - `x`: `(n, k)` dense operand, same dtype as `data`.
+    - `data`: `(ndiag, n)` diagonal values, `data[k, j] == A[j - offsets[k], j]`; or
+      `(B, ndiag, n)`, a batch of matrices with one structure (a batch grid axis).
+    - `x`: `(n, k)` dense operand, same dtype as `data`; or `(B, n, k)` with batched `data`.
     - `offsets`: static Python ints, one per row of `data`, distinct, any order.
     - `shape`: static `(m, n)`.
     - `interpret`: run the kernel in Pallas interpret mode (any platform, slow).
@@ -258,23 +259,33 @@ def dia_matmul_pallas(
 
     **Returns:**
 
-    `(m, k)` array of `x.dtype`.
+    `(m, k)` array of `x.dtype`, or `(B, m, k)` for a batch. Beyond `MAX_UNROLLED_DIAGONALS`
+    diagonals inside the matrix, the kernel loops over them (`pallas_dia_loop.py`).
     """
     m, n = shape
     _check_offsets(offsets)
-    if data.shape != (len(offsets), n):
-        raise ValueError(f"{data.shape=} must be (len(offsets), n) for {shape=}")
-    if x.ndim != 2 or x.shape[0] != n:
-        raise ValueError(f"{x.shape=} must be (n, k) for {shape=}")
-    if data.dtype != x.dtype:
-        raise ValueError(f"{data.dtype=} and {x.dtype=} must match")
-    k = x.shape[1]
+    lead = _check_product(data, x, "x", offsets, shape, n)
+    k = x.shape[-1]
     active_index, active_offsets = active_diagonals(offsets, shape)
     if k == 0 or not active_index:
-        return jnp.zeros((m, k), x.dtype)
+        return jnp.zeros((*lead, m, k), x.dtype)
 
     platform = _resolve_platform(platform, interpret)
     block_rows, block_cols = _tiles(platform, block_sizes, m, k)
+    active = data[..., np.asarray(active_index), :]
+    if not unrolls_diagonals(offsets, shape):
+        aligned = _each(transpose_data, active, offsets=active_offsets, shape=shape)
+        return pallas_dia_loop.rows_product(
+            aligned,
+            x,
+            shifts=active_offsets,
+            out_rows=m,
+            block_rows=block_rows,
+            block_cols=block_cols,
+            platform=platform,
+            interpret=interpret,
+            params=functools.partial(_compiler_params, platform, block_sizes),
+        )
     window_start, window_end = min(active_offsets), max(active_offsets)
     window = _round_up(block_rows + window_end - window_start, _WINDOW_ALIGN)
     num_row_blocks = pl.cdiv(m, block_rows)
@@ -284,15 +295,16 @@ def dia_matmul_pallas(
     pad_top = max(0, -window_start)
     pad_bottom = max(0, (num_row_blocks - 1) * block_rows + window_start + window - n)
     cols = num_col_blocks * block_cols
-    x_padded = jnp.pad(x, ((pad_top, pad_bottom), (0, cols - k)))
-    data_padded = jnp.pad(data[np.asarray(active_index)].T, ((pad_top, pad_bottom), (0, 0)))
+    x_padded = _pad_rows_cols(x, (pad_top, pad_bottom), (0, cols - k))
+    data_padded = _pad_rows_cols(jnp.swapaxes(active, -1, -2), (pad_top, pad_bottom), (0, 0))
     ndiag = len(active_offsets)
+    batched_x = x.ndim == 3
 
-    def window_map(i, j):
-        return (i * block_rows + window_start + pad_top, j * block_cols)
+    def window_map(i, j, *b):
+        return (*_if(batched_x, b), i * block_rows + window_start + pad_top, j * block_cols)
 
-    def data_window_map(i, j):
-        return (i * block_rows + window_start + pad_top, 0)
+    def data_window_map(i, j, *b):
+        return (*b, i * block_rows + window_start + pad_top, 0)
 
     kernel = functools.partial(
         _dia_matmul_kernel,
@@ -306,20 +318,33 @@ def dia_matmul_pallas(
         + _vmem_block_bytes(window, block_cols, x.dtype)
         + _vmem_block_bytes(block_rows, block_cols, x.dtype)
     )
+    # The batch is the innermost grid axis: consecutive programs read the same window of a
+    # shared `x` (from L2 on GPU; on TPU its DMA is skipped when the block does not change).
+    grid = (num_row_blocks, num_col_blocks, *lead)
+    members = lead[0] if lead else 1
     return pl.pallas_call(
         kernel,
-        out_shape=jax.ShapeDtypeStruct((m, k), x.dtype),
-        grid=(num_row_blocks, num_col_blocks),
+        out_shape=jax.ShapeDtypeStruct((*lead, m, k), x.dtype),
+        grid=grid,
         in_specs=[
-            pl.BlockSpec((pl.Element(window), pl.Element(ndiag)), data_window_map),
-            pl.BlockSpec((pl.Element(window), pl.Element(block_cols)), window_map),
+            pl.BlockSpec(
+                (*_squeezed(lead), pl.Element(window), pl.Element(ndiag)), data_window_map
+            ),
+            pl.BlockSpec(
+                (*_squeezed(lead if batched_x else ()), pl.Element(window), pl.Element(block_cols)),
+                window_map,
+            ),
         ],
-        out_specs=pl.BlockSpec((block_rows, block_cols), lambda i, j: (i, j)),
-        compiler_params=_compiler_params(platform, block_sizes, vmem_bytes, 2),
+        out_specs=pl.BlockSpec(
+            (*_squeezed(lead), block_rows, block_cols), lambda i, j, *b: (*b, i, j)
+        ),
+        compiler_params=_compiler_params(
+            platform, block_sizes, vmem_bytes, ("parallel",) * len(grid)
+        ),
         cost_estimate=pl.CostEstimate(
-            flops=2 * ndiag * m * k,
+            flops=2 * ndiag * m * k * members,
             transcendentals=0,
-            bytes_accessed=(ndiag * n + n * k + m * k) * itemsize,
+            bytes_accessed=(ndiag * n + n * k + m * k) * itemsize * members,
         ),
         interpret=interpret,
         name="dia_matmul",
@@ -337,20 +362,46 @@ def dia_matmul_t_pallas(
     block_sizes: BlockSizes | None = None,
 ) -> jax.Array:
     """`A^T @ g`: the product kernel run on `A^T`'s diagonals (offsets negated, each
-    diagonal shifted by `transpose_data`, one extra read and write of `data`).
+    diagonal shifted by `transpose_data`, one extra read and write of `data`). Beyond
+    `MAX_UNROLLED_DIAGONALS` diagonals, the looped kernel reads `data` where it is stored
+    (masked to the slots inside the matrix) and shifts `g` instead.
 
-    **Arguments:** as `dia_matmul_pallas`, with `g` the `(m, k)` operand.
+    **Arguments:** as `dia_matmul_pallas`, with `g` the `(m, k)` (or `(B, m, k)`) operand.
 
-    **Returns:** `(n, k)` array of `g.dtype`.
+    **Returns:** `(n, k)` (or `(B, n, k)`) array of `g.dtype`.
     """
-    return dia_matmul_pallas(
-        transpose_data(data, offsets, shape),
+    m, n = shape
+    _check_offsets(offsets)
+    lead = _check_product(data, g, "g", offsets, shape, m)
+    if unrolls_diagonals(offsets, shape):
+        return dia_matmul_pallas(
+            _each(transpose_data, data, offsets=offsets, shape=shape),
+            g,
+            offsets=negate_offsets(offsets),
+            shape=(n, m),
+            interpret=interpret,
+            platform=platform,
+            block_sizes=block_sizes,
+        )
+    active_index, active_offsets = active_diagonals(offsets, shape)
+    if g.shape[-1] == 0:
+        return jnp.zeros((*lead, n, 0), g.dtype)
+    platform = _resolve_platform(platform, interpret)
+    block_rows, block_cols = _tiles(platform, block_sizes, n, g.shape[-1])
+    # Slot (d, j) is inside the matrix where its row j - offsets[d] is; index arrays built
+    # in the program, not as a len(offsets) x n constant.
+    rows = lax.iota(jnp.int32, n) - jnp.asarray(np.asarray(active_offsets, np.int32))[:, None]
+    aligned = jnp.where((rows >= 0) & (rows < m), data[..., np.asarray(active_index), :], 0)
+    return pallas_dia_loop.rows_product(
+        aligned,
         g,
-        offsets=negate_offsets(offsets),
-        shape=(shape[1], shape[0]),
-        interpret=interpret,
+        shifts=negate_offsets(active_offsets),
+        out_rows=n,
+        block_rows=block_rows,
+        block_cols=block_cols,
         platform=platform,
-        block_sizes=block_sizes,
+        interpret=interpret,
+        params=functools.partial(_compiler_params, platform, block_sizes),
     )
 
 
@@ -417,12 +468,13 @@ def dia_sddmm_pallas(
     A Pallas kernel rather than an XLA formulation: it reads `x` once and `g` once per
     window, where the jnp version (one shifted slice of `g` per diagonal, each multiplied by
     `x` and reduced) leaves it to XLA's sibling fusion whether `x` is read once or `ndiag`
-    times.
+    times. Beyond `MAX_UNROLLED_DIAGONALS` diagonals, the kernel loops over them
+    (`pallas_dia_loop.py`).
 
     **Arguments:**
 
-    - `g`: `(m, k)` cotangent of the product.
-    - `x`: `(n, k)` dense operand, same dtype as `g`.
+    - `g`: `(m, k)` cotangent of the product, or `(B, m, k)` for a batch.
+    - `x`: `(n, k)` dense operand, same dtype as `g`, or `(B, n, k)`; a 2-D one is shared.
     - `offsets`: static Python ints, distinct, any order.
     - `shape`: static `(m, n)`.
     - `interpret`, `platform`, `block_sizes`: as for `dia_matmul_pallas`; here `block_rows` tiles
@@ -430,25 +482,54 @@ def dia_sddmm_pallas(
 
     **Returns:**
 
-    `(len(offsets), n)` array of `x.dtype`, zero on ignored slots and on diagonals outside
-    the matrix.
+    `(len(offsets), n)` array of `x.dtype` (`(B, len(offsets), n)` if either argument is
+    batched), zero on ignored slots and on diagonals outside the matrix.
     """
     m, n = shape
     _check_offsets(offsets)
-    if g.ndim != 2 or g.shape[0] != m:
-        raise ValueError(f"{g.shape=} must be (m, k) for {shape=}")
-    if x.ndim != 2 or x.shape != (n, g.shape[1]):
-        raise ValueError(f"{x.shape=} must be (n, k) for {shape=} and {g.shape=}")
+    if g.ndim not in (2, 3) or g.shape[-2] != m:
+        raise ValueError(f"{g.shape=} must be (m, k) or (B, m, k) for {shape=}")
+    if x.ndim not in (2, 3) or x.shape[-2:] != (n, g.shape[-1]):
+        raise ValueError(f"{x.shape=} must be (n, k) or (B, n, k) for {shape=} and {g.shape=}")
+    if g.ndim == x.ndim == 3 and g.shape[0] != x.shape[0]:
+        raise ValueError(f"{g.shape=} and {x.shape=} must have one batch size")
     if g.dtype != x.dtype:
         raise ValueError(f"{g.dtype=} and {x.dtype=} must match")
-    k = x.shape[1]
+    lead = g.shape[:-2] or x.shape[:-2]
+    k = x.shape[-1]
     active_index, active_offsets = active_diagonals(offsets, shape)
     if k == 0 or not active_index:
-        return jnp.zeros((len(offsets), n), x.dtype)
+        return jnp.zeros((*lead, len(offsets), n), x.dtype)
 
     platform = _resolve_platform(platform, interpret)
     block_rows, block_cols = _tiles(platform, block_sizes, n, k)
-    window_start, window_end = min(active_offsets), max(active_offsets)
+    if unrolls_diagonals(offsets, shape):
+        gradient = _sddmm_unrolled(g, x, active_offsets, shape, platform, block_sizes, interpret)
+    else:
+        gradient = pallas_dia_loop.sddmm_loop(
+            g,
+            x,
+            offsets=active_offsets,
+            shape=shape,
+            block_rows=block_rows,
+            block_cols=block_cols,
+            platform=platform,
+            interpret=interpret,
+            params=functools.partial(_compiler_params, platform, block_sizes),
+        )
+    if len(active_index) == len(offsets):
+        return gradient
+    full = jnp.zeros((*lead, len(offsets), n), x.dtype)
+    return full.at[..., np.asarray(active_index), :].set(gradient)
+
+
+def _sddmm_unrolled(g, x, offsets, shape, platform, block_sizes, interpret):
+    """`dia_sddmm_pallas` for active `offsets` with one unrolled kernel: `(*batch, ndiag, n)`."""
+    m, n = shape
+    k = x.shape[-1]
+    lead = g.shape[:-2] or x.shape[:-2]
+    block_rows, block_cols = _tiles(platform, block_sizes, n, k)
+    window_start, window_end = min(offsets), max(offsets)
     window = _round_up(block_rows + window_end - window_start, _WINDOW_ALIGN)
     num_blocks = pl.cdiv(n, block_rows)
     cols = _round_up(k, block_cols)
@@ -456,13 +537,14 @@ def dia_sddmm_pallas(
     # row b * block_rows - window_end.
     pad_top = max(0, window_end)
     pad_bottom = max(0, (num_blocks - 1) * block_rows - window_end + window - m)
-    g_padded = jnp.pad(g, ((pad_top, pad_bottom), (0, cols - k)))
-    x_padded = jnp.pad(x, ((0, 0), (0, cols - k)))
-    ndiag = len(active_offsets)
+    g_padded = _pad_rows_cols(g, (pad_top, pad_bottom), (0, cols - k))
+    x_padded = _pad_rows_cols(x, (0, 0), (0, cols - k))
+    ndiag = len(offsets)
+    batched_g, batched_x = g.ndim == 3, x.ndim == 3
 
     kernel = functools.partial(
         _dia_sddmm_kernel,
-        offsets=active_offsets,
+        offsets=offsets,
         window_end=window_end,
         num_rows=m,
         block_rows=block_rows,
@@ -473,27 +555,70 @@ def dia_sddmm_pallas(
         + _vmem_block_bytes(block_rows, cols, x.dtype)
         + _vmem_block_bytes(block_rows, ndiag, x.dtype)
     )
+    members = lead[0] if lead else 1
+    grid = (num_blocks, *lead)
     gradient_t = pl.pallas_call(
         kernel,
-        out_shape=jax.ShapeDtypeStruct((n, ndiag), x.dtype),
-        grid=(num_blocks,),
+        out_shape=jax.ShapeDtypeStruct((*lead, n, ndiag), x.dtype),
+        grid=grid,
         in_specs=[
             pl.BlockSpec(
-                (pl.Element(window), pl.Element(cols)),
-                lambda b: (b * block_rows - window_end + pad_top, 0),
+                (*_squeezed(g.shape[:-2]), pl.Element(window), pl.Element(cols)),
+                lambda blk, *b: (*_if(batched_g, b), blk * block_rows - window_end + pad_top, 0),
             ),
-            pl.BlockSpec((block_rows, cols), lambda b: (b, 0)),
+            pl.BlockSpec(
+                (*_squeezed(x.shape[:-2]), block_rows, cols),
+                lambda blk, *b: (*_if(batched_x, b), blk, 0),
+            ),
         ],
-        out_specs=pl.BlockSpec((block_rows, ndiag), lambda b: (b, 0)),
-        compiler_params=_compiler_params(platform, block_sizes, vmem_bytes, 1),
+        out_specs=pl.BlockSpec((*_squeezed(lead), block_rows, ndiag), lambda blk, *b: (*b, blk, 0)),
+        compiler_params=_compiler_params(
+            platform, block_sizes, vmem_bytes, ("parallel",) * len(grid)
+        ),
         cost_estimate=pl.CostEstimate(
-            flops=2 * ndiag * n * k,
+            flops=2 * ndiag * n * k * members,
             transcendentals=0,
-            bytes_accessed=(m * k + n * k + ndiag * n) * x.dtype.itemsize,
+            bytes_accessed=(m * k + n * k + ndiag * n) * x.dtype.itemsize * members,
         ),
         interpret=interpret,
         name="dia_sddmm",
     )(g_padded, x_padded)
-    if ndiag == len(offsets):
-        return gradient_t.T
-    return jnp.zeros((len(offsets), n), x.dtype).at[np.asarray(active_index)].set(gradient_t.T)
+    return jnp.swapaxes(gradient_t, -1, -2)
+
+
+def _check_product(data, operand, name, offsets, shape, operand_rows) -> tuple:
+    """Check a product's arguments (`data` and a dense operand of `operand_rows` rows, each
+    optionally batched); returns the batch shape, `()` or `(B,)`."""
+    n = shape[1]
+    if data.ndim not in (2, 3) or data.shape[-2:] != (len(offsets), n):
+        raise ValueError(
+            f"{data.shape=} must be (len(offsets), n) or (B, len(offsets), n) for {shape=}"
+        )
+    if operand.ndim not in (2, 3) or operand.shape[-2] != operand_rows:
+        raise ValueError(f"{name}.shape={operand.shape} must be ({operand_rows}, k) for {shape=}")
+    if operand.ndim == 3 and operand.shape[0] != (data.shape[0] if data.ndim == 3 else None):
+        raise ValueError(f"a batched {name}.shape={operand.shape} needs data of its batch size")
+    if data.dtype != operand.dtype:
+        raise ValueError(f"{data.dtype=} and {name}.dtype={operand.dtype} must match")
+    return data.shape[:-2]
+
+
+def _each(function, data, **params):
+    """`function(data, **params)` for one matrix's values, or each of a batch's."""
+    if data.ndim == 3:
+        return jax.vmap(functools.partial(function, **params))(data)
+    return function(data, **params)
+
+
+def _pad_rows_cols(array, rows, cols):
+    """Pad the last two axes (rows, columns) of a possibly batched array."""
+    return jnp.pad(array, ((0, 0),) * (array.ndim - 2) + (rows, cols))
+
+
+def _squeezed(lead) -> tuple:
+    """Block dimensions for a leading batch axis of shape `lead` (`()` or `(B,)`)."""
+    return (pl.squeezed,) * len(lead)
+
+
+def _if(batched: bool, indices) -> tuple:
+    return tuple(indices) if batched else ()

@@ -5,17 +5,26 @@ repeated (repeats add up, as in scipy). Dense operands are 2-D, all floating ope
 one call share a dtype, and bfloat16/float16 accumulate in float32. Every routine works
 on all entries at once with gathers and segment sums, never on a dense matrix. The
 lowering holds no custom call, so it runs on any XLA runtime and exports anywhere.
+
+Each routine also takes the batch axis of `_primitive.py` ("Batches"): `data` `(B, nnz)`,
+dense operands `(B, rows, k)` or shared, through `jax.vmap`: one batched program that
+computes the row ids, and gathers a shared operand's rows, once for the whole batch.
 """
 
 import jax
 import jax.numpy as jnp
 
 from .._csr_layout import row_ids
+from ._batch import over_batch
 from ._precision import accumulation_dtype
 
 
 def csr_matmul_xla(data, x, indices, indptr, *, shape: tuple[int, int]) -> jax.Array:
     """`A @ x` for a CSR matrix: `(m, k)` in `x.dtype`. `x` is `(n, k)`."""
+    return over_batch(_matmul, (data, x, indices, indptr), (1, 2, 1, 1), shape=shape)
+
+
+def _matmul(data, x, indices, indptr, *, shape):
     m, _ = shape
     acc = accumulation_dtype(x.dtype)
     rows = row_ids(indptr, data.shape[0])
@@ -26,6 +35,10 @@ def csr_matmul_xla(data, x, indices, indptr, *, shape: tuple[int, int]) -> jax.A
 
 def csr_matmul_t_xla(data, g, indices, indptr, *, shape: tuple[int, int]) -> jax.Array:
     """`A^T @ g` for a CSR matrix: `(n, k)` in `g.dtype`. `g` is `(m, k)`."""
+    return over_batch(_matmul_t, (data, g, indices, indptr), (1, 2, 1, 1), shape=shape)
+
+
+def _matmul_t(data, g, indices, indptr, *, shape):
     _, n = shape
     acc = accumulation_dtype(g.dtype)
     rows = row_ids(indptr, data.shape[0])
@@ -38,6 +51,10 @@ def csr_sddmm_xla(g, x, indices, indptr, *, shape: tuple[int, int]) -> jax.Array
 
     The gradient of `A @ x` with respect to CSR `data`.
     """
+    return over_batch(_sddmm, (g, x, indices, indptr), (2, 2, 1, 1), shape=shape)
+
+
+def _sddmm(g, x, indices, indptr, *, shape):
     del shape
     acc = accumulation_dtype(x.dtype)
     rows = row_ids(indptr, indices.shape[0])

@@ -3,15 +3,21 @@
 `data[d, j] == A[j - offsets[d], j]`; slots whose row falls outside `[0, m)` are ignored
 and get a zero gradient. Dense operands are 2-D (`(n, k)`; a vector is `(n, 1)`), all
 floating operands of one call share a dtype, and bfloat16/float16 accumulate in float32.
-Nothing materializes the dense matrix: each routine loops over the (static) diagonals.
-The lowering holds no custom call, so it runs on any XLA runtime and exports anywhere.
+Nothing materializes the dense matrix: up to `MAX_UNROLLED_DIAGONALS` diagonals inside the
+matrix, each routine unrolls one operation per (static) diagonal; beyond, it loops over them
+(`xla_dia_loop.py`), so the program does not grow with their number. Each routine also
+takes the batch axis of `_primitive.py` ("Batches"): `data` `(B, len(offsets), n)`, dense
+operands `(B, rows, k)` or shared, through `jax.vmap` (one batched program). The lowering
+holds no custom call, so it runs on any XLA runtime and exports anywhere.
 """
 
 import jax
 import jax.numpy as jnp
 
-from .._dia_layout import valid_rows
+from .._dia_layout import unrolls_diagonals, valid_rows
+from ._batch import over_batch
 from ._precision import accumulation_dtype
+from .xla_dia_loop import dia_matmul_loop, dia_matmul_t_loop, dia_sddmm_loop
 
 
 def dia_matmul_xla(data, x, *, offsets: tuple[int, ...], shape: tuple[int, int]) -> jax.Array:
@@ -26,6 +32,12 @@ def dia_matmul_xla(data, x, *, offsets: tuple[int, ...], shape: tuple[int, int])
     **Returns:** `(m, k)` array in `x.dtype`: `out[i] = sum_d data[d, i + offsets[d]] *
     x[i + offsets[d]]` over the slots inside the matrix.
     """
+    return over_batch(_matmul, (data, x), (2, 2), offsets=offsets, shape=shape)
+
+
+def _matmul(data, x, *, offsets, shape):
+    if not unrolls_diagonals(offsets, shape):
+        return dia_matmul_loop(data, x, offsets=offsets, shape=shape)
     return _sum_of_shifted_products(
         data, x, _diagonal_terms(offsets, shape, transposed=False), shape[0]
     )
@@ -41,6 +53,12 @@ def dia_matmul_t_xla(data, g, *, offsets: tuple[int, ...], shape: tuple[int, int
 
     **Returns:** `(n, k)` array in `g.dtype`.
     """
+    return over_batch(_matmul_t, (data, g), (2, 2), offsets=offsets, shape=shape)
+
+
+def _matmul_t(data, g, *, offsets, shape):
+    if not unrolls_diagonals(offsets, shape):
+        return dia_matmul_t_loop(data, g, offsets=offsets, shape=shape)
     return _sum_of_shifted_products(
         data, g, _diagonal_terms(offsets, shape, transposed=True), shape[1]
     )
@@ -115,6 +133,12 @@ def dia_sddmm_xla(g, x, *, offsets: tuple[int, ...], shape: tuple[int, int]) -> 
 
     **Returns:** `(len(offsets), n)` array in `x.dtype`.
     """
+    return over_batch(_sddmm, (g, x), (2, 2), offsets=offsets, shape=shape)
+
+
+def _sddmm(g, x, *, offsets, shape):
+    if not unrolls_diagonals(offsets, shape):
+        return dia_sddmm_loop(g, x, offsets=offsets, shape=shape)
     _, n = shape
     acc = accumulation_dtype(x.dtype)
     rows = []
