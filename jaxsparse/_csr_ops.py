@@ -11,9 +11,10 @@ implementation families compute it.
 `shape`, and `backend`. Autodiff, batching and the choice of implementation come from
 `_primitive.product_family`.
 
-The `cpu` family (`kernels/cpu_csr.py`: jaxlib's native product, one matrix at a time) runs
-unbatched calls only; batched ones run the XLA family's. A batch of structures (`vmap` over
-whole matrices) is one block-diagonal matrix (`_block_diagonal`).
+The `cpu` family (`kernels/cpu_csr.py`: jaxlib's native product) takes one matrix; its
+batched calls run `kernels/cpu_csr_batch.py` (product) and the `jax.vmap` of its sampled
+product. A batch of structures (`vmap` over whole matrices) is one block-diagonal matrix
+(`_block_diagonal`).
 """
 
 import jax.numpy as jnp
@@ -21,7 +22,9 @@ import numpy as np
 
 from ._primitive import product_family
 from .kernels import mosaic_tpu_csr, triton_csr
+from .kernels._batch import over_batch
 from .kernels.cpu_csr import csr_matmul_cpu, csr_sddmm_cpu
+from .kernels.cpu_csr_batch import csr_matmul_cpu_batched
 from .kernels.mosaic_tpu_csr import (
     csr_matmul_mosaic_tpu,
     csr_matmul_t_mosaic_tpu,
@@ -35,15 +38,19 @@ def _values_shape(indices, indptr, *, shape):
     return indices.shape
 
 
-def _unbatched_or_xla(unbatched, xla, *, first_rank: int):
-    """An implementation running `unbatched` for one matrix and `xla` for a batch (a
-    `first` argument of more than `first_rank` axes, or a 3-D `second`)."""
+def _one_or_batch(one, batch, *, first_rank: int):
+    """An implementation running `one` for one matrix and `batch` for a batch (a `first`
+    argument of more than `first_rank` axes, or a 3-D `second`)."""
 
     def implementation(first, second, indices, indptr, *, shape):
-        function = unbatched if first.ndim == first_rank and second.ndim == 2 else xla
+        function = one if first.ndim == first_rank and second.ndim == 2 else batch
         return function(first, second, indices, indptr, shape=shape)
 
     return implementation
+
+
+def _sddmm_cpu_batch(g, x, indices, indptr, *, shape):
+    return over_batch(csr_sddmm_cpu, (g, x, indices, indptr), (2, 2, 1, 1), shape=shape)
 
 
 def _block_diagonal(primitive, args, dims, *, shape, **params):
@@ -100,7 +107,7 @@ def _stacked(array, dim, size, axis: int):
 IMPLEMENTATIONS = {
     "matmul": {
         "xla": csr_matmul_xla,
-        "cpu": _unbatched_or_xla(csr_matmul_cpu, csr_matmul_xla, first_rank=1),
+        "cpu": _one_or_batch(csr_matmul_cpu, csr_matmul_cpu_batched, first_rank=1),
         "triton": csr_matmul_triton,
         "mosaic_tpu": csr_matmul_mosaic_tpu,
     },
@@ -111,7 +118,7 @@ IMPLEMENTATIONS = {
     },
     "sddmm": {
         "xla": csr_sddmm_xla,
-        "cpu": _unbatched_or_xla(csr_sddmm_cpu, csr_sddmm_xla, first_rank=2),
+        "cpu": _one_or_batch(csr_sddmm_cpu, _sddmm_cpu_batch, first_rank=2),
         "triton": csr_sddmm_triton,
         "mosaic_tpu": csr_sddmm_mosaic_tpu,
     },
