@@ -6,7 +6,9 @@ and per product inside a jitted loop of 20 (whose buffers XLA reuses), and a gra
 (forward and backward: a jitted `jax.vjp` along a cotangent `W`, giving the gradients with
 respect to the values and `X`), after checking each system's result against scipy's.
 Prints progress to stderr, then a table, the machine's streaming bandwidth and the issue's
-target ratios; writes JSON and a PNG plot.
+target ratios; writes JSON and a PNG plot. Two more sections (`--sections`): matrices with
+many diagonals (`many_diagonals.py`: compile times) and `jax.vmap` over 64 matrices' values
+(`batches.py`).
 """
 
 import argparse
@@ -23,6 +25,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import batches  # noqa: E402
+import many_diagonals  # noqa: E402
 import matrices  # noqa: E402
 import report  # noqa: E402
 import systems  # noqa: E402
@@ -34,6 +38,7 @@ MAX_ROWS_FOR_K = {1: 10**9, 8: 1_100_000, 64: 150_000}
 MAX_ROWS_GRADIENT = 1_100_000
 GRADIENT_KS = (1, 8)
 TOLERANCE = 1e-4  # max abs error relative to max |reference|, float32
+SECTIONS = ("products", "many-diagonals", "batches")
 
 
 def parse_args(argv):
@@ -44,6 +49,11 @@ def parse_args(argv):
     parser.add_argument("--kinds", default=None, help="comma-separated matrix names")
     parser.add_argument("--k", default=None, help="comma-separated column counts")
     parser.add_argument("--no-gradient", action="store_true")
+    parser.add_argument(
+        "--sections",
+        default=",".join(SECTIONS),
+        help=f"comma-separated, of {', '.join(SECTIONS)}",
+    )
     return parser.parse_args(argv)
 
 
@@ -79,18 +89,20 @@ def skip_reason(rows, k, max_rows):
     return None
 
 
+def budget_for(args) -> dict:
+    if args.quick:
+        return {"budget_s": 0.05, "min_repeats": 2, "max_repeats": 3}
+    return {
+        "budget_s": 0.6,
+        "min_repeats": 3,
+        "max_repeats": 41,
+        "warmup_s": 0.2,
+        "max_warmup_calls": 20,
+    }
+
+
 def run_cases(args) -> tuple[list[dict], list[str]]:
-    budget = (
-        {"budget_s": 0.05, "min_repeats": 2, "max_repeats": 3}
-        if args.quick
-        else {
-            "budget_s": 0.6,
-            "min_repeats": 3,
-            "max_repeats": 41,
-            "warmup_s": 0.2,
-            "max_warmup_calls": 20,
-        }
-    )
+    budget = budget_for(args)
     names = set(args.kinds.split(",")) if args.kinds else None
     ks = tuple(int(k) for k in args.k.split(",")) if args.k else ((1, 8) if args.quick else KS)
     records, skipped = [], []
@@ -181,7 +193,8 @@ def main(argv=None) -> dict:
     bandwidth = timing.streaming_bandwidth(
         bytes_per_array=10_000_000 if args.quick else 100_000_000
     )
-    records, skipped = run_cases(args)
+    sections = args.sections.split(",")
+    records, skipped = run_cases(args) if "products" in sections else ([], [])
     results = {
         **env,
         "quick": args.quick,
@@ -190,14 +203,26 @@ def main(argv=None) -> dict:
         "notes": report.NOTES,
         "records": records,
     }
+    if "many-diagonals" in sections:
+        results["many_diagonals"] = many_diagonals.run(args.quick, budget_for(args))
+    if "batches" in sections:
+        results["batches"] = batches.run(args.quick, budget_for(args))
     results["targets"] = report.targets(records, bandwidth)
     print(report.header(env))
-    print(report.tables(records, bandwidth, skipped))
-    print(report.targets_text(results["targets"]))
+    if records:
+        print(report.tables(records, bandwidth, skipped))
+        print(report.targets_text(results["targets"]))
+    if "many_diagonals" in results:
+        print(many_diagonals.table(results["many_diagonals"]))
+    if "batches" in results:
+        print(batches.table(results["batches"], bandwidth))
     stem = "quick" if args.quick else "results"
     (out / f"{stem}.json").write_text(json.dumps(results, indent=1))
-    plot(records, str(out / f"{stem}.png"))
-    print(f"\nwrote {out / (stem + '.json')} and {out / (stem + '.png')}")
+    if records:
+        plot(records, str(out / f"{stem}.png"))
+    print(
+        f"\nwrote {out / (stem + '.json')}" + (f" and {out / (stem + '.png')}" if records else "")
+    )
     return results
 
 

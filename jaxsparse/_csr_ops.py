@@ -12,7 +12,8 @@ implementation families compute it.
 `_primitive.product_family`.
 
 The `native` family (`kernels/native_csr.py`: C++ kernels for one matrix at a time) runs
-unbatched calls only; batched ones run the XLA family's. A batch of structures (`vmap` over
+unbatched calls, and the batched product of a shared vector (`_matmul_native_batch`);
+other batched calls run the XLA family's. A batch of structures (`vmap` over
 whole matrices) is one block-diagonal matrix (`_block_diagonal`).
 """
 
@@ -44,6 +45,21 @@ def _unbatched_or_xla(unbatched, xla, *, first_rank: int):
         return function(first, second, indices, indptr, shape=shape)
 
     return implementation
+
+
+def _matmul_native_batch(data, x, indices, indptr, *, shape):
+    """`A_b @ x` for `B` matrices of one structure (values `(B, nnz)`) and a shared vector,
+    as one native product: `Y[i, b] = sum_p x[indices[p]] * data[b, p]` over the entries
+    of row `i` is the structure with columns `arange(nnz)` and values `x[indices]` times
+    the dense `(nnz, B)` operand `data.T`, so the structure and `x` are read once. Other
+    batches (a batched operand, several columns) run the XLA family's batch axis."""
+    if x.ndim == 3 or x.shape[1] != 1:
+        return csr_matmul_xla(data, x, indices, indptr, shape=shape)
+    m, _ = shape
+    nnz = indices.shape[0]
+    columns = jnp.arange(nnz, dtype=indices.dtype)
+    out = csr_matmul_native(x[indices, 0], data.T, columns, indptr, shape=(m, nnz))
+    return out.T[:, :, None]
 
 
 def _block_diagonal(primitive, args, dims, *, shape, **params):
@@ -100,7 +116,7 @@ def _stacked(array, dim, size, axis: int):
 IMPLEMENTATIONS = {
     "matmul": {
         "xla": csr_matmul_xla,
-        "native": _unbatched_or_xla(csr_matmul_native, csr_matmul_xla, first_rank=1),
+        "native": _unbatched_or_xla(csr_matmul_native, _matmul_native_batch, first_rank=1),
         "triton": csr_matmul_triton,
         "mosaic_tpu": csr_matmul_mosaic_tpu,
     },

@@ -119,6 +119,12 @@ STENCIL_27 = tuple(
     .tolist()
 )
 
+# More diagonals than `MAX_UNROLLED_DIAGONALS`, so that products loop over them: every other
+# offset of a band, in a scrambled order, and three beyond the matrix.
+MANY_DIAGONALS = tuple(
+    np.random.default_rng(40).permutation([*range(-41, 38, 2), -60, 45, 90]).tolist()
+)
+
 _CSR_ROW_LENGTHS = {
     "uniform": lambda rng, m, n: rng.integers(0, 8, size=m),
     "power-law": power_law_row_lengths,
@@ -162,6 +168,7 @@ MATRICES = [
     MatrixCase("dia-tall-beyond-matrix", "dia", (50, 23), (3, -40, 0, 22, 100, -50)),
     MatrixCase("dia-wide-beyond-matrix", "dia", (20, 70), (-5, 2, 60, -19, 69, 70, -20)),
     MatrixCase("dia-27-point", "dia", (70, 64), STENCIL_27),
+    MatrixCase("dia-many-diagonals", "dia", (44, 40), MANY_DIAGONALS),
     MatrixCase("dia-one-row", "dia", (1, 5), (0, 4, -1, 2)),
     MatrixCase("dia-one-column", "dia", (6, 1), (0, -5, 1, -2)),
     MatrixCase("dia-all-outside", "dia", (10, 10), (10, -10, 25)),

@@ -35,3 +35,21 @@ def test_quick_benchmark_writes_checked_results(tmp_path):
         assert record["rel_error"] <= 1e-4
         assert record["median_s"] > 0 and record["first_call_s"] > 0
     assert results["bandwidth"]["numpy_add_gbs"] > 0
+    # The many-diagonal and batch sections: every system ran and was right.
+    many = results["many_diagonals"]
+    assert {(r["op"], r["system"]) for r in many} == {
+        ("forward", "jaxsparse"),
+        ("gradient", "jaxsparse"),
+        ("forward", "scipy-dia"),
+    }
+    batched = results["batches"]
+    assert {(r["format"], r["system"]) for r in batched} == {
+        ("dia", "lax.map"),
+        ("dia", "jaxsparse-vmap"),
+        ("dia", "hand-jnp"),
+        ("csr", "lax.map"),
+        ("csr", "jaxsparse-vmap"),
+    }
+    for record in many + batched:
+        assert record["ok"], record
+        assert record["median_s"] > 0 and record["first_call_s"] > 0

@@ -5,7 +5,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.sparse
-from helpers import VALUE_DTYPES, as_float64, random_csr, random_dia, random_values
+from helpers import (
+    MANY_DIAGONALS,
+    VALUE_DTYPES,
+    as_float64,
+    random_csr,
+    random_dia,
+    random_values,
+)
 
 import jaxsparse as js
 
@@ -77,7 +84,9 @@ def test_dtypes_and_astype(dtype):
 
 @pytest.mark.parametrize("jit", [False, True])
 @pytest.mark.parametrize(
-    ("shape", "offsets"), [((6, 4), (-2, 0, 3)), ((3, 7), (-5, 1, 6)), ((5, 5), (0,))], ids=str
+    ("shape", "offsets"),
+    [((6, 4), (-2, 0, 3)), ((3, 7), (-5, 1, 6)), ((5, 5), (0,)), ((44, 40), MANY_DIAGONALS)],
+    ids=str,
 )
 def test_dia_transpose_is_dia(shape, offsets, jit):
     transpose = jax.jit(lambda a: a.T) if jit else (lambda a: a.transpose())
