@@ -23,6 +23,7 @@ import numpy as np
 from ._primitive import product_family
 from .kernels import mosaic_tpu_csr, triton_csr
 from .kernels._batch import over_batch
+from .kernels._xla_cpu import outside_ynn_fusions
 from .kernels.cpu_csr import csr_matmul_cpu, csr_sddmm_cpu
 from .kernels.cpu_csr_batch import csr_matmul_cpu_batched
 from .kernels.mosaic_tpu_csr import (
@@ -47,6 +48,10 @@ def _one_or_batch(one, batch, *, first_rank: int):
         return function(first, second, indices, indptr, shape=shape)
 
     return implementation
+
+
+def _matmul_cpu_batch(data, x, indices, indptr, *, shape):
+    return outside_ynn_fusions(csr_matmul_cpu_batched(data, x, indices, indptr, shape=shape))
 
 
 def _sddmm_cpu_batch(g, x, indices, indptr, *, shape):
@@ -107,7 +112,7 @@ def _stacked(array, dim, size, axis: int):
 IMPLEMENTATIONS = {
     "matmul": {
         "xla": csr_matmul_xla,
-        "cpu": _one_or_batch(csr_matmul_cpu, csr_matmul_cpu_batched, first_rank=1),
+        "cpu": _one_or_batch(csr_matmul_cpu, _matmul_cpu_batch, first_rank=1),
         "triton": csr_matmul_triton,
         "mosaic_tpu": csr_matmul_mosaic_tpu,
     },

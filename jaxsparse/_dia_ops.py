@@ -10,13 +10,15 @@ Parameters: the static `offsets` and `shape`, and `backend`. Autodiff, batching 
 choice of implementation come from `_primitive.product_family`.
 
 The `cpu` family (`kernels/cpu_dia.py`) unrolls every diagonal and takes one matrix; its
-table entries run it only there (up to `MAX_UNROLLED_DIAGONALS` diagonals, unbatched), and
-the XLA family's loop over the diagonals and its batch axis everywhere else.
+table entries run it up to `MAX_UNROLLED_DIAGONALS` diagonals (under `jax.vmap` for a
+batch), and the XLA family's loop over the diagonals beyond.
 """
 
 from ._dia_layout import unrolls_diagonals
 from ._primitive import product_family
 from .kernels import pallas_dia
+from .kernels._batch import over_batch
+from .kernels._xla_cpu import outside_ynn_fusions
 from .kernels.cpu_dia import dia_matmul_cpu, dia_matmul_t_cpu, dia_sddmm_cpu
 from .kernels.pallas_dia import dia_matmul_pallas, dia_matmul_t_pallas, dia_sddmm_pallas
 from .kernels.xla_dia import dia_matmul_t_xla, dia_matmul_xla, dia_sddmm_xla
@@ -26,15 +28,14 @@ def _values_shape(*, offsets, shape):
     return (len(offsets), shape[1])
 
 
-def _unrolled_or_xla(unrolled, xla):
-    """An implementation running `unrolled` (for one matrix, diagonals unrolled) where it
-    applies, and `xla` for a batch or for more than `MAX_UNROLLED_DIAGONALS` diagonals."""
+def _cpu(unrolled, looped):
+    """The `cpu` family's entry: `unrolled` (one matrix, diagonals unrolled, XLA CPU tuned),
+    by `jax.vmap` for a batch, up to `MAX_UNROLLED_DIAGONALS` diagonals; `looped` beyond."""
 
     def implementation(first, second, *, offsets, shape):
-        one_matrix = first.ndim == 2 and second.ndim == 2
-        if one_matrix and unrolls_diagonals(offsets, shape):
-            return unrolled(first, second, offsets=offsets, shape=shape)
-        return xla(first, second, offsets=offsets, shape=shape)
+        if unrolls_diagonals(offsets, shape):
+            return over_batch(unrolled, (first, second), (2, 2), offsets=offsets, shape=shape)
+        return outside_ynn_fusions(looped(first, second, offsets=offsets, shape=shape))
 
     return implementation
 
@@ -44,17 +45,17 @@ def _unrolled_or_xla(unrolled, xla):
 IMPLEMENTATIONS = {
     "matmul": {
         "xla": dia_matmul_xla,
-        "cpu": _unrolled_or_xla(dia_matmul_cpu, dia_matmul_xla),
+        "cpu": _cpu(dia_matmul_cpu, dia_matmul_xla),
         "pallas": dia_matmul_pallas,
     },
     "matmul_t": {
         "xla": dia_matmul_t_xla,
-        "cpu": _unrolled_or_xla(dia_matmul_t_cpu, dia_matmul_t_xla),
+        "cpu": _cpu(dia_matmul_t_cpu, dia_matmul_t_xla),
         "pallas": dia_matmul_t_pallas,
     },
     "sddmm": {
         "xla": dia_sddmm_xla,
-        "cpu": _unrolled_or_xla(dia_sddmm_cpu, dia_sddmm_xla),
+        "cpu": _cpu(dia_sddmm_cpu, dia_sddmm_xla),
         "pallas": dia_sddmm_pallas,
     },
 }
