@@ -22,6 +22,7 @@ import numpy as np
 
 from ._primitive import product_family
 from .kernels import mosaic_tpu_csr, native_csr, triton_csr
+from .kernels._xla_cpu import outside_ynn_fusions
 from .kernels.mosaic_tpu_csr import (
     csr_matmul_mosaic_tpu,
     csr_matmul_t_mosaic_tpu,
@@ -41,8 +42,9 @@ def _unbatched_or_xla(unbatched, xla, *, first_rank: int):
     `first` argument of more than `first_rank` axes, or a 3-D `second`)."""
 
     def implementation(first, second, indices, indptr, *, shape):
-        function = unbatched if first.ndim == first_rank and second.ndim == 2 else xla
-        return function(first, second, indices, indptr, shape=shape)
+        if first.ndim == first_rank and second.ndim == 2:
+            return unbatched(first, second, indices, indptr, shape=shape)
+        return outside_ynn_fusions(xla(first, second, indices, indptr, shape=shape))
 
     return implementation
 

@@ -18,31 +18,33 @@ stays sparse. `product_family` registers, for the three members at once:
 
 - the abstract evaluation, from `shape` and the format's `values_shape`;
 - the lowering per platform, which asks `_backend.choose_implementation` for one entry of
-  the member's table of implementations (`{"xla": ..., "cpu": ..., "pallas": ...}`);
+  the member's table of implementations (`{"xla": ..., "native": ..., "pallas": ...}`);
   every implementation of a member takes the primitive's arguments and parameters;
 - the JVP (two products: bilinearity), the transposes above, and batching (below).
 
 Every primitive also carries a `backend` parameter, which the implementations do not see.
 
-**Batches.** `jax.vmap` never maps a product sequentially. A batch of dense operands alone
+**Batches.** The batching rule never maps a product sequentially. A batch of dense operands alone
 (`x` of `matmul`, `g` of `matmul_t`) is folded into columns: one wider product. Any other
 batch becomes one leading batch axis on the two bilinear arguments, and every
 implementation takes it (the contract a new implementation family follows):
 
-| member     | first argument         | second argument       | result                 |
-|------------|------------------------|-----------------------|------------------------|
-| `matmul`   | values `(B, *values)`  | `(n, k)` or `(B, n, k)` | `(B, m, k)`          |
-| `matmul_t` | values `(B, *values)`  | `(m, k)` or `(B, m, k)` | `(B, n, k)`          |
-| `sddmm`    | `(m, k)` or `(B, m, k)` | `(n, k)` or `(B, n, k)` | `(B, *values)`      |
+| member     | first argument          | second argument         | result          |
+|------------|-------------------------|-------------------------|-----------------|
+| `matmul`   | values `(B, *values)`   | `(n, k)` or `(B, n, k)` | `(B, m, k)`     |
+| `matmul_t` | values `(B, *values)`   | `(m, k)` or `(B, m, k)` | `(B, n, k)`     |
+| `sddmm`    | `(m, k)` or `(B, m, k)` | `(n, k)` or `(B, n, k)` | `(B, *values)`  |
 
 (`values` is the unbatched values' shape, `values_shape`; a `matmul` or `matmul_t` whose
 operand is batched always has batched values too; an `sddmm` has at least one batched
 argument.) An argument without the axis is shared by the whole batch, and the structure
 (CSR's index arrays) never has it: the implementation reads the structure, and a shared
 operand, once for all `B` matrices. Nested `vmap`s merge into the one axis. A batch of
-structures is the format's `batch_structure` rule (CSR: one block-diagonal matrix). A
-family whose kernels cannot take the axis is completed in the format's table by one that
-can (`with_batches`), so a batched call always runs one batched product.
+structures is the format's `batch_structure` rule (CSR: one block-diagonal matrix). An
+implementation tells a batched call by its arguments' ranks. A family whose kernels cannot
+take the axis gets a table entry that sends batched calls elsewhere (the CPU families:
+`_dia_ops.py`, `_csr_ops.py`); the transposes sum a shared argument's cotangent over the
+batch.
 """
 
 import dataclasses

@@ -23,6 +23,15 @@ so a diagonal's values arrive as a `(block_rows, 1)` column that broadcasts agai
 on both Triton and Mosaic TPU without an in-kernel transpose. bfloat16/float16 accumulate in
 float32.
 
+**Many diagonals.** This unrolling makes the kernel, and its trace and compile times, grow
+with the number of diagonals, and its window with their span: beyond
+`MAX_UNROLLED_DIAGONALS` diagonals inside the matrix, the wrappers call the looping kernels
+of `pallas_dia_loop.py` instead.
+
+**Batches** (`_primitive.py`, "Batches"): `data` `(B, ndiag, n)` with a `(B, rows, k)` or
+shared `(rows, k)` operand. The batch is the innermost grid axis (squeezed block
+dimensions), so consecutive programs read the same window of a shared operand.
+
 **Cost per product** (`v` bytes per value; `span = max(offsets) - min(offsets)`):
 
 - `dia_matmul`, `Y = A @ X` with `X: (n, k)`: `2 * ndiag * m * k` flops; ideal bytes
