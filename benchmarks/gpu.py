@@ -82,13 +82,17 @@ def _product_times(product, matrix, x) -> dict:
 
 
 def _gradient_time(matrix, x, backend) -> float:
-    def step(data, x, cotangent):
-        y, pullback = jax.vjp(
-            lambda d, x: js.matmul(matrix.with_data(d), x, backend=backend), data, x
-        )
+    """One jitted vjp in the values and the operand; the matrix is an argument, so a CSR
+    structure is not a constant that XLA would fold."""
+
+    def step(matrix, x, cotangent):
+        def product(data, x):
+            return js.matmul(matrix.with_data(data), x, backend=backend)
+
+        y, pullback = jax.vjp(product, matrix.data, x)
         return y, pullback(cotangent)
 
-    return _median_time(jax.jit(step), matrix.data, x, x)
+    return _median_time(jax.jit(step), matrix, x, x)
 
 
 def _ideal_bytes(fmt, scipy_matrix, k, itemsize=4, index_size=4) -> int:

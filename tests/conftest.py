@@ -5,13 +5,13 @@ Strict promotion makes an accidental float32/float64 mix an error instead of a s
 upcast, so every test checks that the library keeps dtypes exactly as it documents.
 Dense `jnp` oracles would otherwise run float32 matrix products in TF32 on GPUs.
 
-On a machine with an accelerator (the GPU check, `make gpu-check`), JAX's default device
-is the accelerator; tests of CPU behaviour (the native kernels, what `"auto"` runs on a
-CPU, CPU exports) carry `@pytest.mark.on_cpu` and run with the CPU as default device.
+On a machine with an accelerator (`make gpu-check`), JAX's default device is the
+accelerator; tests of CPU behaviour (the native kernels, what `"auto"` runs on a CPU, CPU
+exports) carry `@pytest.mark.on_cpu`, and `make gpu-check` runs them in a second pass with
+`JAX_PLATFORMS=cpu`.
 """
 
 import jax
-import pytest
 
 jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_numpy_dtype_promotion", "strict")
@@ -20,14 +20,5 @@ jax.config.update("jax_default_matmul_precision", "highest")
 
 def pytest_configure(config):
     config.addinivalue_line(
-        "markers", "on_cpu: run with the CPU as JAX's default device (tests of CPU behaviour)"
+        "markers", "on_cpu: a test of CPU behaviour (run with JAX_PLATFORMS=cpu on GPU machines)"
     )
-
-
-@pytest.fixture(autouse=True)
-def _cpu_default_device_for_cpu_tests(request):
-    if request.node.get_closest_marker("on_cpu") is None:
-        yield
-        return
-    with jax.default_device(jax.devices("cpu")[0]):
-        yield

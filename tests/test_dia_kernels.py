@@ -19,7 +19,12 @@ from jaxsparse.kernels.pallas_dia import (
     dia_sddmm_pallas,
     supports,
 )
-from jaxsparse.kernels.triton_dia import dia_matmul_t_triton, dia_matmul_triton, dia_sddmm_triton
+from jaxsparse.kernels.triton_dia import (
+    default_block_sizes,
+    dia_matmul_t_triton,
+    dia_matmul_triton,
+    dia_sddmm_triton,
+)
 from jaxsparse.kernels.triton_dia import supports as triton_supports
 
 
@@ -236,7 +241,8 @@ def test_lowers_for_cuda(fn, k, dtype):
     text = _lower(fn, _STENCIL_5, k, dtype, "cuda")
     assert KERNEL_CALLS["cuda"] in text
     assert f'name = "{_TRITON_KERNEL_NAMES[fn]}"' in text
-    block_rows = BlockSizes.get_default(platform="cuda", num_cols=k).block_rows
+    kernel = "sddmm" if fn is dia_sddmm_triton else "matmul"
+    block_rows = default_block_sizes(kernel, k).block_rows
     assert f"grid_x = {_ROWS // block_rows} : i32" in text
 
 
