@@ -74,6 +74,12 @@ def _replica_groups(attributes: str) -> tuple[int, int]:
     iota = re.search(r"replica_groups=\[(\d+),(\d+)\]", attributes)
     if iota:
         return int(iota[1]), int(iota[2])
+    # Newer XLA names them by mesh axes: `replica_groups=mesh['x'=4,'y'=2] {'x'}`.
+    by_axes = re.search(r"replica_groups=mesh\[([^\]]*)\]\s*\{([^}]*)\}", attributes)
+    if by_axes:
+        sizes = {name: int(size) for name, size in re.findall(r"'(\w+)'=(\d+)", by_axes[1])}
+        size = int(np.prod([sizes[name] for name in re.findall(r"'(\w+)'", by_axes[2])]))
+        return int(np.prod(list(sizes.values()))) // size, size
     listed = re.search(r"replica_groups=\{(\{[\d,]*\}(?:,\{[\d,]*\})*)\}", attributes)
     if listed is None:
         raise ValueError(f"cannot read the replica groups of: {attributes[:200]}")

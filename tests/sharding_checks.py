@@ -251,9 +251,12 @@ def check_exchanged_bytes(rng) -> None:
 
 
 def check_gradients_stay_sharded(rng) -> None:
-    for format in ("dia", "csr"):
+    """Gradients in the values and the operand come out sharded like them, on a mesh of one
+    axis and on a two-axis mesh with explicit axes (`jax.make_mesh`'s default)."""
+    two_axes = jax.make_mesh((4, 2), ("x", "y"))
+    for format, mesh in (("dia", mesh_of(8)), ("csr", two_axes)):
         A = to_jaxsparse(with_random_values(stencil((6, 6)), rng), format)
-        S = js.shard(A, mesh_of(8), axis="x")
+        S = js.shard(A, mesh, axis="x")
         x = S.shard_vector(rng.standard_normal(A.shape[1]))
 
         def loss(values, x, S=S):
@@ -264,7 +267,10 @@ def check_gradients_stay_sharded(rng) -> None:
         assert grad_values.sharding.spec == values_spec, grad_values.sharding
         assert grad_x.sharding.spec == P("x"), grad_x.sharding
         assert len(grad_values.sharding.device_set) == 8
-        print(f"ok   gradients of a sharded {format} product stay sharded")
+        dense = np.asarray(A.todense())
+        expected_x = dense.T @ np.cos(dense @ np.asarray(x)[: A.shape[1]])
+        np.testing.assert_allclose(np.asarray(grad_x)[: A.shape[1]], expected_x, rtol=TOLERANCE)
+        print(f"ok   gradients of a sharded {format} product stay sharded ({mesh})")
 
 
 def check_errors() -> None:
