@@ -134,7 +134,7 @@ def main(N: int = 32, conductivity: float = 1.5, tol: float = 1e-6, verbose: boo
     results["bytes_dia"] = bytes_per_product(S, b)
     results["bytes_csr"] = bytes_per_product(S_csr, b)
     results["bytes_halo"] = (devices - 1) * 2 * N * itemsize
-    results["bytes_all_gather"] = devices * (devices - 1) * S.padded_shape[1] * itemsize
+    results["bytes_all_gather"] = (devices - 1) * S.padded_shape[1] * itemsize
     say("bytes sent between devices per product (from the compiled program):")
     say(f"  sharded DIA {results['bytes_dia']}, sharded CSR {results['bytes_csr']}")
     say(f"  halo of N rows each way: {results['bytes_halo']}")
