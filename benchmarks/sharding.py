@@ -40,7 +40,9 @@ def stencil(grid: tuple[int, ...]) -> scipy.sparse.csr_array:
     total = scipy.sparse.csr_array((int(np.prod(grid)),) * 2)
     for axis, size in enumerate(grid):
         factors = [scipy.sparse.eye_array(s) for s in grid]
-        factors[axis] = scipy.sparse.diags_array([-1.0, 2.0, -1.0], offsets=[-1, 0, 1], shape=(size,) * 2)
+        factors[axis] = scipy.sparse.diags_array(
+            [-1.0, 2.0, -1.0], offsets=[-1, 0, 1], shape=(size,) * 2
+        )
         term = factors[0]
         for factor in factors[1:]:
             term = scipy.sparse.kron(term, factor)
