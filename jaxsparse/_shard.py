@@ -169,10 +169,16 @@ class ShardedMatrix(eqx.Module):
 
 
 class ShardedDIAMatrix(ShardedMatrix):
-    """A DIA matrix sharded by rows: `data[d, i] == A[i, i + offsets[d]]` (stored by
-    rows, `(len(offsets), padded rows)`, sharded over its second axis), keeping only the
-    diagonals inside the matrix. Each device holds its rows' diagonals and receives the
-    halo of its `HaloPlan`."""
+    """A DIA matrix sharded by rows, keeping only the diagonals inside the matrix.
+
+    Device `p` holds its rows' diagonals already laid out for its local product: the DIA
+    layout of its local matrix `(plan.row_block, plan.window)`, whose columns are the
+    window of operand rows its `HaloPlan` brings in and whose diagonals sit at
+    `plan.local_offsets`. So `data` has shape `(len(offsets), devices * plan.window)`,
+    sharded over its second axis, and row `i` of device `p` (global row `p * row_block +
+    i`) keeps `A[row, row + offsets[d]]` at `data[d, p * plan.window + i +
+    plan.local_offsets[d]]`; every other slot is zero and ignored.
+    """
 
     data: jax.Array
     offsets: tuple[int, ...] = eqx.field(static=True)
@@ -188,9 +194,8 @@ class ShardedDIAMatrix(ShardedMatrix):
         return (P(None, self.axis),)
 
     def _local_product(self, leaves, columns, *, transposed: bool, backend: str):
-        (rows_of_diagonals,) = leaves
+        (local_data,) = leaves
         plan, (m, n) = self.plan, self.shape
-        local_data = _columns_of_diagonals(rows_of_diagonals, plan)
         params = dict(
             offsets=plan.local_offsets,
             shape=(plan.row_block, plan.window),
@@ -242,20 +247,6 @@ class ShardedCSRMatrix(ShardedMatrix):
         return csr_matmul_p.bind(data, exchange(columns), indices, indptr, **params)
 
 
-def _columns_of_diagonals(rows_of_diagonals, plan: HaloPlan) -> jax.Array:
-    """One device's diagonals, stored by rows `(len(offsets), row_block)`, in the DIA
-    layout of its local matrix `(row_block, plan.window)`: row `i` of diagonal `d` moves
-    to column `i + plan.local_offsets[d]`."""
-    if not plan.local_offsets:
-        return jnp.zeros((0, plan.window), rows_of_diagonals.dtype)
-    return jnp.stack(
-        [
-            jnp.pad(row, (off, plan.window - plan.row_block - off))
-            for row, off in zip(rows_of_diagonals, plan.local_offsets, strict=True)
-        ]
-    )
-
-
 def _zero_past(block, start, limit: int, devices: int) -> jax.Array:
     """`block` (one device's rows, from global row `start`) with rows `>= limit` zeroed:
     the padding past the matrix, which exists only when `limit` is not a multiple of the
@@ -304,14 +295,25 @@ def _shard_dia(matrix: DIAMatrix, mesh: jax.sharding.Mesh, axis: str) -> Sharded
     devices = _check_mesh(mesh, axis)
     index, offsets = active_diagonals(matrix.offsets, matrix.shape)
     plan = halo_plan(offsets, matrix.shape, devices)
-    padded_rows = devices * plan.row_block
-    rows = []
-    for d, off in zip(index, offsets, strict=True):
-        lo, hi = valid_rows(off, matrix.shape)
-        rows.append(jnp.pad(matrix.data[d, lo + off : hi + off], (lo, padded_rows - hi)))
-    data = jnp.stack(rows) if rows else jnp.zeros((0, padded_rows), matrix.dtype)
+    data = _local_layout(matrix, index, offsets, plan)
     data = jax.device_put(data, NamedSharding(mesh, P(None, axis)))
     return ShardedDIAMatrix(data, offsets, matrix.shape, mesh, axis, plan)
+
+
+def _local_layout(matrix: DIAMatrix, index, offsets, plan: HaloPlan) -> jax.Array:
+    """The diagonals `index` of `matrix` laid out for the devices' local products,
+    `(len(index), devices * plan.window)` (see `ShardedDIAMatrix`): each diagonal stored
+    by rows, cut into blocks of `row_block` rows, each block shifted to its local offset."""
+    devices, row_block, window = plan.devices, plan.row_block, plan.window
+    if not index:
+        return jnp.zeros((0, devices * window), matrix.dtype)
+    blocks = []
+    for d, off, local in zip(index, offsets, plan.local_offsets, strict=True):
+        lo, hi = valid_rows(off, matrix.shape)
+        by_rows = jnp.pad(matrix.data[d, lo + off : hi + off], (lo, devices * row_block - hi))
+        by_device = by_rows.reshape(devices, row_block)
+        blocks.append(jnp.pad(by_device, ((0, 0), (local, window - row_block - local))))
+    return jnp.stack(blocks).reshape(len(index), devices * window)
 
 
 @shard.register(CSRMatrix)
