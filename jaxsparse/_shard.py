@@ -332,11 +332,12 @@ def _shard_csr(matrix: CSRMatrix, mesh: jax.sharding.Mesh, axis: str) -> Sharded
     source = arrays.entry_source.reshape(-1)
     values = jnp.where(source >= 0, matrix.data[np.maximum(source, 0)], 0).astype(matrix.dtype)
     place = functools.partial(jax.device_put, device=NamedSharding(mesh, P(axis)))
+    index_dtype = matrix.index_dtype
     return ShardedCSRMatrix(
         place(values),
-        place(arrays.local_indices.reshape(-1).astype(np.int32)),
-        place(arrays.local_indptr.reshape(-1).astype(np.int32)),
-        place(arrays.send_positions.reshape(-1).astype(np.int32)),
+        place(arrays.local_indices.reshape(-1).astype(index_dtype)),
+        place(arrays.local_indptr.reshape(-1).astype(index_dtype)),
+        place(arrays.send_positions.reshape(-1).astype(index_dtype)),
         matrix.shape,
         mesh,
         axis,
