@@ -8,3 +8,7 @@ from ._dia import DIAMatrix as DIAMatrix
 from ._matmul import matmul as matmul
 
 __version__ = _version("jaxsparse")
+from ._shard import ShardedCSRMatrix as ShardedCSRMatrix
+from ._shard import ShardedDIAMatrix as ShardedDIAMatrix
+from ._shard import ShardedMatrix as ShardedMatrix
+from ._shard import shard as shard
