@@ -265,10 +265,13 @@ def random(
 
 def _holds_one_diagonal(diagonals) -> bool:
     """Whether `diagonals` is one diagonal (a scalar, a 1-D array, a list of scalars)."""
-    if isinstance(diagonals, (jax.Array, np.ndarray, numbers.Number, np.generic)):
-        return jnp.ndim(diagonals) <= 1
+    if isinstance(diagonals, (jax.Array, np.ndarray)):
+        return diagonals.ndim <= 1
+    if isinstance(diagonals, (numbers.Number, np.generic)):
+        return True
     diagonals = list(diagonals)
-    return not diagonals or jnp.ndim(diagonals[0]) == 0
+    first = diagonals[0] if diagonals else None
+    return not diagonals or isinstance(first, (numbers.Number, np.generic)) or np.ndim(first) == 0
 
 
 def _values_dtype(dtype, *values) -> np.dtype:
