@@ -3,9 +3,10 @@
 
 Each runs under `jax.jit` wherever the result's structure follows from static arguments:
 shapes, DIA offsets and CSR entry counts are Python ints, values and CSR index arrays may be
-traced. DIA results come from DIA inputs (their offsets follow from the inputs' offsets and
-shapes); anything involving CSR gives CSR. Values keep their dtype (two dtypes combine by
-`jnp.result_type`), and gradients flow through them to the inputs' values.
+traced. `kron` and `block_diag` of DIA matrices give DIA (the result's offsets follow from
+the inputs' offsets and shapes); `vstack`, `hstack` and anything involving CSR give CSR.
+Values keep their dtype (two dtypes combine by `jnp.result_type`), and gradients flow
+through them to the inputs' values.
 """
 
 import collections
@@ -126,10 +127,11 @@ def kron(A: SparseMatrix, B: SparseMatrix) -> SparseMatrix:
     Two `DIAMatrix` factors give a `DIAMatrix`: for a square `B`, diagonal `a` of `A` and
     `b` of `B` make diagonal `a * s + b` of the product, so `kron(T, eye(N)) + kron(eye(N),
     T)` is a 2-D Laplacian with 5 static offsets. For a non-square `B` the offsets depend on
-    the row as well: the product has a diagonal per stored entry of `A` and diagonal of `B`,
-    each short; convert to CSR first for such factors. Any `CSRMatrix` factor gives a
-    `CSRMatrix` with `A.nnz * B.nnz` entries (DIA factors convert by `tocsr`, every slot
-    inside the matrix, zeros included), row by row in the factors' order.
+    the column as well: the product has a diagonal for each slot of `A` inside the matrix
+    and each diagonal of `B`, each at most `s` long; convert to CSR first for such
+    factors. Any `CSRMatrix` factor gives a `CSRMatrix` with `A.nnz * B.nnz` entries (DIA
+    factors convert by `tocsr`: every slot inside the matrix, zeros included), row by row
+    in the factors' order.
 
     **Arguments:** `A` and `B`, jaxsparse matrices.
 
@@ -242,7 +244,8 @@ def random(
             "it outside `jit`."
         )
     dtype = _values_dtype(dtype)
-    total = shape[0] * shape[1]
+    m, n = shape
+    total = m * n
     nnz = int(round(density * total))
     position_dtype = np.int32 if total <= np.iinfo(np.int32).max else np.int64
     if np.dtype(position_dtype) != jax.dtypes.canonicalize_dtype(position_dtype):
