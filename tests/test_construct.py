@@ -228,6 +228,22 @@ def test_poisson_3d_built_under_jit_matches_scipy():
     np.testing.assert_allclose(A @ x, expected @ x, atol=1e-12)
 
 
+def test_kron_of_new_values_reuses_the_compiled_function():
+    T = js.diags([-1.0, 2.0, -1.0], [-1, 0, 1], shape=(4, 4))
+    I = js.eye(4)  # noqa: E741
+
+    @jax.jit
+    def anisotropic(c):
+        return c[0] * js.kron(T, I) + c[1] * js.kron(I, T)
+
+    first, second = anisotropic(jnp.array([1.0, 2.0])), anisotropic(jnp.array([3.0, 0.5]))
+    assert anisotropic._cache_size() == 1
+    S_T, S_I = T.to_scipy(), scipy.sparse.eye_array(4)
+    for matrix, (a, b) in ((first, (1.0, 2.0)), (second, (3.0, 0.5))):
+        expected = a * scipy.sparse.kron(S_T, S_I) + b * scipy.sparse.kron(S_I, S_T)
+        np.testing.assert_allclose(matrix.todense(), expected.toarray(), atol=1e-12)
+
+
 BLOCKS = [((3, 3), (-1, 0, 1)), ((2, 4), (0, 1, 3)), ((4, 2), (-2, 0, 5)), ((1, 1), (0,))]
 
 
