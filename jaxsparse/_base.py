@@ -112,7 +112,17 @@ class SparseMatrix(eqx.Module):
         return f"{type(self).__name__}({fields})"
 
     def _repr_fields(self) -> dict:
-        return {"shape": self.shape, "dtype": np.dtype(self.dtype).name, "nnz": self.nnz}
+        return {"shape": self.shape, "dtype": leaf_dtype_name(self.data), "nnz": self.nnz}
+
+
+def leaf_dtype_name(leaf) -> str:
+    """The dtype name of an array leaf, for `repr`: also for the leaves a gradient or a
+    partition leaves in a matrix's place (`None`, or `float0` for integer leaves)."""
+    if leaf is None:
+        return "None"
+    if leaf.dtype == jax.dtypes.float0:
+        return "float0"
+    return np.dtype(leaf.dtype).name
 
 
 def _as_scalar(value, operator: str):
