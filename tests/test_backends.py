@@ -214,3 +214,34 @@ def test_dtypes_without_kernels_lower_to_xla_under_auto_and_raise_under_pallas(
     name = np.dtype(dtype).name
     with pytest.raises(TypeError, match=f"{name} on platform '{platform}'"):
         lower(pallas, args, platform)
+
+
+@NEEDS_CROSS_LOWERING
+@pytest.mark.parametrize("platform", ["cuda", "tpu"])
+@pytest.mark.parametrize("fmt", ["dia", "csr"])
+def test_complex64_product_and_gradient_lower_to_the_kernels(fmt, platform):
+    """complex64 reaches the accelerator kernels on real planes under "pallas" and "auto"."""
+    shape, dtype = (4096, 4096), jnp.complex64
+    if fmt == "dia":
+        args = (jnp.zeros((3, 4096), dtype), jnp.zeros((4096, 2), dtype))
+        functions = dia_product_and_gradient((-1, 0, 1), shape, "pallas")
+    else:
+        args = (
+            jnp.zeros((100,), dtype),
+            jnp.zeros((100,), jnp.int32),
+            jnp.zeros((4097,), jnp.int32),
+            jnp.zeros((4096, 2), dtype),
+        )
+        functions = csr_product_and_gradient(shape, "pallas")
+    product = functions[0]
+
+    def gradient(*args):
+        def loss(values, x):
+            return jnp.sum(jnp.abs(product(values, *args[1:-1], x)) ** 2)
+
+        return jax.grad(loss, argnums=(0, 1))(args[0], args[-1])
+
+    for function in (product, gradient):
+        text = lower(function, args, platform)
+        assert KERNEL_CALLS[platform] in text
+        assert "complex<f32>" not in text.split(KERNEL_CALLS[platform])[1].split("\n")[0]
