@@ -46,12 +46,11 @@ from jaxsparse import _backend
 TARGET = "NVIDIA H100 80GB HBM3"
 PLUGIN_MODULE = "jax_plugins.xla_cuda13"
 PLUGIN_LIBRARY = "xla_cuda_plugin.so"
-COMPILER_OPTIONS = {
-    # A compile without a device cannot size CUB's scratch space (XLA's CUB sort asks a
-    # device and fails with "invalid device ordinal"): XLA's own sort kernel stands in for
-    # the argsort of the CSR transposed product. The Pallas kernels are unaffected.
-    "xla_gpu_deviceless_cub_mode": "DEVICELESS_CUB_DISABLED",
-}
+# A compile without a device cannot size CUB's scratch space (XLA's CUB sort asks a device
+# and fails with "invalid device ordinal"): XLA's own sort kernel stands in for the argsort
+# of the CSR transposed product. Given only to programs that sort, since XLA warns about it
+# on every compile. The Pallas kernels are unaffected.
+SORT_OPTIONS = {"xla_gpu_deviceless_cub_mode": "DEVICELESS_CUB_DISABLED"}
 _LIBC = ctypes.CDLL(None)
 
 
@@ -149,11 +148,12 @@ def compile_program(program: Program, device, workdir: Path, number: int) -> Out
         except Exception as error:
             status = "declined" if declined_by_library(error) else "failed"
             return Outcome(program, status, time.perf_counter() - start, message=_first_line(error))
+        options = {"xla_gpu_kernel_cache_file": str(cache)}
+        if "stablehlo.sort" in lowered.as_text():
+            options.update(SORT_OPTIONS)
         try:
             with native_stdout_to(ptxas_report):
-                lowered.compile(
-                    compiler_options={**COMPILER_OPTIONS, "xla_gpu_kernel_cache_file": str(cache)}
-                )
+                lowered.compile(compiler_options=options)
         except Exception as error:
             return Outcome(program, "failed", time.perf_counter() - start, message=str(error))
     kernels = read_kernel_cache(cache.read_bytes()) if cache.exists() else []
