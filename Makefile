@@ -29,7 +29,8 @@ lint: $(STAMP)
 
 # Not one of the two commands: compiles every GPU kernel to sm_90a machine code without a
 # GPU, in its own environment with the CUDA plugin (about 1.3 GB), on the newest Python
-# 3.12+ that pyenv offers (or GPU_COMPILE_PYTHON=...). See tools/gpu_compile.py.
+# 3.12+ that pyenv offers (or GPU_COMPILE_PYTHON=...). See tools/gpu_compile.py; its
+# options go in GPU_COMPILE_ARGS (e.g. --plant-oversized-block).
 GPU_COMPILE_PYTHON ?= $(shell .ci/newest-python)
 GPU_COMPILE_VENV := .venv-gpu-compile
 GPU_COMPILE_STAMP := $(GPU_COMPILE_VENV)/.jaxsparse-installed
@@ -42,7 +43,7 @@ $(GPU_COMPILE_STAMP): pyproject.toml setup.py $(wildcard jaxsparse/kernels/nativ
 	touch $(GPU_COMPILE_STAMP)
 
 gpu-compile: $(GPU_COMPILE_STAMP)
-	JAX_SKIP_CUDA_CONSTRAINTS_CHECK=1 $(GPU_COMPILE_VENV)/bin/python tools/gpu_compile.py
+	JAX_SKIP_CUDA_CONSTRAINTS_CHECK=1 $(GPU_COMPILE_VENV)/bin/python tools/gpu_compile.py $(GPU_COMPILE_ARGS)
 
 clean:
 	rm -rf $(VENV) .venv-* .pytest_cache
