@@ -147,7 +147,7 @@ def compile_program(program: Program, device, workdir: Path, number: int) -> Out
             lowered = jax.jit(program.function).lower(*program.avals)
         except Exception as error:
             status = "declined" if declined_by_library(error) else "failed"
-            return Outcome(program, status, time.perf_counter() - start, message=_first_line(error))
+            return Outcome(program, status, time.perf_counter() - start, message=_text(error))
         options = {"xla_gpu_kernel_cache_file": str(cache)}
         if "stablehlo.sort" in lowered.as_text():
             options.update(SORT_OPTIONS)
@@ -155,15 +155,15 @@ def compile_program(program: Program, device, workdir: Path, number: int) -> Out
             with native_stdout_to(ptxas_report):
                 lowered.compile(compiler_options=options)
         except Exception as error:
-            return Outcome(program, "failed", time.perf_counter() - start, message=str(error))
+            return Outcome(program, "failed", time.perf_counter() - start, message=_text(error))
     kernels = read_kernel_cache(cache.read_bytes()) if cache.exists() else []
     kernels += read_ptxas_report(ptxas_report.read_text(errors="replace"))
     pallas_kernels = tuple(kernel for kernel in kernels if kernel.kind != "xla")
     return Outcome(program, "compiled", time.perf_counter() - start, pallas_kernels)
 
 
-def _first_line(error: BaseException) -> str:
-    return f"{type(error).__name__}: {str(error).strip().splitlines()[0]}"
+def _text(error: BaseException) -> str:
+    return f"{type(error).__name__}: {str(error).strip()}"
 
 
 def print_table(outcomes: list[Outcome], limits: dict[str, int]) -> list[str]:
@@ -210,7 +210,9 @@ def print_summary(outcomes: list[Outcome], over_limits: list[str], seconds: floa
         )
     declined = [o for o in outcomes if o.status == "declined"]
     failed = [o for o in outcomes if o.status == "failed"]
-    reasons = sorted({(o.program.family, o.program.dtype, o.message) for o in declined})
+    reasons = sorted(
+        {(o.program.family, o.program.dtype, _first_line_of(o.message, 1000)) for o in declined}
+    )
     print(f"\nDeclined by the library ({len(declined)} programs):")
     for family, dtype, message in reasons:
         print(f"  {family} / {dtype}: {message}")
