@@ -165,7 +165,8 @@ def test_limits_flag_what_cannot_launch(tools):
 
 def test_compiles_every_gpu_kernel_family_of_each_format(tools):
     _, cases, _ = tools
-    gpu = set(_backend.PREFERENCES["pallas", "cuda"]) & set(_backend.KERNEL_FAMILIES)
+    preferred = _backend.PREFERENCES["pallas", "cuda"] + _backend.PREFERENCES["auto", "cuda"]
+    gpu = set(preferred) & set(_backend.KERNEL_FAMILIES)
     for table in (_dia_ops.IMPLEMENTATIONS, _csr_ops.IMPLEMENTATIONS):
         families = cases.gpu_kernel_families(table)
         assert families
