@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.jaxsparse-installed
 
-.PHONY: demo test bench lint clean gpu-check
+.PHONY: demo test bench lint clean gpu-check gpu-compile
 
 $(STAMP): pyproject.toml setup.py $(wildcard jaxsparse/kernels/native/*)
 	$(PYTHON) -m venv $(VENV)
@@ -34,8 +34,26 @@ gpu-check:
 	$(GPU_PYTHON) benchmarks/gpu.py --out benchmarks/results/gpu.json
 
 lint: $(STAMP)
-	$(BIN)/ruff check jaxsparse tests examples benchmarks
-	$(BIN)/ruff format --check jaxsparse tests examples benchmarks
+	$(BIN)/ruff check jaxsparse tests examples benchmarks tools
+	$(BIN)/ruff format --check jaxsparse tests examples benchmarks tools
+
+# Not one of the two commands: compiles every GPU kernel to sm_90a machine code without a
+# GPU, in its own environment with the CUDA plugin (about 1.3 GB), on the newest Python
+# 3.12+ that pyenv offers (or GPU_COMPILE_PYTHON=...). See tools/gpu_compile.py; its
+# options go in GPU_COMPILE_ARGS (e.g. --plant-oversized-block).
+GPU_COMPILE_PYTHON ?= $(shell .ci/newest-python)
+GPU_COMPILE_VENV := .venv-gpu-compile
+GPU_COMPILE_STAMP := $(GPU_COMPILE_VENV)/.jaxsparse-installed
+
+$(GPU_COMPILE_STAMP): pyproject.toml setup.py $(wildcard jaxsparse/kernels/native/*)
+	@test -n "$(GPU_COMPILE_PYTHON)" || { echo "gpu-compile needs Python 3.12+: pyenv has none; set GPU_COMPILE_PYTHON"; exit 1; }
+	$(GPU_COMPILE_PYTHON) -m venv $(GPU_COMPILE_VENV)
+	$(GPU_COMPILE_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(GPU_COMPILE_VENV)/bin/python -m pip install --quiet -e '.[gpu-compile]'
+	touch $(GPU_COMPILE_STAMP)
+
+gpu-compile: $(GPU_COMPILE_STAMP)
+	JAX_SKIP_CUDA_CONSTRAINTS_CHECK=1 $(GPU_COMPILE_VENV)/bin/python tools/gpu_compile.py $(GPU_COMPILE_ARGS)
 
 clean:
 	rm -rf $(VENV) .venv-* .pytest_cache
