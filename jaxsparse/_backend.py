@@ -7,12 +7,15 @@ XLA. Each product declares a table of implementation families (`_dia_ops.py`,
 `_csr_ops.py`); this module walks the families `PREFERENCES` lists for the request and the
 platform and takes the first that the product has and that takes the dtype there:
 
-| requested       | cpu                | cuda, rocm                | tpu                           |
-|-----------------|--------------------|---------------------------|-------------------------------|
-| `"auto"`/`None` | `native`, `xla`    | `pallas`, `triton`, `xla` | `pallas`, `mosaic_tpu`, `xla` |
-| `"pallas"`      | error: no compiler | `pallas`, `triton`        | `pallas`, `mosaic_tpu`        |
-| `"interpret"`   | `pallas`, `triton` in interpret mode, on any platform                     |
-| `"xla"`         | `xla`: pure StableHLO, no custom call, on any platform                    |
+| platform | `"auto"`/`None`                         | `"pallas"`                       |
+|----------|-----------------------------------------|----------------------------------|
+| cpu      | `native`, `xla`                         | error: no compiler               |
+| cuda     | `mosaic_gpu`, `pallas`, `triton`, `xla` | `mosaic_gpu`, `pallas`, `triton` |
+| rocm     | `pallas`, `triton`, `xla`               | `pallas`, `triton`               |
+| tpu      | `pallas`, `mosaic_tpu`, `xla`           | `pallas`, `mosaic_tpu`           |
+
+`"interpret"` runs `pallas`, `triton` in interpret mode, on any platform; `"xla"` runs
+`xla`: pure StableHLO, no custom call, on any platform.
 
 (the first of the listed families that the product has and that takes the dtype; when
 none does, `"auto"` always has `xla`, and the explicit requests raise.)
@@ -25,14 +28,14 @@ custom calls that `jax.export` guarantees to keep loading (its default checks ac
 | platform   | `"auto"` exports              |
 |------------|-------------------------------|
 | cpu        | `xla`                         |
-| cuda, rocm | `xla`                         |
+| cuda       | `mosaic_gpu`, `xla`           |
+| rocm       | `xla`                         |
 | tpu        | `pallas`, `mosaic_tpu`, `xla` |
 
 Every CPU family but `xla` calls a native kernel with no guarantee (jaxsparse's own FFI
-kernels). On GPUs the Pallas kernels lower to
-Triton, whose `__gpu$xla.gpu.triton` has no guarantee (Mosaic GPU's `mosaic_gpu_v2` has
-one: a Mosaic GPU family joins `EXPORTABLE["cuda"]`). Mosaic TPU's `tpu_custom_call` has
-one.
+kernels). On GPUs the portable Pallas kernels lower to Triton, whose
+`__gpu$xla.gpu.triton` has no guarantee; the Mosaic GPU kernels (`plgpu.kernel`) lower to
+`mosaic_gpu_v2`, which has one. Mosaic TPU's `tpu_custom_call` has one.
 
 A Pallas kernel picks its grid and block sizes from static shapes, so a product with a
 symbolic dimension (`jax.export`'s shape polymorphism: a symbolic column count or batch)
@@ -46,7 +49,9 @@ raises without them).
 
 The families: `xla` (pure `jax.numpy`, `kernels/xla_*.py`), `native` (jaxsparse's C++
 kernels registered as XLA FFI targets for the CPU: `kernels/native_*.py`; missing when the
-extension was not built, and half precision), `pallas` (one Pallas source for
+extension was not built, and half precision), `mosaic_gpu` (Mosaic GPU kernels for NVIDIA
+Hopper and newer, `plgpu.kernel`: `kernels/mosaic_gpu_dia.py`; their interpret mode is
+Mosaic GPU's own, with race detection), `pallas` (one Pallas source for
 Triton and Mosaic TPU: `kernels/pallas_dia.py`), `triton` and `mosaic_tpu` (per-platform
 Pallas kernels: `kernels/triton_csr.py`, `kernels/mosaic_tpu_csr.py`). A new family is a
 key in the products' tables, a line in `PREFERENCES`, if it is a Pallas kernel family (it
@@ -69,16 +74,16 @@ import numpy as np
 BACKENDS = ("auto", "pallas", "interpret", "xla")
 BACKEND_ENV_VAR = "JAXSPARSE_BACKEND"
 PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
-KERNEL_FAMILIES = ("pallas", "triton", "mosaic_tpu")
+KERNEL_FAMILIES = ("mosaic_gpu", "pallas", "triton", "mosaic_tpu")
 
 # (requested backend, platform) -> implementation families to try, in order.
 PREFERENCES: dict[tuple[str, str], tuple[str, ...]] = {
     ("auto", "cpu"): ("native", "xla"),
-    ("auto", "cuda"): ("pallas", "triton", "xla"),
+    ("auto", "cuda"): ("mosaic_gpu", "pallas", "triton", "xla"),
     ("auto", "rocm"): ("pallas", "triton", "xla"),
     ("auto", "tpu"): ("pallas", "mosaic_tpu", "xla"),
     ("pallas", "cpu"): (),
-    ("pallas", "cuda"): ("pallas", "triton"),
+    ("pallas", "cuda"): ("mosaic_gpu", "pallas", "triton"),
     ("pallas", "rocm"): ("pallas", "triton"),
     ("pallas", "tpu"): ("pallas", "mosaic_tpu"),
     **{("interpret", platform): ("pallas", "triton") for platform in PLATFORMS},
@@ -89,7 +94,7 @@ PREFERENCES: dict[tuple[str, str], tuple[str, ...]] = {
 # a family is listed only once its custom calls, if any, carry `jax.export`'s guarantee.
 EXPORTABLE: dict[str, tuple[str, ...]] = {
     "cpu": ("xla",),
-    "cuda": ("xla",),
+    "cuda": ("mosaic_gpu", "xla"),
     "rocm": ("xla",),
     "tpu": ("pallas", "mosaic_tpu", "xla"),
 }

@@ -15,8 +15,13 @@ family's batch axis.
 """
 
 from ._primitive import product_family
-from .kernels import native_dia, pallas_dia
+from .kernels import mosaic_gpu_dia, native_dia, pallas_dia
 from .kernels._xla_cpu import outside_ynn_fusions
+from .kernels.mosaic_gpu_dia import (
+    dia_matmul_mosaic_gpu,
+    dia_matmul_t_mosaic_gpu,
+    dia_sddmm_mosaic_gpu,
+)
 from .kernels.native_dia import dia_matmul_native, dia_matmul_t_native, dia_sddmm_native
 from .kernels.pallas_dia import dia_matmul_pallas, dia_matmul_t_pallas, dia_sddmm_pallas
 from .kernels.xla_dia import dia_matmul_t_xla, dia_matmul_xla, dia_sddmm_xla
@@ -46,23 +51,30 @@ IMPLEMENTATIONS = {
         "xla": dia_matmul_xla,
         "native": _unbatched_or_xla(dia_matmul_native, dia_matmul_xla),
         "pallas": dia_matmul_pallas,
+        "mosaic_gpu": dia_matmul_mosaic_gpu,
     },
     "matmul_t": {
         "xla": dia_matmul_t_xla,
         "native": _unbatched_or_xla(dia_matmul_t_native, dia_matmul_t_xla),
         "pallas": dia_matmul_t_pallas,
+        "mosaic_gpu": dia_matmul_t_mosaic_gpu,
     },
     "sddmm": {
         "xla": dia_sddmm_xla,
         "native": _unbatched_or_xla(dia_sddmm_native, dia_sddmm_xla),
         "pallas": dia_sddmm_pallas,
+        "mosaic_gpu": dia_sddmm_mosaic_gpu,
     },
 }
 DIA_PRODUCTS = product_family(
     "dia",
     values_shape=_values_shape,
     implementations=IMPLEMENTATIONS,
-    supports={"native": native_dia.supports, "pallas": pallas_dia.supports},
+    supports={
+        "native": native_dia.supports,
+        "pallas": pallas_dia.supports,
+        "mosaic_gpu": mosaic_gpu_dia.supports,
+    },
 )
 dia_matmul_p = DIA_PRODUCTS.matmul
 dia_matmul_t_p = DIA_PRODUCTS.matmul_t

@@ -69,7 +69,7 @@ import numpy as np
 from jax import lax
 from jax.experimental import pallas as pl
 
-from .._dia_layout import MAX_UNROLLED_DIAGONALS, active_diagonals, valid_rows
+from .._dia_layout import MAX_UNROLLED_DIAGONALS, active_diagonals
 from ._precision import accumulation_dtype
 
 try:
@@ -115,40 +115,53 @@ def _strided(block_rows: int):
     return plgpu.Layout.WG_STRIDED((block_rows,), vec_size=1)
 
 
-def _columns_loop(num_cols: int, body) -> None:
-    """`body(c)` for every column `c`: unrolled for a few columns, else a `fori_loop`."""
-    if num_cols <= _UNROLLED_COLUMNS:
-        for c in range(num_cols):
-            body(c)
-        return
+def _zeros(block_rows: int, dtype):
+    return plgpu.layout_cast(jnp.zeros((block_rows,), dtype), _strided(block_rows))
 
-    def step(c, carry):
-        body(c)
+
+def _loop(count: int, body, carry, *, unroll: bool):
+    """`carry = body(i, carry)` for `i < count`: unrolled Python ints, or a `fori_loop`."""
+    if unroll:
+        for i in range(count):
+            carry = body(i, carry)
         return carry
-
-    lax.fori_loop(jnp.int32(0), jnp.int32(num_cols), step, jnp.int32(0))
+    return lax.fori_loop(jnp.int32(0), jnp.int32(count), body, carry)
 
 
 def _member(ref, batched: bool, b):
-    """The ref of batch member `b` (member 0 of a shared, unbatched-at-source array)."""
+    """The ref of batch member `b` (member 0 of an array shared by the batch)."""
     return ref.at[b] if batched else ref.at[0]
 
 
+def _split_refs(refs, diagonals):
+    """`(table, *refs)`: the `(3, ndiag)` int32 table of `(value shift, operand shift,
+    offset)` per diagonal comes first in looped kernels (`diagonals is None`)."""
+    return (None, *refs) if diagonals is not None else refs
+
+
+def _diagonal(table, diagonals, d):
+    """`(value shift, operand shift, offset)` of diagonal `d`: static ints when unrolled,
+    scalars read from the table when looped."""
+    if diagonals is not None:
+        return diagonals[d]
+    return table[0, d], table[1, d], table[2, d]
+
+
 def _rows_kernel(
-    values_ref,
-    operand_ref,
-    out_ref,
-    *,
-    value_shifts: tuple[int, ...],
-    operand_shifts: tuple[int, ...],
-    row_ranges: tuple[tuple[int, int], ...] | None,
+    *refs,
+    diagonals: tuple[tuple[int, int, int], ...] | None,
+    num_diagonals: int,
+    masked_rows: int | None,
     batched: tuple[bool, bool],
     block_rows: int,
 ):
-    """One block of `out[c, r] = sum_d values[d, r + value_shifts[d]] *
-    operand[c, r + operand_shifts[d]]` (shifts already include the pads), for rows
-    `[r0, r0 + block_rows)`. With `row_ranges`, diagonal `d` contributes only to rows in
-    `[lo_d, hi_d)` (a select, so ignored values never reach the sum)."""
+    """Rows `[r0, r0 + block_rows)` of `out[c, r] = sum_d values[d, r + value_shift_d] *
+    operand[c, r + operand_shift_d]` (shifts include the wrapper's pads). With
+    `masked_rows = m`, diagonal `d` contributes only where `0 <= r - offset_d < m` (a
+    select, so ignored values never reach the sum). `diagonals` holds the static
+    `(value shift, operand shift, offset)` triples (unrolled), or is `None` and a table
+    ref comes first (looped)."""
+    table, values_ref, operand_ref, out_ref = _split_refs(refs, diagonals)
     r0 = lax.axis_index("rows") * block_rows
     b = lax.axis_index("batch")
     values = _member(values_ref, batched[0], b)
@@ -156,43 +169,49 @@ def _rows_kernel(
     out = out_ref.at[b]
     layout = _strided(block_rows)
     acc_dtype = accumulation_dtype(out_ref.dtype)
-    rows = None
-    if row_ranges is not None:
-        rows = r0 + plgpu.broadcasted_iota(jnp.int32, (block_rows,), 0, layout=layout)
+    rows = r0 + plgpu.broadcasted_iota(jnp.int32, (block_rows,), 0, layout=layout)
 
-    def column(c):
-        acc = None
-        for d, (value_shift, operand_shift) in enumerate(
-            zip(value_shifts, operand_shifts, strict=True)
-        ):
-            stored = plgpu.load(values.at[d, pl.ds(r0 + value_shift, block_rows)], layout=layout)
-            stored = stored.astype(acc_dtype)
-            if rows is not None:
-                lo, hi = row_ranges[d]
-                stored = jnp.where((rows >= lo) & (rows < hi), stored, jnp.zeros_like(stored))
+    def column(c, carry):
+        def add_diagonal(d, acc):
+            value_shift, operand_shift, offset = _diagonal(table, diagonals, d)
+            window = pl.ds(r0 + value_shift, block_rows)
+            stored = plgpu.load(values.at[d, window], layout=layout).astype(acc_dtype)
+            if masked_rows is not None:
+                inside = (rows - offset >= 0) & (rows - offset < masked_rows)
+                stored = jnp.where(inside, stored, jnp.zeros_like(stored))
             shifted = plgpu.load(
                 operand.at[c, pl.ds(r0 + operand_shift, block_rows)], layout=layout
             )
-            term = stored * shifted.astype(acc_dtype)
-            acc = term if acc is None else acc + term
-        out[c, pl.ds(r0, block_rows)] = acc.astype(out_ref.dtype)
+            return acc + stored * shifted.astype(acc_dtype)
 
-    _columns_loop(operand_ref.shape[1], column)
+        acc = _loop(
+            num_diagonals,
+            add_diagonal,
+            _zeros(block_rows, acc_dtype),
+            unroll=diagonals is not None,
+        )
+        out[c, pl.ds(r0, block_rows)] = acc.astype(out_ref.dtype)
+        return carry
+
+    num_cols = operand_ref.shape[1]
+    _loop(num_cols, column, jnp.int32(0), unroll=num_cols <= _UNROLLED_COLUMNS)
 
 
 def _sddmm_kernel(
-    g_ref,
-    x_ref,
-    out_ref,
-    *,
-    g_shifts: tuple[int, ...],
-    row_ranges: tuple[tuple[int, int], ...],
+    *refs,
+    diagonals: tuple[tuple[int, int, int], ...] | None,
+    num_diagonals: int,
+    num_rows: int,
     batched: tuple[bool, bool],
     block_rows: int,
 ):
-    """One block of `out[d, j] = sum_c g[c, j + g_shifts[d]] * x[c, j]` for stored columns
-    `[j0, j0 + block_rows)`, zero where `j` is outside `row_ranges[d]` (the columns whose
-    row `j - offsets[d]` lies in the matrix)."""
+    """Stored columns `[j0, j0 + block_rows)` of `out[d, j] = sum_c g[c, j + g_shift_d] *
+    x[c, j]`, zero where the slot's row `j - offset_d` is outside `[0, num_rows)`.
+    `diagonals` holds static `(g shift, 0, offset)` triples, or is `None` and a table ref
+    comes first. Unrolled, the loop over columns is outside and every diagonal keeps an
+    accumulator, so each column of `x` is loaded once; looped, each diagonal runs its own
+    loop over the columns."""
+    table, g_ref, x_ref, out_ref = _split_refs(refs, diagonals)
     j0 = lax.axis_index("rows") * block_rows
     b = lax.axis_index("batch")
     g = _member(g_ref, batched[0], b)
@@ -201,46 +220,65 @@ def _sddmm_kernel(
     layout = _strided(block_rows)
     acc_dtype = accumulation_dtype(out_ref.dtype)
     num_cols = x_ref.shape[1]
-
-    def column(c, sums):
-        own = plgpu.load(x.at[c, pl.ds(j0, block_rows)], layout=layout).astype(acc_dtype)
-        return tuple(
-            total
-            + plgpu.load(g.at[c, pl.ds(j0 + shift, block_rows)], layout=layout).astype(acc_dtype)
-            * own
-            for total, shift in zip(sums, g_shifts, strict=True)
-        )
-
-    zeros = plgpu.layout_cast(jnp.zeros((block_rows,), acc_dtype), layout)
-    sums = (zeros,) * len(g_shifts)
-    if num_cols <= _UNROLLED_COLUMNS:
-        for c in range(num_cols):
-            sums = column(c, sums)
-    else:
-        sums = lax.fori_loop(jnp.int32(0), jnp.int32(num_cols), column, sums)
+    unroll_cols = num_cols <= _UNROLLED_COLUMNS
     columns = j0 + plgpu.broadcasted_iota(jnp.int32, (block_rows,), 0, layout=layout)
-    for d, ((lo, hi), total) in enumerate(zip(row_ranges, sums, strict=True)):
-        inside = (columns >= lo) & (columns < hi)
-        out[d, pl.ds(j0, block_rows)] = jnp.where(inside, total, jnp.zeros_like(total)).astype(
-            out_ref.dtype
-        )
+
+    def load(ref, c, start):
+        return plgpu.load(ref.at[c, pl.ds(start, block_rows)], layout=layout).astype(acc_dtype)
+
+    def store(d, offset, total):
+        inside = (columns - offset >= 0) & (columns - offset < num_rows)
+        total = jnp.where(inside, total, jnp.zeros_like(total))
+        out[d, pl.ds(j0, block_rows)] = total.astype(out_ref.dtype)
+
+    if diagonals is not None:
+
+        def column(c, sums):
+            own = load(x, c, j0)
+            return tuple(
+                total + load(g, c, j0 + g_shift) * own
+                for total, (g_shift, _, _) in zip(sums, diagonals, strict=True)
+            )
+
+        zeros = (_zeros(block_rows, acc_dtype),) * num_diagonals
+        sums = _loop(num_cols, column, zeros, unroll=unroll_cols)
+        for d, (total, (_, _, offset)) in enumerate(zip(sums, diagonals, strict=True)):
+            store(d, offset, total)
+        return
+
+    def diagonal(d, carry):
+        g_shift, _, offset = _diagonal(table, None, d)
+
+        def column(c, total):
+            return total + load(g, c, j0 + g_shift) * load(x, c, j0)
+
+        store(d, offset, _loop(num_cols, column, _zeros(block_rows, acc_dtype), unroll=unroll_cols))
+        return carry
+
+    lax.fori_loop(jnp.int32(0), jnp.int32(num_diagonals), diagonal, jnp.int32(0))
 
 
-def _call(kernel, out_shape, num_blocks: int, batch: int, interpret: bool, name: str, *args):
-    """Launch `kernel` on a `(num_blocks, batch)` grid of one warpgroup each."""
+def _launch(kernel, triples, out_shape, num_blocks, batch, interpret, name, *arrays):
+    """Launch `kernel` (with `diagonals` to bind) on a `(num_blocks, batch)` grid of one
+    warpgroup each: unrolled over static `triples` up to `MAX_UNROLLED_DIAGONALS`, else
+    looped over an int32 table of them (the offsets stay static metadata of the product;
+    only the looped kernel reads them at run time, as `pallas_dia_loop.py` does)."""
+    unrolled = len(triples) <= MAX_UNROLLED_DIAGONALS
+    if not unrolled:
+        arrays = (jnp.asarray(np.asarray(triples, np.int32).T), *arrays)
     return plgpu.kernel(
-        kernel,
+        functools.partial(kernel, diagonals=tuple(triples) if unrolled else None),
         out_type=jax.ShapeDtypeStruct(*out_shape),
         grid=(num_blocks, batch),
         grid_names=("rows", "batch"),
         interpret=plgpu.InterpretGPUParams(detect_races=True) if interpret else None,
         kernel_name=name,
-    )(*args)
+    )(*arrays)
 
 
 def _as_batch(array, rank: int):
-    """`(B, ...)` with `B = 1` for an unbatched array; and whether it was batched."""
-    return (array, True) if array.ndim == rank + 1 else (array[None], False)
+    """`(B, ...)`, with `B = 1` for an array of `rank` (shared by the batch)."""
+    return array if array.ndim == rank + 1 else array[None]
 
 
 def _rows_major(operand):
@@ -252,60 +290,9 @@ def _pad_last(array, before: int, after: int):
     return jnp.pad(array, ((0, 0),) * (array.ndim - 1) + ((before, after),))
 
 
-def _chunks(index: tuple[int, ...], offsets: tuple[int, ...]):
-    """`(positions, offsets)` of the active diagonals in chunks of at most
-    `MAX_UNROLLED_DIAGONALS`."""
-    step = MAX_UNROLLED_DIAGONALS
-    return [(index[s : s + step], offsets[s : s + step]) for s in range(0, len(index), step)]
-
-
-def _rows_product(
-    values, operand, *, value_shifts, operand_shifts, row_ranges, out_rows, dtype, interpret, name
-):
-    """`out[b, r, c] = sum_d values[b, d, r + value_shifts[d]] * operand[b, r +
-    operand_shifts[d], c]` for `r < out_rows` (rows outside the arrays read zero), in
-    `dtype`: the shared body of the product and the transposed product.
-
-    `values` is `(Bv, ndiag, length)`, `operand` `(Bo, rows, k)` with `Bv, Bo` in `{1, B}`.
-    """
-    batch = max(values.shape[0], operand.shape[0])
-    k = operand.shape[-1]
-    block_rows = _block_rows(out_rows, 1)
-    num_blocks = -(-out_rows // block_rows)
-    span = num_blocks * block_rows
-    value_pad = max(0, -min(value_shifts))
-    operand_pad = max(0, -min(operand_shifts))
-    # Program r0 reads rows [r0 + shift, r0 + shift + block_rows) of the unpadded arrays.
-    values_padded = _pad_last(
-        values, value_pad, max(0, span + max(value_shifts) - values.shape[-1])
-    )
-    operand_rows = _rows_major(operand)
-    operand_padded = _pad_last(
-        operand_rows, operand_pad, max(0, span + max(operand_shifts) - operand_rows.shape[-1])
-    )
-    kernel = functools.partial(
-        _rows_kernel,
-        value_shifts=tuple(s + value_pad for s in value_shifts),
-        operand_shifts=tuple(s + operand_pad for s in operand_shifts),
-        row_ranges=row_ranges,
-        batched=(values.shape[0] == batch, operand.shape[0] == batch),
-        block_rows=block_rows,
-    )
-    out = _call(
-        kernel,
-        ((batch, k, span), dtype),
-        num_blocks,
-        batch,
-        interpret,
-        name,
-        values_padded,
-        operand_padded,
-    )
-    return jnp.swapaxes(out[..., :out_rows], -1, -2)
-
-
 def _product(data, operand, *, offsets, shape, transposed: bool, interpret: bool):
-    """`A @ operand` (or `A^T @ operand`), batch axis included: see the public wrappers."""
+    """`A @ operand`, or `A^T @ operand` if `transposed`; batch axis included (see the
+    public wrappers)."""
     m, n = shape
     out_rows = n if transposed else m
     lead = data.shape[:-2]
@@ -313,44 +300,50 @@ def _product(data, operand, *, offsets, shape, transposed: bool, interpret: bool
     index, active = active_diagonals(offsets, shape)
     if k == 0 or out_rows == 0 or not index or 0 in lead:
         return jnp.zeros((*lead, out_rows, k), operand.dtype)
-    values, _ = _as_batch(data, 2)
-    operand_batch, _ = _as_batch(operand, 2)
-    chunks = _chunks(index, active)
-    # Chunks' partial sums are added in the accumulation dtype.
-    out_dtype = operand.dtype if len(chunks) == 1 else accumulation_dtype(operand.dtype)
-    total = None
-    for positions, chunk_offsets in chunks:
-        chunk_values = values[:, np.asarray(positions), :]
-        if transposed:
-            part = _rows_product(
-                chunk_values,
-                operand_batch,
-                value_shifts=(0,) * len(chunk_offsets),
-                operand_shifts=tuple(-off for off in chunk_offsets),
-                row_ranges=tuple(
-                    (lo + off, hi + off)
-                    for off, (lo, hi) in ((off, valid_rows(off, shape)) for off in chunk_offsets)
-                ),
-                out_rows=out_rows,
-                dtype=out_dtype,
-                interpret=interpret,
-                name="dia_matmul_t_mosaic_gpu",
-            )
-        else:
-            part = _rows_product(
-                chunk_values,
-                operand_batch,
-                value_shifts=chunk_offsets,
-                operand_shifts=chunk_offsets,
-                row_ranges=None,
-                out_rows=out_rows,
-                dtype=out_dtype,
-                interpret=interpret,
-                name="dia_matmul_mosaic_gpu",
-            )
-        total = part if total is None else total + part
-    total = total.astype(operand.dtype)
-    return total if lead else total[0]
+    values = _as_batch(data, 2)[:, np.asarray(index), :]
+    operand = _as_batch(operand, 2)
+    batch = values.shape[0]
+    # Program r0 reads values at r0 + value_shift and operand rows at r0 + operand_shift:
+    # A @ x reads both at column r0 + offset; A^T @ g reads data at r0, g at r0 - offset.
+    value_shifts = (0,) * len(active) if transposed else active
+    operand_shifts = tuple(-off for off in active) if transposed else active
+    block_rows = _block_rows(out_rows, 1)
+    num_blocks = -(-out_rows // block_rows)
+    span = num_blocks * block_rows
+    value_pad, operand_pad = max(0, -min(value_shifts)), max(0, -min(operand_shifts))
+    values = _pad_last(values, value_pad, max(0, span + max(value_shifts) - values.shape[-1]))
+    operand = _pad_last(
+        _rows_major(operand), operand_pad, max(0, span + max(operand_shifts) - operand.shape[-2])
+    )
+    triples = [
+        (value_shift + value_pad, operand_shift + operand_pad, off)
+        for value_shift, operand_shift, off in zip(
+            value_shifts, operand_shifts, active, strict=True
+        )
+    ]
+    kernel = functools.partial(
+        _rows_kernel,
+        num_diagonals=len(active),
+        # A @ x needs no mask: a value whose row is outside the matrix only reaches an
+        # output row past m (cut off), and padded values meet padded zeros.
+        masked_rows=m if transposed else None,
+        batched=(True, operand.shape[0] == batch),
+        block_rows=block_rows,
+    )
+    name = "dia_matmul_t_mosaic_gpu" if transposed else "dia_matmul_mosaic_gpu"
+    out = _launch(
+        kernel,
+        triples,
+        ((batch, k, span), operand.dtype),
+        num_blocks,
+        batch,
+        interpret,
+        name,
+        values,
+        operand,
+    )
+    out = jnp.swapaxes(out[..., :out_rows], -1, -2)
+    return out if lead else out[0]
 
 
 def _check_product(data, operand, name: str, offsets, shape, operand_rows: int) -> None:
@@ -456,50 +449,34 @@ def dia_sddmm_mosaic_gpu(
     index, active = active_diagonals(offsets, shape)
     if x.shape[-1] == 0 or n == 0 or not index or 0 in lead:
         return jnp.zeros((*lead, len(offsets), n), x.dtype)
-    g_batch, batched_g = _as_batch(g, 2)
-    x_batch, batched_x = _as_batch(x, 2)
-    batch = max(g_batch.shape[0], x_batch.shape[0])
-    parts = [
-        _sddmm_chunk(g_batch, x_batch, chunk_offsets, shape, batch, interpret)
-        for _, chunk_offsets in _chunks(index, active)
-    ]
-    gradient = parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis=1)
-    if len(index) != len(offsets):
-        full = jnp.zeros((batch, len(offsets), n), x.dtype)
-        gradient = full.at[:, np.asarray(index), :].set(gradient)
-    return gradient if lead else gradient[0]
-
-
-def _sddmm_chunk(g, x, offsets, shape, batch: int, interpret: bool):
-    """`dia_sddmm_mosaic_gpu` for up to `MAX_UNROLLED_DIAGONALS` active `offsets`, on
-    `(Bg, m, k)` and `(Bx, n, k)` operands: `(batch, len(offsets), n)`."""
-    m, n = shape
-    block_rows = _block_rows(n, len(offsets))
+    g, x = _as_batch(g, 2), _as_batch(x, 2)
+    batch = max(g.shape[0], x.shape[0])
+    block_rows = _block_rows(n, len(active))
     num_blocks = -(-n // block_rows)
     span = num_blocks * block_rows
-    # Program j0 reads rows [j0 - off, j0 - off + block_rows) of g and [j0, j0 + block_rows)
-    # of x.
-    g_pad = max(0, max(offsets))
-    g_rows = _pad_last(_rows_major(g), g_pad, max(0, span - min(offsets) - m))
+    # Program j0 reads rows [j0 - offset, j0 - offset + block_rows) of g, [j0, ...) of x.
+    g_pad = max(0, max(active))
+    g_rows = _pad_last(_rows_major(g), g_pad, max(0, span - min(active) - m))
     x_rows = _pad_last(_rows_major(x), 0, span - n)
     kernel = functools.partial(
         _sddmm_kernel,
-        g_shifts=tuple(g_pad - off for off in offsets),
-        row_ranges=tuple(
-            (lo + off, hi + off)
-            for off, (lo, hi) in ((off, valid_rows(off, shape)) for off in offsets)
-        ),
+        num_diagonals=len(active),
+        num_rows=m,
         batched=(g.shape[0] == batch, x.shape[0] == batch),
         block_rows=block_rows,
     )
-    out = _call(
+    gradient = _launch(
         kernel,
-        ((batch, len(offsets), span), x.dtype),
+        [(g_pad - off, 0, off) for off in active],
+        ((batch, len(active), span), x.dtype),
         num_blocks,
         batch,
         interpret,
         "dia_sddmm_mosaic_gpu",
         g_rows,
         x_rows,
-    )
-    return out[..., :n]
+    )[..., :n]
+    if len(index) != len(offsets):
+        full = jnp.zeros((batch, len(offsets), n), x.dtype)
+        gradient = full.at[:, np.asarray(index), :].set(gradient)
+    return gradient if lead else gradient[0]
