@@ -14,11 +14,10 @@ platform and takes the first that the product has and that takes the dtype there
 | rocm     | `pallas`, `triton`, `xla`               | `pallas`, `triton`               |
 | tpu      | `pallas`, `mosaic_tpu`, `xla`           | `pallas`, `mosaic_tpu`           |
 
-`"interpret"` runs `pallas`, `triton` in interpret mode, on any platform; `"xla"` runs
-`xla`: pure StableHLO, no custom call, on any platform.
-
 (the first of the listed families that the product has and that takes the dtype; when
-none does, `"auto"` always has `xla`, and the explicit requests raise.)
+none does, `"auto"` always has `xla`, and the explicit requests raise.) `"interpret"` runs
+`pallas`, `triton` in interpret mode, on any platform; `"xla"` runs `xla`: pure StableHLO,
+no custom call, on any platform.
 
 **Lowering for export.** When `jax.export` lowers a program (the lowering rule sees
 `for_export` in JAX's lowering parameters), `"auto"` keeps only the families that
