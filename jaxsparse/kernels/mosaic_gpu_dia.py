@@ -22,45 +22,56 @@ added to the program's row start. A program loads, for each diagonal, the `R` va
 needs straight from global memory at the shifted row (`pl.ds(row0 + shift, R)`), and the
 `R` operand values at their shifted row, and accumulates in registers (float32 for
 bfloat16/float16, `_precision.py`); each column of the result is stored straight to global
-memory. The operand's shifted rows overlap between diagonals and neighbouring programs:
-they are served by L1/L2, so DRAM sees each byte about once. (A TMA copy of a window with
-its halo into shared memory was the alternative; TMA boxes hold at most 256 elements per
-dimension, and a window spans all offsets, `R + max(offsets) - min(offsets)` rows: for a
-5-point stencil on a 1024^2 grid that is over 2048 rows per column of `x`, so shared memory
-would cap `k` at a few columns. Per-diagonal loads have no such limit.)
+memory. No shared memory, no barriers. The operand's shifted rows overlap between
+diagonals and neighbouring programs: they are served by L1/L2, so DRAM sees each byte
+about once. (A TMA copy of a window with its halo into shared memory was the alternative;
+TMA boxes hold at most 256 elements per dimension, and a window spans all offsets,
+`R + max(offsets) - min(offsets)` rows: for a 5-point stencil on a 1024^2 grid that is over
+2048 rows per column of `x`, so shared memory would cap `k` at a few columns. Per-diagonal
+loads have no such limit.)
 
-The wrappers zero-pad the shifted arrays in XLA so that every load is in bounds. The
-product needs no mask: a stored value whose row is outside the matrix only reaches an
-output row past `m`, which is cut off, and padded values meet padded zeros. The
-transposed product and the data gradient select zero (`jnp.where`, not a multiplication,
-so non-finite values in ignored slots do not leak) where the slot's row is outside
-`[0, m)`.
+**The ends.** No load may leave its array, and the arrays are not padded: the programs
+are split into regions by their block index (`pl.when`). Interior programs read the
+arrays themselves; the few programs at the top and the bottom whose shifted rows would
+leave an array read small zero-padded windows of it (about `R + span` rows each, built in
+XLA) instead. The product needs no mask: a stored value whose row is outside the matrix
+only reaches an output row past `m`, which is cut off, and values outside `data` meet
+zeros. The transposed product and the data gradient select zero (`jnp.where`, not a
+multiplication, so non-finite values in ignored slots do not leak) where the slot's row
+is outside `[0, m)`.
 
 **Many diagonals.** Beyond `MAX_UNROLLED_DIAGONALS` diagonals inside the matrix the
-diagonals are split into chunks of at most that many, one unrolled kernel per chunk (the
-offsets stay static): the products sum the chunks' float32 (or float64) results in XLA,
-the gradient concatenates its chunks' rows. Each chunk reads the operand again.
+kernels loop over them (`lax.fori_loop`) and read each diagonal's position, shifts and
+offset from a small int32 table (an operand built from the static offsets, as
+`pallas_dia_loop.py` does), so that programs do not grow with the diagonals. Loops over
+the columns of the operand run the same way beyond two columns.
 
 **Interpret mode.** `interpret=True` runs the kernels in Mosaic GPU's interpreter on the
-host (`plgpu.InterpretGPUParams(detect_races=True)`: shared-memory races are reported),
-whatever the platform.
+host (`plgpu.InterpretGPUParams(detect_races=True)`: races are reported), whatever the
+platform. The interpreter runs through ordered host callbacks, which a primitive's
+lowering rule cannot hold (`mlir.lower_fun` raises `KeyError: OrderedIOEffect`), so the
+`"interpret"` backend of the products keeps running the portable Pallas kernels; call
+these functions directly to interpret them.
 
 **Versions.** Written against the `plgpu` API that JAX 0.11.2 and 0.12 share
-(`plgpu.kernel` with `grid`/`grid_names`, `plgpu.load` with a layout,
-`plgpu.InterpretGPUParams`). Where `jax.experimental.pallas.mosaic_gpu` does not import
-(JAX 0.10 without its dependencies), `supports` is False everywhere and the package
-imports as usual.
+(`plgpu.kernel` with `grid`, `grid_names` and `kernel_name`, `plgpu.load` with a
+`Layout.WG_STRIDED` layout, `plgpu.broadcasted_iota`, `plgpu.InterpretGPUParams`). Where
+`jax.experimental.pallas.mosaic_gpu` does not import (JAX 0.10 without its dependency
+absl), `supports` is False everywhere and the package imports as usual.
 
-**Cost per product** (`v` bytes per value, `B` batch members, `ndiag` active diagonals):
+**Cost per product** (`v` bytes per value, `ndiag` active diagonals, per batch member):
 
-- kernel reads and writes, `A @ X` (`X: (n, k)`): `ndiag*n*v + n*k*v + m*k*v`, and
-  `2*ndiag*m*k` flops; `A^T @ G` the same with `m` and `n` swapped; the gradient
-  `m*k*v + n*k*v + ndiag*n*v`, `2*ndiag*n*k` flops.
-- around the kernel, in XLA: the zero pads of `data` and the operand (a read and a write of
-  each), and for `k > 1` the transposes of the operand and of the result (fused with the
-  pads: a read and a write of each). So about twice the ideal bytes in all.
+- `A @ X` (`X: (n, k)`): the kernel reads `ndiag*n*v + n*k*v` and writes `m*k*v`;
+  `2*ndiag*m*k` flops. `A^T @ G`: `ndiag*n*v + m*k*v` read, `n*k*v` written. The gradient
+  in `data`: `m*k*v + n*k*v` read, `ndiag*n*v` written, `2*ndiag*n*k` flops. Shifted
+  re-reads hit L1/L2.
+- Around the kernel, in XLA: the end windows (a few `R + span` rows); for `k > 1`, the
+  transposes of the operands and of the result (a read and a write of each); when the
+  output rows are not a multiple of `R`, a slice of the result. For `k == 1` and `R`
+  dividing the rows, the kernel's bytes are all there is.
 """
 
+import dataclasses
 import functools
 
 import jax
@@ -78,8 +89,10 @@ except ImportError:  # JAX 0.10 without Mosaic GPU's dependencies (absl)
     plgpu = None
 
 _WARPGROUP = 128  # threads of one Mosaic GPU program
-# Columns of the operand handled by unrolled code; more run in a `fori_loop`.
-_UNROLLED_COLUMNS = 8
+# Columns of the operand handled by unrolled code; more run in a `fori_loop` (unrolled,
+# 8 columns of a 5-point stencil took 4 s to lower instead of 0.3 s: every region of
+# programs repeats the body).
+_UNROLLED_COLUMNS = 2
 _DTYPES = (jnp.float32, jnp.bfloat16, jnp.float16, jnp.float64)
 
 
@@ -133,73 +146,145 @@ def _member(ref, batched: bool, b):
     return ref.at[b] if batched else ref.at[0]
 
 
-def _split_refs(refs, diagonals):
-    """`(table, *refs)`: the `(3, ndiag)` int32 table of `(value shift, operand shift,
-    offset)` per diagonal comes first in looped kernels (`diagonals is None`)."""
-    return (None, *refs) if diagonals is not None else refs
+@dataclasses.dataclass(frozen=True)
+class _Region:
+    """Programs `[first, stop)`, which read one source of the kernel's two arrays: the
+    arrays themselves (the interior, `bases == (0, 0)`), or small zero-padded windows of
+    them around the ends; `bases[a]` is added to every row index into array `a`."""
+
+    first: int
+    stop: int
+    bases: tuple[int, int]
+
+
+def _window(array, start: int, stop: int):
+    """Rows `[start, stop)` of the last axis of `array`, zero outside it."""
+    length = array.shape[-1]
+    if start >= length or stop <= 0:
+        return jnp.zeros((*array.shape[:-1], stop - start), array.dtype)
+    lo, hi = max(start, 0), min(stop, length)
+    return _pad_last(array[..., lo:hi], lo - start, stop - hi)
+
+
+def _sources(arrays, shifts, block_rows: int, num_blocks: int):
+    """The regions of programs and the arrays each reads (see `_Region`).
+
+    Program `p` reads rows `[p * block_rows + shift, ... + block_rows)` of array `a` for
+    each of its `shifts[a]`. Interior programs read inside both arrays; the few programs
+    at the ends, which would read outside, read windows of the arrays padded with zeros
+    instead, so no program reads out of bounds and no full padded copy is made.
+
+    **Returns:** `(regions, sources)`: the `_Region`s, and two arrays per region.
+    """
+    head = min(num_blocks, max(-(-max(0, -min(s)) // block_rows) for s in shifts))
+    inside = [
+        max(0, (a.shape[-1] - block_rows - max(s)) // block_rows + 1)
+        for a, s in zip(arrays, shifts, strict=True)
+    ]
+    tail = max(head, min(num_blocks, *inside))
+    regions, sources = [], []
+    for first, stop in ((0, head), (head, tail), (tail, num_blocks)):
+        if stop <= first:
+            continue
+        if (first, stop) == (head, tail):
+            regions.append(_Region(first, stop, (0, 0)))
+            sources.extend(arrays)
+            continue
+        starts = [first * block_rows + min(s) for s in shifts]
+        regions.append(_Region(first, stop, (-starts[0], -starts[1])))
+        sources.extend(
+            _window(a, start, stop * block_rows + max(s))
+            for a, s, start in zip(arrays, shifts, starts, strict=True)
+        )
+    return tuple(regions), sources
+
+
+def _split_refs(refs, diagonals, regions):
+    """`(table, sources, out)` of a kernel's refs: the `(4, ndiag)` int32 table of
+    diagonals comes first in looped kernels (`diagonals is None`), then two refs per
+    region, then the output."""
+    table, refs = (None, refs) if diagonals is not None else (refs[0], refs[1:])
+    sources = [refs[2 * i : 2 * i + 2] for i in range(len(regions))]
+    return table, sources, refs[-1]
+
+
+def _by_region(regions, sources, body) -> None:
+    """`body(source, bases)` in the programs of each region."""
+    block = lax.axis_index("rows")
+    for region, source in zip(regions, sources, strict=True):
+        run = functools.partial(body, source, region.bases)
+        if len(regions) == 1:
+            run()
+        else:
+            pl.when((block >= region.first) & (block < region.stop))(run)
 
 
 def _diagonal(table, diagonals, d):
-    """`(value shift, operand shift, offset)` of diagonal `d`: static ints when unrolled,
-    scalars read from the table when looped."""
+    """`(position, value shift, operand shift, offset)` of diagonal `d`: static ints when
+    unrolled, scalars read from the table when looped."""
     if diagonals is not None:
         return diagonals[d]
-    return table[0, d], table[1, d], table[2, d]
+    return table[0, d], table[1, d], table[2, d], table[3, d]
 
 
 def _rows_kernel(
     *refs,
-    diagonals: tuple[tuple[int, int, int], ...] | None,
+    diagonals: tuple[tuple[int, int, int, int], ...] | None,
+    regions: tuple[_Region, ...],
     num_diagonals: int,
     masked_rows: int | None,
     batched: tuple[bool, bool],
     block_rows: int,
 ):
-    """Rows `[r0, r0 + block_rows)` of `out[c, r] = sum_d values[d, r + value_shift_d] *
-    operand[c, r + operand_shift_d]` (shifts include the wrapper's pads). With
-    `masked_rows = m`, diagonal `d` contributes only where `0 <= r - offset_d < m` (a
-    select, so ignored values never reach the sum). `diagonals` holds the static
-    `(value shift, operand shift, offset)` triples (unrolled), or is `None` and a table
-    ref comes first (looped)."""
-    table, values_ref, operand_ref, out_ref = _split_refs(refs, diagonals)
+    """Rows `[r0, r0 + block_rows)` of `out[c, r] = sum_d values[position_d, r +
+    value_shift_d] * operand[c, r + operand_shift_d]`. With `masked_rows = m`, diagonal
+    `d` contributes only where `0 <= r - offset_d < m` (a select, so ignored values never
+    reach the sum). `diagonals` holds static `(position, value shift, operand shift,
+    offset)` per diagonal (unrolled), or is `None` and a table ref comes first (looped)."""
+    table, sources, out_ref = _split_refs(refs, diagonals, regions)
     r0 = lax.axis_index("rows") * block_rows
     b = lax.axis_index("batch")
-    values = _member(values_ref, batched[0], b)
-    operand = _member(operand_ref, batched[1], b)
     out = out_ref.at[b]
     layout = _strided(block_rows)
     acc_dtype = accumulation_dtype(out_ref.dtype)
     rows = r0 + plgpu.broadcasted_iota(jnp.int32, (block_rows,), 0, layout=layout)
+    num_cols = out_ref.shape[1]
 
-    def column(c, carry):
-        def add_diagonal(d, acc):
-            value_shift, operand_shift, offset = _diagonal(table, diagonals, d)
-            window = pl.ds(r0 + value_shift, block_rows)
-            stored = plgpu.load(values.at[d, window], layout=layout).astype(acc_dtype)
-            if masked_rows is not None:
-                inside = (rows - offset >= 0) & (rows - offset < masked_rows)
-                stored = jnp.where(inside, stored, jnp.zeros_like(stored))
-            shifted = plgpu.load(
-                operand.at[c, pl.ds(r0 + operand_shift, block_rows)], layout=layout
+    def block(source, bases):
+        values = _member(source[0], batched[0], b)
+        operand = _member(source[1], batched[1], b)
+
+        def column(c, carry):
+            def add_diagonal(d, acc):
+                position, value_shift, operand_shift, offset = _diagonal(table, diagonals, d)
+                window = pl.ds(r0 + value_shift + bases[0], block_rows)
+                stored = plgpu.load(values.at[position, window], layout=layout)
+                stored = stored.astype(acc_dtype)
+                if masked_rows is not None:
+                    inside = (rows - offset >= 0) & (rows - offset < masked_rows)
+                    stored = jnp.where(inside, stored, jnp.zeros_like(stored))
+                window = pl.ds(r0 + operand_shift + bases[1], block_rows)
+                shifted = plgpu.load(operand.at[c, window], layout=layout)
+                return acc + stored * shifted.astype(acc_dtype)
+
+            acc = _loop(
+                num_diagonals,
+                add_diagonal,
+                _zeros(block_rows, acc_dtype),
+                unroll=diagonals is not None,
             )
-            return acc + stored * shifted.astype(acc_dtype)
+            out[c, pl.ds(r0, block_rows)] = acc.astype(out_ref.dtype)
+            return carry
 
-        acc = _loop(
-            num_diagonals,
-            add_diagonal,
-            _zeros(block_rows, acc_dtype),
-            unroll=diagonals is not None,
-        )
-        out[c, pl.ds(r0, block_rows)] = acc.astype(out_ref.dtype)
-        return carry
+        _loop(num_cols, column, jnp.int32(0), unroll=num_cols <= _UNROLLED_COLUMNS)
 
-    num_cols = operand_ref.shape[1]
-    _loop(num_cols, column, jnp.int32(0), unroll=num_cols <= _UNROLLED_COLUMNS)
+    _by_region(regions, sources, block)
 
 
 def _sddmm_kernel(
     *refs,
-    diagonals: tuple[tuple[int, int, int], ...] | None,
+    diagonals: tuple[tuple[int, int, int, int], ...] | None,
+    regions: tuple[_Region, ...],
     num_diagonals: int,
     num_rows: int,
     batched: tuple[bool, bool],
@@ -207,73 +292,85 @@ def _sddmm_kernel(
 ):
     """Stored columns `[j0, j0 + block_rows)` of `out[d, j] = sum_c g[c, j + g_shift_d] *
     x[c, j]`, zero where the slot's row `j - offset_d` is outside `[0, num_rows)`.
-    `diagonals` holds static `(g shift, 0, offset)` triples, or is `None` and a table ref
-    comes first. Unrolled, the loop over columns is outside and every diagonal keeps an
-    accumulator, so each column of `x` is loaded once; looped, each diagonal runs its own
-    loop over the columns."""
-    table, g_ref, x_ref, out_ref = _split_refs(refs, diagonals)
+    `diagonals` holds static `(d, g shift, 0, offset)` per diagonal, or is `None` and a
+    table ref comes first. Unrolled, the loop over columns is outside and every diagonal
+    keeps an accumulator, so each column of `x` is loaded once; looped, each diagonal runs
+    its own loop over the columns."""
+    table, sources, out_ref = _split_refs(refs, diagonals, regions)
     j0 = lax.axis_index("rows") * block_rows
     b = lax.axis_index("batch")
-    g = _member(g_ref, batched[0], b)
-    x = _member(x_ref, batched[1], b)
     out = out_ref.at[b]
     layout = _strided(block_rows)
     acc_dtype = accumulation_dtype(out_ref.dtype)
-    num_cols = x_ref.shape[1]
+    num_cols = sources[0][1].shape[1]
     unroll_cols = num_cols <= _UNROLLED_COLUMNS
     columns = j0 + plgpu.broadcasted_iota(jnp.int32, (block_rows,), 0, layout=layout)
-
-    def load(ref, c, start):
-        return plgpu.load(ref.at[c, pl.ds(start, block_rows)], layout=layout).astype(acc_dtype)
 
     def store(d, offset, total):
         inside = (columns - offset >= 0) & (columns - offset < num_rows)
         total = jnp.where(inside, total, jnp.zeros_like(total))
         out[d, pl.ds(j0, block_rows)] = total.astype(out_ref.dtype)
 
-    if diagonals is not None:
+    def block(source, bases):
+        g = _member(source[0], batched[0], b)
+        x = _member(source[1], batched[1], b)
 
-        def column(c, sums):
-            own = load(x, c, j0)
-            return tuple(
-                total + load(g, c, j0 + g_shift) * own
-                for total, (g_shift, _, _) in zip(sums, diagonals, strict=True)
-            )
+        def load(ref, c, start):
+            window = pl.ds(start, block_rows)
+            return plgpu.load(ref.at[c, window], layout=layout).astype(acc_dtype)
 
-        zeros = (_zeros(block_rows, acc_dtype),) * num_diagonals
-        sums = _loop(num_cols, column, zeros, unroll=unroll_cols)
-        for d, (total, (_, _, offset)) in enumerate(zip(sums, diagonals, strict=True)):
-            store(d, offset, total)
-        return
+        if diagonals is not None:
 
-    def diagonal(d, carry):
-        g_shift, _, offset = _diagonal(table, None, d)
+            def column(c, sums):
+                own = load(x, c, j0 + bases[1])
+                return tuple(
+                    total + load(g, c, j0 + g_shift + bases[0]) * own
+                    for total, (_, g_shift, _, _) in zip(sums, diagonals, strict=True)
+                )
 
-        def column(c, total):
-            return total + load(g, c, j0 + g_shift) * load(x, c, j0)
+            zeros = (_zeros(block_rows, acc_dtype),) * num_diagonals
+            sums = _loop(num_cols, column, zeros, unroll=unroll_cols)
+            for d, (total, (_, _, _, offset)) in enumerate(zip(sums, diagonals, strict=True)):
+                store(d, offset, total)
+            return
 
-        store(d, offset, _loop(num_cols, column, _zeros(block_rows, acc_dtype), unroll=unroll_cols))
-        return carry
+        def diagonal(d, carry):
+            _, g_shift, _, offset = _diagonal(table, None, d)
 
-    lax.fori_loop(jnp.int32(0), jnp.int32(num_diagonals), diagonal, jnp.int32(0))
+            def column(c, total):
+                return total + load(g, c, j0 + g_shift + bases[0]) * load(x, c, j0 + bases[1])
+
+            zeros = _zeros(block_rows, acc_dtype)
+            store(d, offset, _loop(num_cols, column, zeros, unroll=unroll_cols))
+            return carry
+
+        lax.fori_loop(jnp.int32(0), jnp.int32(num_diagonals), diagonal, jnp.int32(0))
+
+    _by_region(regions, sources, block)
 
 
-def _launch(kernel, triples, out_shape, num_blocks, batch, interpret, name, *arrays):
-    """Launch `kernel` (with `diagonals` to bind) on a `(num_blocks, batch)` grid of one
-    warpgroup each: unrolled over static `triples` up to `MAX_UNROLLED_DIAGONALS`, else
-    looped over an int32 table of them (the offsets stay static metadata of the product;
-    only the looped kernel reads them at run time, as `pallas_dia_loop.py` does)."""
-    unrolled = len(triples) <= MAX_UNROLLED_DIAGONALS
+def _launch(kernel, diagonals, arrays, shifts, out_shape, block_rows, batch, interpret, name):
+    """Launch `kernel` over `arrays` (each read at the rows `shifts` gives, see
+    `_sources`) on a `(row blocks, batch)` grid of one warpgroup each: unrolled over the
+    static `diagonals` up to `MAX_UNROLLED_DIAGONALS`, else looped over an int32 table of
+    them (the offsets stay static metadata of the product; only the looped kernel reads
+    them at run time, as `pallas_dia_loop.py` does)."""
+    num_blocks = out_shape[0][-1] // block_rows
+    regions, sources = _sources(arrays, shifts, block_rows, num_blocks)
+    unrolled = len(diagonals) <= MAX_UNROLLED_DIAGONALS
     if not unrolled:
-        arrays = (jnp.asarray(np.asarray(triples, np.int32).T), *arrays)
+        sources = [jnp.asarray(np.asarray(diagonals, np.int32).T), *sources]
+    kernel = functools.partial(
+        kernel, diagonals=tuple(diagonals) if unrolled else None, regions=regions
+    )
     return plgpu.kernel(
-        functools.partial(kernel, diagonals=tuple(triples) if unrolled else None),
+        kernel,
         out_type=jax.ShapeDtypeStruct(*out_shape),
         grid=(num_blocks, batch),
         grid_names=("rows", "batch"),
         interpret=plgpu.InterpretGPUParams(detect_races=True) if interpret else None,
         kernel_name=name,
-    )(*arrays)
+    )(*sources)
 
 
 def _as_batch(array, rank: int):
@@ -300,47 +397,32 @@ def _product(data, operand, *, offsets, shape, transposed: bool, interpret: bool
     index, active = active_diagonals(offsets, shape)
     if k == 0 or out_rows == 0 or not index or 0 in lead:
         return jnp.zeros((*lead, out_rows, k), operand.dtype)
-    values = _as_batch(data, 2)[:, np.asarray(index), :]
-    operand = _as_batch(operand, 2)
+    values, operand = _as_batch(data, 2), _rows_major(_as_batch(operand, 2))
     batch = values.shape[0]
-    # Program r0 reads values at r0 + value_shift and operand rows at r0 + operand_shift:
-    # A @ x reads both at column r0 + offset; A^T @ g reads data at r0, g at r0 - offset.
+    # Output row r reads A @ x: data and x at column r + offset; A^T @ g: data at r, g at
+    # row r - offset.
     value_shifts = (0,) * len(active) if transposed else active
     operand_shifts = tuple(-off for off in active) if transposed else active
     block_rows = _block_rows(out_rows, 1)
-    num_blocks = -(-out_rows // block_rows)
-    span = num_blocks * block_rows
-    value_pad, operand_pad = max(0, -min(value_shifts)), max(0, -min(operand_shifts))
-    values = _pad_last(values, value_pad, max(0, span + max(value_shifts) - values.shape[-1]))
-    operand = _pad_last(
-        _rows_major(operand), operand_pad, max(0, span + max(operand_shifts) - operand.shape[-2])
-    )
-    triples = [
-        (value_shift + value_pad, operand_shift + operand_pad, off)
-        for value_shift, operand_shift, off in zip(
-            value_shifts, operand_shifts, active, strict=True
-        )
-    ]
-    kernel = functools.partial(
-        _rows_kernel,
-        num_diagonals=len(active),
-        # A @ x needs no mask: a value whose row is outside the matrix only reaches an
-        # output row past m (cut off), and padded values meet padded zeros.
-        masked_rows=m if transposed else None,
-        batched=(True, operand.shape[0] == batch),
-        block_rows=block_rows,
-    )
-    name = "dia_matmul_t_mosaic_gpu" if transposed else "dia_matmul_mosaic_gpu"
+    span = -(-out_rows // block_rows) * block_rows
     out = _launch(
-        kernel,
-        triples,
+        functools.partial(
+            _rows_kernel,
+            num_diagonals=len(active),
+            # A @ x needs no mask: a value whose row is outside the matrix only reaches
+            # an output row past m (cut off), and values outside `data` meet zeros.
+            masked_rows=m if transposed else None,
+            batched=(True, operand.shape[0] == batch),
+            block_rows=block_rows,
+        ),
+        list(zip(index, value_shifts, operand_shifts, active, strict=True)),
+        (values, operand),
+        (value_shifts, operand_shifts),
         ((batch, k, span), operand.dtype),
-        num_blocks,
+        block_rows,
         batch,
         interpret,
-        name,
-        values,
-        operand,
+        "dia_matmul_t_mosaic_gpu" if transposed else "dia_matmul_mosaic_gpu",
     )
     out = jnp.swapaxes(out[..., :out_rows], -1, -2)
     return out if lead else out[0]
@@ -449,32 +531,28 @@ def dia_sddmm_mosaic_gpu(
     index, active = active_diagonals(offsets, shape)
     if x.shape[-1] == 0 or n == 0 or not index or 0 in lead:
         return jnp.zeros((*lead, len(offsets), n), x.dtype)
-    g, x = _as_batch(g, 2), _as_batch(x, 2)
+    g, x = _rows_major(_as_batch(g, 2)), _rows_major(_as_batch(x, 2))
     batch = max(g.shape[0], x.shape[0])
     block_rows = _block_rows(n, len(active))
-    num_blocks = -(-n // block_rows)
-    span = num_blocks * block_rows
-    # Program j0 reads rows [j0 - offset, j0 - offset + block_rows) of g, [j0, ...) of x.
-    g_pad = max(0, max(active))
-    g_rows = _pad_last(_rows_major(g), g_pad, max(0, span - min(active) - m))
-    x_rows = _pad_last(_rows_major(x), 0, span - n)
-    kernel = functools.partial(
-        _sddmm_kernel,
-        num_diagonals=len(active),
-        num_rows=m,
-        batched=(g.shape[0] == batch, x.shape[0] == batch),
-        block_rows=block_rows,
-    )
+    span = -(-n // block_rows) * block_rows
+    # Stored column j reads g at row j - offset and x at row j.
+    g_shifts = tuple(-off for off in active)
     gradient = _launch(
-        kernel,
-        [(g_pad - off, 0, off) for off in active],
+        functools.partial(
+            _sddmm_kernel,
+            num_diagonals=len(active),
+            num_rows=m,
+            batched=(g.shape[0] == batch, x.shape[0] == batch),
+            block_rows=block_rows,
+        ),
+        [(d, -off, 0, off) for d, off in enumerate(active)],
+        (g, x),
+        (g_shifts, (0,)),
         ((batch, len(active), span), x.dtype),
-        num_blocks,
+        block_rows,
         batch,
         interpret,
         "dia_sddmm_mosaic_gpu",
-        g_rows,
-        x_rows,
     )[..., :n]
     if len(index) != len(offsets):
         full = jnp.zeros((batch, len(offsets), n), x.dtype)
