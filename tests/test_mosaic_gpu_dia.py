@@ -83,6 +83,7 @@ def _assert_matches_reference(member, args, offsets, shape):
         ("dia-wide-beyond-matrix", 1, jnp.bfloat16),
         ("dia-many-diagonals", 3, jnp.float32),  # looped over an offset table
         ("dia-all-outside", 2, jnp.float32),
+        ("dia-one-column", 3, jnp.float64),
     ],
 )
 def test_kernels_match_xla_reference(member, name, k, dtype):
@@ -142,6 +143,20 @@ def test_empty_shapes_give_zeros(member):
         out = kernel(*args, offsets=offsets, shape=shape, interpret=True)
         expected = reference(*args, offsets=offsets, shape=shape)
         assert out.shape == expected.shape and not np.any(np.asarray(out))
+
+
+@pytest.mark.parametrize("member", list(_KERNELS))
+def test_bad_arguments_raise(member):
+    kernel, _ = _KERNELS[member]
+    data = jnp.zeros((2, 5), jnp.float32)
+    x = jnp.zeros((5, 2), jnp.float32)
+    first = x if member == "sddmm" else data
+    with pytest.raises(ValueError, match="duplicate"):
+        kernel(first, x, offsets=(1, 1), shape=(5, 5), interpret=True)
+    with pytest.raises(TypeError, match="share a dtype"):
+        kernel(first, x.astype(jnp.bfloat16), offsets=(0, 1), shape=(5, 5), interpret=True)
+    with pytest.raises(ValueError, match="has shape"):
+        kernel(first, x[:4], offsets=(0, 1), shape=(5, 5), interpret=True)
 
 
 def test_supports():

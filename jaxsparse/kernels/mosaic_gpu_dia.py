@@ -428,7 +428,15 @@ def _product(data, operand, *, offsets, shape, transposed: bool, interpret: bool
     return out if lead else out[0]
 
 
+def _check_offsets(offsets) -> None:
+    if not all(isinstance(off, int) for off in offsets):
+        raise ValueError(f"`offsets` must be a tuple of Python ints, got {offsets!r}")
+    if len(set(offsets)) != len(offsets):
+        raise ValueError(f"`offsets` contains duplicate values: {offsets!r}")
+
+
 def _check_product(data, operand, name: str, offsets, shape, operand_rows: int) -> None:
+    _check_offsets(offsets)
     n = shape[1]
     if data.ndim not in (2, 3) or data.shape[-2:] != (len(offsets), n):
         raise ValueError(
@@ -518,6 +526,7 @@ def dia_sddmm_mosaic_gpu(
     argument is batched; zero on ignored slots and on diagonals outside the matrix.
     """
     del platform
+    _check_offsets(offsets)
     m, n = shape
     if g.ndim not in (2, 3) or g.shape[-2] != m:
         raise ValueError(f"`g` has shape {g.shape}; expected ({m}, k) or (B, {m}, k)")
