@@ -130,6 +130,20 @@ def test_ignored_slots_are_exactly_zero_in_the_gradient():
     assert not np.any(np.isfinite(np.asarray(out)[~ignored]))
 
 
+@pytest.mark.parametrize("member", ["matmul", "matmul_t"])
+@pytest.mark.parametrize(
+    ("k", "dtype", "batch"), [(32, jnp.float32, None), (16, jnp.float64, 2)], ids=["f32", "f64"]
+)
+def test_row_major_tiles_match_xla_reference(member, k, dtype, batch):
+    """Products whose operand rows are whole 128-byte lines run on row-major tiles (no
+    transposes), with programs at the ends and in the interior."""
+    offsets, shape = (-200, -1, 0, 1, 250), (600, 580)
+    rng = np.random.default_rng(6)
+    data = _data_with_nan_junk(rng, offsets, shape, dtype, batch=batch)
+    args = _operands(rng, member, data, *shape, k, dtype, batch=batch, shared=True)
+    _assert_matches_reference(member, args, offsets, shape)
+
+
 @pytest.mark.parametrize("member", list(_KERNELS))
 def test_empty_shapes_give_zeros(member):
     kernel, reference = _KERNELS[member]

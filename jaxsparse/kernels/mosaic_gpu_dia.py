@@ -7,28 +7,38 @@ of the portable Pallas family (`pallas_dia.py`), batch axis included (`_primitiv
 **Convention (scipy's).** `data[d, j] == A[j - offsets[d], j]`; slots with `j - offsets[d]`
 outside `[0, m)` are ignored: they never change a product and get a zero gradient.
 
-**Layout.** Each kernel works on *rows of columns*: the dense operands are passed
-transposed, `(k, rows)`, so that one column of `x` is a contiguous row, just as one
-diagonal of `data` is. Every value a program touches is then a 1-D slice of `R` contiguous
-elements (`R = block_rows`, a multiple of the 128 threads of a warpgroup) in Mosaic GPU's
-strided warpgroup layout with one element per thread per step: consecutive threads read
-consecutive addresses (coalesced), at any shift, with no alignment to assume. Nothing needs
-a broadcast or a shared-memory transpose. For `k == 1` the transposes are reshapes.
+**Layouts.** Two kernels compute the products, chosen by the operand's row width:
 
-**Design.** One program per block of `R` output rows (and per batch member), a grid of
-`(row blocks, batch)`. Offsets are Python ints captured by the kernel body, never operands,
-so the loop over diagonals unrolls at trace time and every shift is a static constant
-added to the program's row start. A program loads, for each diagonal, the `R` values it
-needs straight from global memory at the shifted row (`pl.ds(row0 + shift, R)`), and the
-`R` operand values at their shifted row, and accumulates in registers (float32 for
-bfloat16/float16, `_precision.py`); each column of the result is stored straight to global
-memory. No shared memory, no barriers. The operand's shifted rows overlap between
-diagonals and neighbouring programs: they are served by L1/L2, so DRAM sees each byte
-about once. (A TMA copy of a window with its halo into shared memory was the alternative;
-TMA boxes hold at most 256 elements per dimension, and a window spans all offsets,
-`R + max(offsets) - min(offsets)` rows: for a 5-point stencil on a 1024^2 grid that is over
-2048 rows per column of `x`, so shared memory would cap `k` at a few columns. Per-diagonal
-loads have no such limit.)
+- *Row-major tiles* (`_tile_kernel`), when a row of the operand is a whole number of
+  128-byte lines (`k` a multiple of 32 in float32, of 16 in float64; not half precision,
+  see below): a program computes a `(128, 128 bytes)` tile of the result in Mosaic GPU's
+  WGMMA register layout, whose tile rows are whole lines, so each shifted operand row is
+  one coalesced load at any shift; a diagonal's 128 values come in the matching row layout
+  and are broadcast along the columns. The operand and the result keep their own layout.
+- *Rows of columns* (`_rows_kernel`) otherwise, and always for the data gradient: the
+  dense operands are passed transposed, `(k, rows)`, so that one column of `x` is a
+  contiguous row, just as one diagonal of `data` is. Every value a program touches is a
+  1-D slice of `R` contiguous elements (`R = block_rows`, a multiple of the 128 threads of
+  a warpgroup) in Mosaic GPU's strided layout with one element per thread per step:
+  consecutive threads read consecutive addresses (coalesced), at any shift, with no
+  alignment to assume. For `k == 1` the transposes are reshapes. (Half precision cannot
+  use the tiles: a diagonal's values in the row layout are one 2-byte element per thread,
+  and Mosaic GPU's GMEM loads take at least 4 bytes per thread.)
+
+**Design.** One program per block of `R` output rows (and per tile of columns, and per
+batch member), a grid of `(row blocks, [column tiles,] batch)`. Offsets are Python ints
+captured by the kernel body, never operands, so the loop over diagonals unrolls at trace
+time and every shift is a static constant added to the program's row start. A program
+loads, for each diagonal, the values it needs straight from global memory at the shifted
+row (`pl.ds(row0 + shift, R)`), and the operand's values at their shifted rows, and
+accumulates in registers (float32 for bfloat16/float16, `_precision.py`); the result is
+stored straight to global memory. No shared memory, no barriers. The operand's shifted
+rows overlap between diagonals and neighbouring programs: they are served by L1/L2, so
+DRAM sees each byte about once. (A TMA copy of a window with its halo into shared memory
+was the alternative; TMA boxes hold at most 256 elements per dimension, and a window spans
+all offsets, `R + max(offsets) - min(offsets)` rows: for a 5-point stencil on a 1024^2
+grid that is over 2048 rows per column of `x`, so shared memory would cap `k` at a few
+columns. Per-diagonal loads have no such limit.)
 
 **The ends.** No load may leave its array, and the arrays are not padded: the programs
 are split into regions by their block index (`pl.when`). Interior programs read the
@@ -54,8 +64,9 @@ lowering rule cannot hold (`mlir.lower_fun` raises `KeyError: OrderedIOEffect`),
 these functions directly to interpret them.
 
 **Versions.** Written against the `plgpu` API that JAX 0.11.2 and 0.12 share
-(`plgpu.kernel` with `grid`, `grid_names` and `kernel_name`, `plgpu.load` with a
-`Layout.WG_STRIDED` layout, `plgpu.broadcasted_iota`, `plgpu.InterpretGPUParams`). Where
+(`plgpu.kernel` with `grid`, `grid_names` and `kernel_name`, `plgpu.load` with the
+`WG_STRIDED` and `WGMMA` layouts, `plgpu.broadcasted_iota`, `plgpu.InterpretGPUParams`),
+and checked with both (interpret mode, lowering and export). Where
 `jax.experimental.pallas.mosaic_gpu` does not import (JAX 0.10 without its dependency
 absl), `supports` is False everywhere and the package imports as usual.
 
@@ -65,10 +76,11 @@ absl), `supports` is False everywhere and the package imports as usual.
   `2*ndiag*m*k` flops. `A^T @ G`: `ndiag*n*v + m*k*v` read, `n*k*v` written. The gradient
   in `data`: `m*k*v + n*k*v` read, `ndiag*n*v` written, `2*ndiag*n*k` flops. Shifted
   re-reads hit L1/L2.
-- Around the kernel, in XLA: the end windows (a few `R + span` rows); for `k > 1`, the
-  transposes of the operands and of the result (a read and a write of each); when the
-  output rows are not a multiple of `R`, a slice of the result. For `k == 1` and `R`
-  dividing the rows, the kernel's bytes are all there is.
+- Around the kernel, in XLA: the end windows (a few `R + span` rows); on the rows
+  kernels with `k > 1`, the transposes of the operands and of the result (a read and a
+  write of each: about three times the ideal bytes at large `k`); when the output rows
+  are not a multiple of `R`, a slice of the result. For `k == 1`, and for the row-major
+  tiles, with `R` dividing the rows, the kernel's bytes are all there is.
 """
 
 import dataclasses
@@ -94,6 +106,11 @@ _WARPGROUP = 128  # threads of one Mosaic GPU program
 # programs repeats the body).
 _UNROLLED_COLUMNS = 2
 _DTYPES = (jnp.float32, jnp.bfloat16, jnp.float16, jnp.float64)
+# Row-major tiles of the products: rows per program (a multiple of 64, WGMMA's layout),
+# and bytes per tile row (one 128-byte line: GMEM loads and stores in that layout move
+# whole lines).
+_TILE_ROWS = 128
+_TILE_BYTES = 128
 
 
 def supports(dtype, platform: str) -> bool:
@@ -157,29 +174,34 @@ class _Region:
     bases: tuple[int, int]
 
 
-def _window(array, start: int, stop: int):
-    """Rows `[start, stop)` of the last axis of `array`, zero outside it."""
-    length = array.shape[-1]
+def _window(array, start: int, stop: int, axis: int):
+    """Rows `[start, stop)` along `axis` of `array`, zero outside it."""
+    axis %= array.ndim
+    length = array.shape[axis]
     if start >= length or stop <= 0:
-        return jnp.zeros((*array.shape[:-1], stop - start), array.dtype)
+        shape = list(array.shape)
+        shape[axis] = stop - start
+        return jnp.zeros(shape, array.dtype)
     lo, hi = max(start, 0), min(stop, length)
-    return _pad_last(array[..., lo:hi], lo - start, stop - hi)
+    widths = [(0, 0)] * array.ndim
+    widths[axis] = (lo - start, stop - hi)
+    return jnp.pad(lax.slice_in_dim(array, lo, hi, axis=axis), widths)
 
 
-def _sources(arrays, shifts, block_rows: int, num_blocks: int):
+def _sources(arrays, shifts, axes, block_rows: int, num_blocks: int):
     """The regions of programs and the arrays each reads (see `_Region`).
 
-    Program `p` reads rows `[p * block_rows + shift, ... + block_rows)` of array `a` for
-    each of its `shifts[a]`. Interior programs read inside both arrays; the few programs
-    at the ends, which would read outside, read windows of the arrays padded with zeros
-    instead, so no program reads out of bounds and no full padded copy is made.
+    Program `p` reads rows `[p * block_rows + shift, ... + block_rows)` along `axes[a]` of
+    array `a` for each of its `shifts[a]`. Interior programs read inside both arrays; the
+    few programs at the ends, which would read outside, read windows of the arrays padded
+    with zeros instead, so no program reads out of bounds and no full padded copy is made.
 
     **Returns:** `(regions, sources)`: the `_Region`s, and two arrays per region.
     """
     head = min(num_blocks, max(-(-max(0, -min(s)) // block_rows) for s in shifts))
     inside = [
-        max(0, (a.shape[-1] - block_rows - max(s)) // block_rows + 1)
-        for a, s in zip(arrays, shifts, strict=True)
+        max(0, (a.shape[axis] - block_rows - max(s)) // block_rows + 1)
+        for a, s, axis in zip(arrays, shifts, axes, strict=True)
     ]
     tail = max(head, min(num_blocks, *inside))
     regions, sources = [], []
@@ -193,8 +215,8 @@ def _sources(arrays, shifts, block_rows: int, num_blocks: int):
         starts = [first * block_rows + min(s) for s in shifts]
         regions.append(_Region(first, stop, (-starts[0], -starts[1])))
         sources.extend(
-            _window(a, start, stop * block_rows + max(s))
-            for a, s, start in zip(arrays, shifts, starts, strict=True)
+            _window(a, start, stop * block_rows + max(s), axis)
+            for a, s, start, axis in zip(arrays, shifts, starts, axes, strict=True)
         )
     return tuple(regions), sources
 
@@ -281,6 +303,52 @@ def _rows_kernel(
     _by_region(regions, sources, block)
 
 
+def _tile_kernel(
+    *refs,
+    diagonals: tuple[tuple[int, int, int, int], ...],
+    regions: tuple[_Region, ...],
+    masked_rows: int | None,
+    batched: tuple[bool, bool],
+    block_rows: int,
+    block_cols: int,
+):
+    """The `(block_rows, block_cols)` tile at `(r0, c0)` of `out[r, c] = sum_d
+    values[position_d, r + value_shift_d] * operand[r + operand_shift_d, c]`, on an operand
+    in its own row-major layout (no transposes), for static `diagonals` (as
+    `_rows_kernel`). The tile is in Mosaic GPU's WGMMA register layout, whose rows are
+    whole 128-byte lines: each operand row of the tile is one coalesced load at any shift.
+    A diagonal's `block_rows` values come in the matching row layout and are broadcast
+    along the columns."""
+    _, sources, out_ref = _split_refs(refs, diagonals, regions)
+    r0 = lax.axis_index("rows") * block_rows
+    c0 = lax.axis_index("cols") * block_cols
+    b = lax.axis_index("batch")
+    out = out_ref.at[b]
+    tile_layout = plgpu.Layout.WGMMA
+    row_layout = plgpu.Layout.WGMMA.reduce(1)
+    acc_dtype = accumulation_dtype(out_ref.dtype)
+    rows = r0 + plgpu.broadcasted_iota(jnp.int32, (block_rows,), 0, layout=row_layout)
+    tile_shape = (block_rows, block_cols)
+
+    def block(source, bases):
+        values = _member(source[0], batched[0], b)
+        operand = _member(source[1], batched[1], b)
+        acc = plgpu.layout_cast(jnp.zeros(tile_shape, acc_dtype), tile_layout)
+        for position, value_shift, operand_shift, offset in diagonals:
+            window = pl.ds(r0 + value_shift + bases[0], block_rows)
+            stored = plgpu.load(values.at[position, window], layout=row_layout)
+            stored = stored.astype(acc_dtype)
+            if masked_rows is not None:
+                inside = (rows - offset >= 0) & (rows - offset < masked_rows)
+                stored = jnp.where(inside, stored, jnp.zeros_like(stored))
+            window = pl.ds(r0 + operand_shift + bases[1], block_rows)
+            tile = plgpu.load(operand.at[window, pl.ds(c0, block_cols)], layout=tile_layout)
+            acc = acc + lax.broadcast_in_dim(stored, tile_shape, (0,)) * tile.astype(acc_dtype)
+        out[pl.ds(r0, block_rows), pl.ds(c0, block_cols)] = acc.astype(out_ref.dtype)
+
+    _by_region(regions, sources, block)
+
+
 def _sddmm_kernel(
     *refs,
     diagonals: tuple[tuple[int, int, int, int], ...] | None,
@@ -349,14 +417,15 @@ def _sddmm_kernel(
     _by_region(regions, sources, block)
 
 
-def _launch(kernel, diagonals, arrays, shifts, out_shape, block_rows, batch, interpret, name):
-    """Launch `kernel` over `arrays` (each read at the rows `shifts` gives, see
-    `_sources`) on a `(row blocks, batch)` grid of one warpgroup each: unrolled over the
-    static `diagonals` up to `MAX_UNROLLED_DIAGONALS`, else looped over an int32 table of
-    them (the offsets stay static metadata of the product; only the looped kernel reads
-    them at run time, as `pallas_dia_loop.py` does)."""
-    num_blocks = out_shape[0][-1] // block_rows
-    regions, sources = _sources(arrays, shifts, block_rows, num_blocks)
+def _launch(
+    kernel, diagonals, arrays, shifts, out_shape, grid, interpret, name, *, axes, block_rows
+):
+    """Launch `kernel` over `arrays` (each read at the rows `shifts` gives along its axis
+    in `axes`, see `_sources`) on `grid`, named `(rows, [cols,] batch)`, of one warpgroup
+    per program: unrolled over the static `diagonals` up to `MAX_UNROLLED_DIAGONALS`, else
+    looped over an int32 table of them (the offsets stay static metadata of the product;
+    only the looped kernel reads them at run time, as `pallas_dia_loop.py` does)."""
+    regions, sources = _sources(arrays, shifts, axes, block_rows, grid[0])
     unrolled = len(diagonals) <= MAX_UNROLLED_DIAGONALS
     if not unrolled:
         sources = [jnp.asarray(np.asarray(diagonals, np.int32).T), *sources]
@@ -366,8 +435,8 @@ def _launch(kernel, diagonals, arrays, shifts, out_shape, block_rows, batch, int
     return plgpu.kernel(
         kernel,
         out_type=jax.ShapeDtypeStruct(*out_shape),
-        grid=(num_blocks, batch),
-        grid_names=("rows", "batch"),
+        grid=grid,
+        grid_names=("rows", "cols", "batch") if len(grid) == 3 else ("rows", "batch"),
         interpret=plgpu.InterpretGPUParams(detect_races=True) if interpret else None,
         kernel_name=name,
     )(*sources)
@@ -397,34 +466,58 @@ def _product(data, operand, *, offsets, shape, transposed: bool, interpret: bool
     index, active = active_diagonals(offsets, shape)
     if k == 0 or out_rows == 0 or not index or 0 in lead:
         return jnp.zeros((*lead, out_rows, k), operand.dtype)
-    values, operand = _as_batch(data, 2), _rows_major(_as_batch(operand, 2))
+    values, operand = _as_batch(data, 2), _as_batch(operand, 2)
     batch = values.shape[0]
     # Output row r reads A @ x: data and x at column r + offset; A^T @ g: data at r, g at
     # row r - offset.
     value_shifts = (0,) * len(active) if transposed else active
     operand_shifts = tuple(-off for off in active) if transposed else active
-    block_rows = _block_rows(out_rows, 1)
-    span = -(-out_rows // block_rows) * block_rows
-    out = _launch(
-        functools.partial(
-            _rows_kernel,
-            num_diagonals=len(active),
-            # A @ x needs no mask: a value whose row is outside the matrix only reaches
-            # an output row past m (cut off), and values outside `data` meet zeros.
-            masked_rows=m if transposed else None,
-            batched=(True, operand.shape[0] == batch),
-            block_rows=block_rows,
-        ),
-        list(zip(index, value_shifts, operand_shifts, active, strict=True)),
-        (values, operand),
-        (value_shifts, operand_shifts),
-        ((batch, k, span), operand.dtype),
-        block_rows,
-        batch,
-        interpret,
-        "dia_matmul_t_mosaic_gpu" if transposed else "dia_matmul_mosaic_gpu",
+    name = "dia_matmul_t_mosaic_gpu" if transposed else "dia_matmul_mosaic_gpu"
+    params = dict(
+        # A @ x needs no mask: a value whose row is outside the matrix only reaches an
+        # output row past m (cut off), and values outside `data` meet zeros.
+        masked_rows=m if transposed else None,
+        batched=(True, operand.shape[0] == batch),
     )
-    out = jnp.swapaxes(out[..., :out_rows], -1, -2)
+    diagonals = list(zip(index, value_shifts, operand_shifts, active, strict=True))
+    itemsize = operand.dtype.itemsize
+    tile_cols = _TILE_BYTES // itemsize
+    # Half precision stays on the rows kernel: a diagonal's values in the row layout are
+    # one 2-byte element per thread, and Mosaic GPU's GMEM loads take at least 4 bytes.
+    if itemsize >= 4 and k % tile_cols == 0 and len(active) <= MAX_UNROLLED_DIAGONALS:
+        block_rows = _TILE_ROWS if out_rows > _TILE_ROWS // 2 else _TILE_ROWS // 2
+        span = -(-out_rows // block_rows) * block_rows
+        out = _launch(
+            functools.partial(_tile_kernel, block_rows=block_rows, block_cols=tile_cols, **params),
+            diagonals,
+            (values, operand),
+            (value_shifts, operand_shifts),
+            ((batch, span, k), operand.dtype),
+            (span // block_rows, k // tile_cols, batch),
+            interpret,
+            name,
+            axes=(-1, -2),
+            block_rows=block_rows,
+        )
+        out = out[:, :out_rows]
+    else:
+        block_rows = _block_rows(out_rows, 1)
+        span = -(-out_rows // block_rows) * block_rows
+        out = _launch(
+            functools.partial(
+                _rows_kernel, num_diagonals=len(active), block_rows=block_rows, **params
+            ),
+            diagonals,
+            (values, _rows_major(operand)),
+            (value_shifts, operand_shifts),
+            ((batch, k, span), operand.dtype),
+            (span // block_rows, batch),
+            interpret,
+            name,
+            axes=(-1, -1),
+            block_rows=block_rows,
+        )
+        out = jnp.swapaxes(out[..., :out_rows], -1, -2)
     return out if lead else out[0]
 
 
@@ -558,10 +651,11 @@ def dia_sddmm_mosaic_gpu(
         (g, x),
         (g_shifts, (0,)),
         ((batch, len(active), span), x.dtype),
-        block_rows,
-        batch,
+        (span // block_rows, batch),
         interpret,
         "dia_sddmm_mosaic_gpu",
+        axes=(-1, -1),
+        block_rows=block_rows,
     )[..., :n]
     if len(index) != len(offsets):
         full = jnp.zeros((batch, len(offsets), n), x.dtype)
