@@ -9,12 +9,14 @@ outside `[0, m)` are ignored: they never change a product and get a zero gradien
 
 **Layouts.** Two kernels compute the products, chosen by the operand's row width:
 
-- *Row-major tiles* (`_tile_kernel`), when a row of the operand is a whole number of
-  128-byte lines (`k` a multiple of 32 in float32, of 16 in float64; not half precision,
-  see below): a program computes a `(128, 128 bytes)` tile of the result in Mosaic GPU's
-  WGMMA register layout, whose tile rows are whole lines, so each shifted operand row is
-  one coalesced load at any shift; a diagonal's 128 values come in the matching row layout
-  and are broadcast along the columns. The operand and the result keep their own layout.
+- *Row-major tiles* (`_tile_kernel`), with JAX >= 0.12 (0.11.2 cannot lower GMEM loads
+  in the WGMMA layout: "Only optimized transfers to SMEM supported"), when a row of the
+  operand is a whole number of 128-byte lines (`k` a multiple of 32 in float32, of 16 in
+  float64; not half precision, see below): a program computes a `(128, 128 bytes)` tile
+  of the result in Mosaic GPU's WGMMA register layout, whose tile rows are whole lines, so
+  each shifted operand row is one coalesced load at any shift; a diagonal's 128 values
+  come in the matching row layout and are broadcast along the columns. The operand and
+  the result keep their own layout.
 - *Rows of columns* (`_rows_kernel`) otherwise, and always for the data gradient: the
   dense operands are passed transposed, `(k, rows)`, so that one column of `x` is a
   contiguous row, just as one diagonal of `data` is. Every value a program touches is a
@@ -111,6 +113,9 @@ _DTYPES = (jnp.float32, jnp.bfloat16, jnp.float16, jnp.float64)
 # whole lines).
 _TILE_ROWS = 128
 _TILE_BYTES = 128
+# JAX 0.11.2's Mosaic GPU cannot lower GMEM loads in the WGMMA layout ("Only optimized
+# transfers to SMEM supported"); 0.12 can.
+_TILES_FROM_GMEM = jax.__version_info__ >= (0, 12)
 
 
 def supports(dtype, platform: str) -> bool:
@@ -484,7 +489,8 @@ def _product(data, operand, *, offsets, shape, transposed: bool, interpret: bool
     tile_cols = _TILE_BYTES // itemsize
     # Half precision stays on the rows kernel: a diagonal's values in the row layout are
     # one 2-byte element per thread, and Mosaic GPU's GMEM loads take at least 4 bytes.
-    if itemsize >= 4 and k % tile_cols == 0 and len(active) <= MAX_UNROLLED_DIAGONALS:
+    tiles = _TILES_FROM_GMEM and itemsize >= 4 and k % tile_cols == 0
+    if tiles and len(active) <= MAX_UNROLLED_DIAGONALS:
         block_rows = _TILE_ROWS if out_rows > _TILE_ROWS // 2 else _TILE_ROWS // 2
         span = -(-out_rows // block_rows) * block_rows
         out = _launch(
