@@ -7,15 +7,17 @@ XLA. Each product declares a table of implementation families (`_dia_ops.py`,
 `_csr_ops.py`); this module walks the families `PREFERENCES` lists for the request and the
 platform and takes the first that the product has and that takes the dtype there:
 
-| requested       | cpu                | cuda, rocm                | tpu                           |
-|-----------------|--------------------|---------------------------|-------------------------------|
-| `"auto"`/`None` | `native`, `xla`    | `triton`, `xla`           | `pallas`, `mosaic_tpu`, `xla` |
-| `"pallas"`      | error: no compiler | `triton`                  | `pallas`, `mosaic_tpu`        |
-| `"interpret"`   | `triton`, `pallas` in interpret mode, on any platform                     |
-| `"xla"`         | `xla`: pure StableHLO, no custom call, on any platform                    |
+| platform | `"auto"`/`None`                | `"pallas"`             |
+|----------|--------------------------------|------------------------|
+| cpu      | `native`, `xla`                | error: no compiler     |
+| cuda     | `mosaic_gpu`, `triton`, `xla`  | `mosaic_gpu`, `triton` |
+| rocm     | `triton`, `xla`                | `triton`               |
+| tpu      | `pallas`, `mosaic_tpu`, `xla`  | `pallas`, `mosaic_tpu` |
 
 (the first of the listed families that the product has and that takes the dtype; when
-none does, `"auto"` always has `xla`, and the explicit requests raise.)
+none does, `"auto"` always has `xla`, and the explicit requests raise.) `"interpret"` runs
+`pallas`, `triton` in interpret mode, on any platform; `"xla"` runs `xla`: pure StableHLO,
+no custom call, on any platform.
 
 **Lowering for export.** When `jax.export` lowers a program (the lowering rule sees
 `for_export` in JAX's lowering parameters), `"auto"` keeps only the families that
@@ -25,14 +27,14 @@ custom calls that `jax.export` guarantees to keep loading (its default checks ac
 | platform   | `"auto"` exports              |
 |------------|-------------------------------|
 | cpu        | `xla`                         |
-| cuda, rocm | `xla`                         |
+| cuda       | `mosaic_gpu`, `xla`           |
+| rocm       | `xla`                         |
 | tpu        | `pallas`, `mosaic_tpu`, `xla` |
 
 Every CPU family but `xla` calls a native kernel with no guarantee (jaxsparse's own FFI
-kernels). On GPUs the Pallas kernels lower to
-Triton, whose `__gpu$xla.gpu.triton` has no guarantee (Mosaic GPU's `mosaic_gpu_v2` has
-one: a Mosaic GPU family joins `EXPORTABLE["cuda"]`). Mosaic TPU's `tpu_custom_call` has
-one.
+kernels). On GPUs the portable Pallas kernels lower to Triton, whose
+`__gpu$xla.gpu.triton` has no guarantee; the Mosaic GPU kernels (`plgpu.kernel`) lower to
+`mosaic_gpu_v2`, which has one. Mosaic TPU's `tpu_custom_call` has one.
 
 A Pallas kernel picks its grid and block sizes from static shapes, so a product with a
 symbolic dimension (`jax.export`'s shape polymorphism: a symbolic column count or batch)
@@ -46,13 +48,17 @@ raises without them).
 
 The families: `xla` (pure `jax.numpy`, `kernels/xla_*.py`), `native` (jaxsparse's C++
 kernels registered as XLA FFI targets for the CPU: `kernels/native_*.py`; missing when the
-extension was not built, and half precision), `pallas` (DIA window kernels,
-written for Triton and Mosaic TPU, run on TPU: `kernels/pallas_dia.py`), `triton` and
-`mosaic_tpu` (per-platform Pallas kernels: `kernels/triton_dia.py`, `kernels/triton_csr.py`,
-`kernels/mosaic_tpu_csr.py`). GPUs run `triton` for DIA, not `pallas`: on an H100 the
-window kernels gave wrong results wherever an output block overhangs the array (`k` not
-a multiple of the column block, fewer rows than a block, batches), and `triton_dia`'s
-masked loads also skip the window kernels' padded copies. A new family is a
+extension was not built, and half precision), `mosaic_gpu` (Mosaic GPU kernels for NVIDIA
+Hopper and newer, `plgpu.kernel`: `kernels/mosaic_gpu_dia.py`; skipped when the local
+CUDA GPU is older than Hopper; their interpret mode is Mosaic GPU's own, with race
+detection, called on the kernels directly), `pallas` (DIA window kernels, written for
+Triton and Mosaic TPU, run on TPU: `kernels/pallas_dia.py`), `triton` and `mosaic_tpu`
+(per-platform Pallas kernels: `kernels/triton_dia.py`, `kernels/triton_csr.py`,
+`kernels/mosaic_tpu_csr.py`). GPUs run `triton` for DIA where Mosaic GPU cannot, not
+`pallas`: on an H100 the window kernels gave wrong results wherever an output block
+overhangs the array (`k` not a multiple of the column block, fewer rows than a block,
+batches), and `triton_dia`'s masked loads also skip the window kernels' padded copies.
+Kernel families take complex values on real planes (`kernels/_complex_planes.py`). A new family is a
 key in the products' tables, a line in `PREFERENCES`, if it is a Pallas kernel family (it
 takes `interpret` and `platform`) a name in `KERNEL_FAMILIES`, and, where its custom calls
 carry `jax.export`'s guarantee, a name in `EXPORTABLE`.
@@ -64,25 +70,27 @@ CPU is a `ValueError` (Pallas has no CPU compiler). The environment variable
 `JAXSPARSE_BACKEND` replaces `"auto"` (and `None`) for a whole run.
 """
 
+import functools
 import os
 import warnings
 from collections.abc import Callable, Mapping
 
+import jax
 import numpy as np
 
 BACKENDS = ("auto", "pallas", "interpret", "xla")
 BACKEND_ENV_VAR = "JAXSPARSE_BACKEND"
 PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
-KERNEL_FAMILIES = ("pallas", "triton", "mosaic_tpu")
+KERNEL_FAMILIES = ("mosaic_gpu", "pallas", "triton", "mosaic_tpu")
 
 # (requested backend, platform) -> implementation families to try, in order.
 PREFERENCES: dict[tuple[str, str], tuple[str, ...]] = {
     ("auto", "cpu"): ("native", "xla"),
-    ("auto", "cuda"): ("triton", "xla"),
+    ("auto", "cuda"): ("mosaic_gpu", "triton", "xla"),
     ("auto", "rocm"): ("triton", "xla"),
     ("auto", "tpu"): ("pallas", "mosaic_tpu", "xla"),
     ("pallas", "cpu"): (),
-    ("pallas", "cuda"): ("triton",),
+    ("pallas", "cuda"): ("mosaic_gpu", "triton"),
     ("pallas", "rocm"): ("triton",),
     ("pallas", "tpu"): ("pallas", "mosaic_tpu"),
     **{("interpret", platform): ("triton", "pallas") for platform in PLATFORMS},
@@ -93,7 +101,7 @@ PREFERENCES: dict[tuple[str, str], tuple[str, ...]] = {
 # a family is listed only once its custom calls, if any, carry `jax.export`'s guarantee.
 EXPORTABLE: dict[str, tuple[str, ...]] = {
     "cpu": ("xla",),
-    "cuda": ("xla",),
+    "cuda": ("mosaic_gpu", "xla"),
     "rocm": ("xla",),
     "tpu": ("pallas", "mosaic_tpu", "xla"),
 }
@@ -157,7 +165,7 @@ def choose_implementation(
     if for_export and backend == "auto":
         preferences = tuple(f for f in preferences if f in EXPORTABLE[platform])
     for family in preferences:
-        if family not in implementations:
+        if family not in implementations or not _FAMILY_RUNS_HERE.get(family, _always)():
             continue
         if not supports.get(family, _takes_every_dtype)(dtype, kernel_platform):
             continue
@@ -174,6 +182,26 @@ def choose_implementation(
 
 def _takes_every_dtype(dtype, platform) -> bool:
     return True
+
+
+def _always() -> bool:
+    return True
+
+
+@functools.cache
+def _no_local_gpu_older_than_hopper() -> bool:
+    """Whether Mosaic GPU kernels can run where this process lowers for CUDA: no local
+    CUDA GPU below compute capability 9.0. With no local CUDA GPU at all (lowering for an
+    abstract H100, or compiling deviceless for sm_90a), Mosaic GPU is taken."""
+    try:
+        devices = jax.devices("cuda")
+    except RuntimeError:
+        return True
+    return all(float(getattr(device, "compute_capability", "9.0")) >= 9.0 for device in devices)
+
+
+# Families that need more of the machine than the platform's name says.
+_FAMILY_RUNS_HERE = {"mosaic_gpu": _no_local_gpu_older_than_hopper}
 
 
 def _with_kernel_options(function, interpret: bool, platform: str):

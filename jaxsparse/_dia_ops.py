@@ -16,9 +16,14 @@ family's batch axis.
 
 from ._backend import KERNEL_FAMILIES
 from ._primitive import product_family
-from .kernels import native_dia, pallas_dia, triton_dia
+from .kernels import mosaic_gpu_dia, native_dia, pallas_dia, triton_dia
 from .kernels._complex_planes import with_complex_planes
 from .kernels._xla_cpu import outside_ynn_fusions
+from .kernels.mosaic_gpu_dia import (
+    dia_matmul_mosaic_gpu,
+    dia_matmul_t_mosaic_gpu,
+    dia_sddmm_mosaic_gpu,
+)
 from .kernels.native_dia import dia_matmul_native, dia_matmul_t_native, dia_sddmm_native
 from .kernels.pallas_dia import dia_matmul_pallas, dia_matmul_t_pallas, dia_sddmm_pallas
 from .kernels.triton_dia import dia_matmul_t_triton, dia_matmul_triton, dia_sddmm_triton
@@ -52,24 +57,28 @@ IMPLEMENTATIONS, SUPPORTS = with_complex_planes(
             "native": _unbatched_or_xla(dia_matmul_native, dia_matmul_xla),
             "pallas": dia_matmul_pallas,
             "triton": dia_matmul_triton,
+            "mosaic_gpu": dia_matmul_mosaic_gpu,
         },
         "matmul_t": {
             "xla": dia_matmul_t_xla,
             "native": _unbatched_or_xla(dia_matmul_t_native, dia_matmul_t_xla),
             "pallas": dia_matmul_t_pallas,
             "triton": dia_matmul_t_triton,
+            "mosaic_gpu": dia_matmul_t_mosaic_gpu,
         },
         "sddmm": {
             "xla": dia_sddmm_xla,
             "native": _unbatched_or_xla(dia_sddmm_native, dia_sddmm_xla),
             "pallas": dia_sddmm_pallas,
             "triton": dia_sddmm_triton,
+            "mosaic_gpu": dia_sddmm_mosaic_gpu,
         },
     },
     {
         "native": native_dia.supports,
         "pallas": pallas_dia.supports,
         "triton": triton_dia.supports,
+        "mosaic_gpu": mosaic_gpu_dia.supports,
     },
     families=KERNEL_FAMILIES,
     values_rank=2,

@@ -9,6 +9,8 @@ NEEDS_CROSS_LOWERING = pytest.mark.skipif(
 )
 # The custom call each platform's Pallas kernels lower to.
 KERNEL_CALLS = {"cuda": "__gpu$xla.gpu.triton", "tpu": "tpu_custom_call"}
+# DIA products on cuda run the Mosaic GPU kernels first (`kernels/mosaic_gpu_dia.py`).
+DIA_KERNEL_CALLS = {**KERNEL_CALLS, "cuda": "mosaic_gpu_v2"}
 # Abstract devices to lower for: Pallas's lowering reads the device kind (TPU DMAs too).
 _ABSTRACT_DEVICES = {"cuda": ("NVIDIA H100", 132), "tpu": ("TPU v5p", 1)}
 

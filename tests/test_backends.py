@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from helpers import random_csr, random_dia
-from lowering import KERNEL_CALLS, NEEDS_CROSS_LOWERING, lower
+from lowering import DIA_KERNEL_CALLS, KERNEL_CALLS, NEEDS_CROSS_LOWERING, lower
 
 import jaxsparse as js
 from jaxsparse import _csr_ops, _dia_ops
@@ -151,7 +151,7 @@ def test_dia_product_and_gradient_lower_for_accelerators(platform, k, backend):
     product, gradient = dia_product_and_gradient(offsets, shape, backend)
     data = jnp.zeros((len(offsets), rows), jnp.float32)
     x = jnp.zeros((rows, k), jnp.float32)
-    marker = KERNEL_CALLS[platform]
+    marker = DIA_KERNEL_CALLS[platform]
     assert lower(product, (data, x), platform).count(marker) >= 1
     # The gradient runs the sampled product and the forward kernel on A^T.
     gradient_text = lower(gradient, (data, x), platform)
@@ -181,9 +181,10 @@ def test_auto_lowers_xla_for_cpu_and_pallas_for_gpu():
     offsets, shape = (-1, 0, 1), (4096, 4096)
     product, _ = dia_product_and_gradient(offsets, shape, "auto")
     args = (jnp.zeros((3, 4096), jnp.float32), jnp.zeros((4096, 1), jnp.float32))
-    assert KERNEL_CALLS["cuda"] in lower(product, args, "cuda")
+    assert DIA_KERNEL_CALLS["cuda"] in lower(product, args, "cuda")
     cpu_text = lower(product, args, "cpu")
-    assert all(marker not in cpu_text for marker in KERNEL_CALLS.values())
+    markers = {*KERNEL_CALLS.values(), *DIA_KERNEL_CALLS.values()}
+    assert all(marker not in cpu_text for marker in markers)
 
 
 @NEEDS_CROSS_LOWERING
@@ -210,7 +211,9 @@ def test_dtypes_without_kernels_lower_to_xla_under_auto_and_raise_under_pallas(
         )
         auto = csr_product_and_gradient(shape, "auto")[0]
         pallas = csr_product_and_gradient(shape, "pallas")[0]
-    assert KERNEL_CALLS[platform] not in lower(auto, args, platform)
+    auto_text = lower(auto, args, platform)
+    assert KERNEL_CALLS[platform] not in auto_text
+    assert DIA_KERNEL_CALLS[platform] not in auto_text
     name = np.dtype(dtype).name
     with pytest.raises(TypeError, match=f"{name} on platform '{platform}'"):
         lower(pallas, args, platform)

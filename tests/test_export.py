@@ -15,10 +15,11 @@ from exporting import SIDES, operand_shapes, product_and_gradients, random_opera
 from foreign_caller import run_stablehlo
 from helpers import MATRICES, assert_close, cases, random_csr, random_dia, random_values
 from jax import export
-from lowering import KERNEL_CALLS, NEEDS_CROSS_LOWERING, abstract_mesh
+from lowering import DIA_KERNEL_CALLS, KERNEL_CALLS, NEEDS_CROSS_LOWERING, abstract_mesh
 
 import jaxsparse as js
 from jaxsparse import _backend, _csr_ops, _dia_ops
+from jaxsparse.kernels import mosaic_gpu_dia
 
 # Exports from this (CPU) machine: on a GPU machine too, the default device is the CPU.
 pytestmark = pytest.mark.on_cpu
@@ -132,7 +133,11 @@ def test_one_artifact_for_cpu_and_cuda_exports_on_this_machine_and_runs_here(fmt
     exported = export.export(program, platforms=("cpu", "cuda"))(matrix, dense, cotangent)
     restored = round_trip(exported)
     assert restored.platforms == ("cpu", "cuda")
-    assert "stablehlo.custom_call" not in restored.mlir_module()
+    # Only the cuda branch of a DIA product holds a kernel, Mosaic GPU's guaranteed one,
+    # where this JAX has Mosaic GPU.
+    calls = set(re.findall(r"stablehlo\.custom_call @([\w$.]+)", restored.mlir_module()))
+    mosaic_gpu = fmt == "dia" and mosaic_gpu_dia.supports(F64, "cuda")
+    assert calls == ({DIA_KERNEL_CALLS["cuda"]} if mosaic_gpu else set())
     got = restored.call(matrix, dense, cotangent)
     assert_answers(got, scipy_answer("A@X", twin, dense, cotangent))
 
@@ -162,8 +167,9 @@ def test_choose_implementation_for_export_keeps_the_exportable_families():
 @pytest.mark.parametrize("platform", ["tpu", "cuda"])
 @pytest.mark.parametrize("fmt", ["dia", "csr"])
 def test_auto_exports_guaranteed_kernels_for_accelerators(fmt, platform, side):
-    """On TPU the Mosaic kernels (`tpu_custom_call`, guaranteed); on CUDA pure StableHLO,
-    since the Triton kernels' custom call has no guarantee. Both with default checks."""
+    """On TPU the Mosaic kernels (`tpu_custom_call`, guaranteed); on CUDA the Mosaic GPU
+    DIA kernels (`mosaic_gpu_v2`, guaranteed) and pure StableHLO for CSR, since the Triton
+    kernels' custom call has no guarantee. All with default checks."""
     rng = np.random.default_rng(4)
     shape = (256, 256)
     if fmt == "dia":
@@ -180,12 +186,14 @@ def test_auto_exports_guaranteed_kernels_for_accelerators(fmt, platform, side):
     text = restored.mlir_module()
     if platform == "tpu":  # the product and both gradients each run a kernel
         assert text.count(KERNEL_CALLS["tpu"]) >= 3
+    elif fmt == "dia":
+        assert text.count(DIA_KERNEL_CALLS["cuda"]) >= 3
     else:
         assert "stablehlo.custom_call" not in text
 
 
 @NEEDS_CROSS_LOWERING
-@pytest.mark.parametrize("fmt", ["dia", "csr"])
+@pytest.mark.parametrize("fmt", ["csr"])  # DIA runs Mosaic GPU there: test_mosaic_gpu_dia.py
 def test_pallas_on_gpu_exports_only_with_disabled_checks(fmt):
     rng = np.random.default_rng(5)
     matrix, _ = small_matrix(fmt, rng, jnp.float32)
