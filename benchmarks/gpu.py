@@ -3,7 +3,7 @@ its achieved bandwidth against the card's peak and a measured copy, and cuSPARSE
 
 Run on a machine with a GPU (`make gpu-check` runs it after the test suite):
 
-    python benchmarks/gpu.py [--rows 4194304] [--out results/gpu.json]
+    python benchmarks/gpu.py [--rows 4194304] [--ks 1,8,64] [--out results/gpu.json]
 
 Per matrix and `k` (columns of the dense operand), float32:
 
@@ -232,13 +232,14 @@ def _print_case(case, peak):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=2**22)
+    parser.add_argument("--ks", default="1,8,64", help="columns of the dense operand")
     parser.add_argument("--out", type=pathlib.Path, default=None)
     args = parser.parse_args()
     if jax.default_backend() != "gpu":
         sys.exit(
             f"benchmarks/gpu.py needs a GPU; JAX's default backend is {jax.default_backend()!r}."
         )
-    results = run(args.rows)
+    results = run(args.rows, ks=tuple(int(k) for k in args.ks.split(",")))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(results, indent=1))
