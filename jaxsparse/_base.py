@@ -4,12 +4,11 @@ A format subclass holds its arrays as pytree leaves and its `shape` (and any oth
 metadata) as static fields, names itself in `format` (which registers it, so formats can
 convert into each other without importing each other), registers its product with
 `_matmul.sparse_times_dense`, implements the conversions, and gets from here the products
-on both sides, scalar arithmetic, `T`, `astype`, `toarray`, a readable `repr`, and its
+on both sides, `T`, `astype`, `toarray`, a readable `repr`, and its
 registration for `jax.export` serialization (`_export.py`).
 """
 
 import abc
-import numbers
 from typing import ClassVar
 
 import equinox as eqx
@@ -96,35 +95,12 @@ class SparseMatrix(eqx.Module):
     def __rmatmul__(self, other):
         return matmul(other, self)
 
-    def __mul__(self, scalar):
-        return self.with_data(self.data * _as_scalar(scalar, "*"))
-
-    __rmul__ = __mul__
-
-    def __truediv__(self, scalar):
-        return self.with_data(self.data / _as_scalar(scalar, "/"))
-
-    def __neg__(self):
-        return self.with_data(-self.data)
-
     def __repr__(self) -> str:
         fields = ", ".join(f"{key}={value}" for key, value in self._repr_fields().items())
         return f"{type(self).__name__}({fields})"
 
     def _repr_fields(self) -> dict:
         return {"shape": self.shape, "dtype": np.dtype(self.dtype).name, "nnz": self.nnz}
-
-
-def _as_scalar(value, operator: str):
-    """`value` if it is a scalar (Python number or 0-d array), else a TypeError."""
-    if isinstance(value, numbers.Number):
-        return value
-    if isinstance(value, (jax.Array, np.ndarray, np.generic)) and jnp.ndim(value) == 0:
-        return value
-    raise TypeError(
-        f"`{operator}` between a sparse matrix and {type(value).__name__} is not supported: "
-        "only scalars are. Use `@` for products, or `todense()` for elementwise operations."
-    )
 
 
 def validate_shape(shape) -> tuple[int, int]:
