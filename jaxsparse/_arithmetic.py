@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._base import SparseMatrix, is_concrete
-from ._coordinates import entries, entries_to_csr, lookup, select_entries
+from ._coordinates import entries, entries_to_csr, lookup, select_entries, stored_on_host
 
 
 def _is_scalar(value) -> bool:
@@ -91,13 +91,21 @@ def _add(a, b, *, sign: int, nnz, operator: str):
     a_rows, a_cols, a_values = entries(a)
     b_rows, b_cols, b_values = entries(b)
     return entries_to_csr(
-        jnp.concatenate([jnp.asarray(a_rows), jnp.asarray(b_rows)]),
-        jnp.concatenate([jnp.asarray(a_cols), jnp.asarray(b_cols)]),
+        _concatenate_indices(a_rows, b_rows),
+        _concatenate_indices(a_cols, b_cols),
         jnp.concatenate([a_values.astype(dtype), sign * b_values.astype(dtype)]),
         a.shape,
         nnz=nnz,
         operation=f"sparse `{operator}` with a CSR operand",
     )
+
+
+def _concatenate_indices(first, second) -> jax.Array:
+    """Two index arrays end to end, in the wider of their dtypes (strict promotion-safe)."""
+    dtype = np.promote_types(first.dtype, second.dtype)
+    if isinstance(first, np.ndarray) and isinstance(second, np.ndarray):
+        return np.concatenate([first.astype(dtype), second.astype(dtype)])
+    return jnp.concatenate([jnp.asarray(first).astype(dtype), jnp.asarray(second).astype(dtype)])
 
 
 def _same_csr_structure(a, b) -> bool:
@@ -189,11 +197,12 @@ def _multiply_sparse(a, b):
         return type(a)(data, offsets, a.shape)
     structure, other = (a, b) if a.format == "csr" else (b, a)
     rows, cols, values = entries(structure)
-    other_values, stored = lookup(other, rows, cols)
+    other_values, _ = lookup(other, rows, cols)
     product = structure.with_data(values.astype(dtype) * other_values.astype(dtype))
-    if not is_concrete(structure.indices, structure.indptr, stored):
+    if not isinstance(rows, np.ndarray):
         return product
-    return select_entries(product, np.asarray(stored))
+    stored = stored_on_host(other, rows, cols)
+    return product if stored is None else select_entries(product, stored)
 
 
 def divide(a, scalar):

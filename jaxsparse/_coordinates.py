@@ -5,8 +5,11 @@ list their operands' entries here and hand the list to `csr_from_entries`, which
 repeated positions and sorts them into a canonical CSR matrix. Where the number of distinct
 positions depends on index values, it is counted on the host when they are concrete; under
 `jax.jit` the caller passes it as a static `nnz`. Every function takes JAX arrays and works
-under `jit` once the sizes are known.
+under `jit` once the sizes are known; the larger ones are jitted themselves, so that an
+eager call compiles one program instead of dispatching many small operations.
 """
+
+import functools
 
 import equinox as eqx
 import jax
@@ -21,17 +24,24 @@ from ._dia_layout import stored_positions
 def entries(matrix):
     """The stored entries inside `matrix`: `(rows, cols, values)`, each `(nnz,)`.
 
-    DIA: every slot inside the matrix, diagonal by diagonal (positions are numpy constants).
-    CSR: every stored entry in storage order, repeats included.
+    DIA: every slot inside the matrix, diagonal by diagonal. CSR: every stored entry in
+    storage order, repeats included. Positions are numpy arrays wherever the structure is
+    known on the host (DIA always, CSR with concrete index arrays, even inside `jit`), so
+    that structure computations on them stay on the host.
     """
     if matrix.format == "dia":
         diagonals, rows, cols = stored_positions(matrix.offsets, matrix.shape)
         return rows, cols, matrix.data[diagonals, cols]
+    if is_concrete(matrix.indices, matrix.indptr):
+        indptr = np.asarray(matrix.indptr)
+        rows = np.repeat(np.arange(matrix.shape[0], dtype=indptr.dtype), np.diff(indptr))
+        return rows, np.asarray(matrix.indices), matrix.data
     return row_ids(matrix.indptr, matrix.nnz), matrix.indices, matrix.data
 
 
 def linear_keys(rows, cols, shape: tuple[int, int]) -> jax.Array:
-    """`row * n + col`, one sortable integer per position (int64 where int32 overflows)."""
+    """`row * n + col`, one sortable integer per position (int64 where int32 overflows);
+    numpy for numpy positions."""
     m, n = shape
     if m * n < np.iinfo(np.int32).max:
         dtype = jnp.int32
@@ -42,6 +52,8 @@ def linear_keys(rows, cols, shape: tuple[int, int]) -> jax.Array:
             f"a matrix of shape {shape} has more positions than int32 counts; enable 64-bit "
             "types (`jax.config.update('jax_enable_x64', True)`)."
         )
+    if isinstance(rows, np.ndarray) and isinstance(cols, np.ndarray):
+        return rows.astype(dtype) * n + cols.astype(dtype)
     return jnp.asarray(rows).astype(dtype) * n + jnp.asarray(cols).astype(dtype)
 
 
@@ -72,6 +84,7 @@ def static_nnz(keys, nnz: int | None, operation: str) -> int:
     return int(np.unique(np.asarray(keys)).size)
 
 
+@functools.partial(jax.jit, static_argnames=("shape", "nnz"))
 def csr_from_entries(rows, cols, values, shape: tuple[int, int], nnz: int):
     """The CSR matrix of the listed entries, repeats summed, rows and columns sorted.
 
@@ -83,13 +96,13 @@ def csr_from_entries(rows, cols, values, shape: tuple[int, int], nnz: int):
     keys = linear_keys(rows, cols, shape)
     index_dtype = index_dtype_for(shape, nnz)
     if nnz == 0 or m * n == 0:
-        if keys.shape[0] and nnz == 0 and is_concrete(keys):
-            raise ValueError(f"`nnz`=0 is too small for {keys.shape[0]} entries.")
-        return format_class("csr")(
+        empty = eqx.error_if(
             jnp.zeros((0,), values.dtype),
-            jnp.zeros((0,), index_dtype),
-            jnp.zeros((m + 1,), index_dtype),
-            shape,
+            count_positions(keys) > 0,
+            "`nnz`=0 is smaller than the number of entries of the result",
+        )
+        return format_class("csr")(
+            empty, jnp.zeros((0,), index_dtype), jnp.zeros((m + 1,), index_dtype), shape
         )
     unique, inverse = jnp.unique(
         keys, return_inverse=True, size=nnz, fill_value=jnp.asarray(m * n - 1, keys.dtype)
@@ -124,6 +137,7 @@ def entries_to_csr(rows, cols, values, shape, *, nnz: int | None, operation: str
     return csr_from_entries(rows, cols, values, shape, nnz)
 
 
+@jax.jit
 def lookup(matrix, rows, cols):
     """`matrix[rows[p], cols[p]]` for every `p` (repeats summed), and whether the position
     is stored: `(values, stored)`, jit-able."""
@@ -155,17 +169,31 @@ def lookup(matrix, rows, cols):
     return jnp.where(stored, summed[position], 0), stored
 
 
+def stored_on_host(matrix, rows: np.ndarray, cols: np.ndarray) -> np.ndarray | None:
+    """Whether each position is stored in `matrix`, computed on the host, or None when
+    `matrix`'s structure is traced."""
+    if matrix.format == "dia":
+        return np.isin(cols.astype(np.int64) - rows, np.asarray(matrix.offsets, np.int64))
+    stored_rows, stored_cols, _ = entries(matrix)
+    if not isinstance(stored_rows, np.ndarray):
+        return None
+    return np.isin(
+        linear_keys(rows, cols, matrix.shape), linear_keys(stored_rows, stored_cols, matrix.shape)
+    )
+
+
 def select_entries(matrix, keep: np.ndarray):
     """The CSR matrix of the entries of CSR `matrix` where the host mask `keep` holds, in
     their order (host-side: the structure changes)."""
     keep = np.asarray(keep, bool)
     indices = np.asarray(matrix.indices)[keep]
-    rows = np.asarray(row_ids(matrix.indptr, matrix.nnz))[keep]
+    rows = np.asarray(entries(matrix)[0])[keep]
     counts = np.bincount(rows, minlength=matrix.shape[0])
     indptr = np.concatenate([[0], np.cumsum(counts)]).astype(indices.dtype)
     return format_class("csr")(matrix.data[np.flatnonzero(keep)], indices, indptr, matrix.shape)
 
 
+@jax.jit
 def distinct_entries(matrix):
     """Each stored position once, repeats summed: `(rows, cols, values, valid)`, padded
     to `matrix.nnz` entries (jit-able: at most `nnz` distinct positions exist).
