@@ -209,5 +209,5 @@ def distinct_entries(matrix):
         keys, return_inverse=True, size=matrix.nnz, fill_value=jnp.asarray(m * n, keys.dtype)
     )
     summed = jax.ops.segment_sum(values, inverse.reshape(-1), num_segments=matrix.nnz)
-    valid = jnp.arange(matrix.nnz) < count_positions(keys)
+    valid = jnp.arange(matrix.nnz, dtype=jnp.int32) < count_positions(keys)
     return unique // n, unique % n, summed, valid
