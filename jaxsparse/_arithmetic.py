@@ -16,6 +16,7 @@
   `abs` or `**` on a matrix holding repeats).
 """
 
+import functools
 import numbers
 
 import jax
@@ -85,7 +86,7 @@ def _add(a, b, *, sign: int, nnz, operator: str):
     _check_same_shape(a, b, operator)
     dtype = jnp.result_type(a.dtype, b.dtype)
     if a.format == "dia" and b.format == "dia":
-        return _add_dia(a, b, sign, dtype)
+        return _add_dia(a, b, sign=sign, dtype=np.dtype(dtype))
     if _same_csr_structure(a, b):
         return a.with_data(a.data.astype(dtype) + sign * b.data.astype(dtype))
     a_rows, a_cols, a_values = entries(a)
@@ -114,6 +115,7 @@ def _same_csr_structure(a, b) -> bool:
     )
 
 
+@functools.partial(jax.jit, static_argnames=("sign", "dtype"))
 def _add_dia(a, b, sign: int, dtype):
     """The union of the diagonals of two DIA matrices, static."""
     offsets = tuple(sorted(set(a.offsets) | set(b.offsets)))

@@ -1,11 +1,13 @@
 """Reductions of sparse matrices, with scipy.sparse's semantics: `diagonal`, `trace`, `sum`,
 `max`, `min`, and the norms behind `jaxsparse.linalg.norm`.
 
-All are jit-able: they read the stored entries (`_coordinates.entries`) and never build the
-dense matrix. `max`, `min` and the norms first sum repeated CSR entries, as scipy does; the
-implicit zeros take part in `max` and `min` wherever a row, a column or the matrix has a
-position that is not stored.
+All are jit-able (and jitted, so that an eager call compiles one program): they read the
+stored entries (`_coordinates.entries`) and never build the dense matrix. `max`, `min` and
+the norms first sum repeated CSR entries, as scipy does; the implicit zeros take part in
+`max` and `min` wherever a row, a column or the matrix has a position that is not stored.
 """
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -20,6 +22,7 @@ def diagonal_length(shape: tuple[int, int], k: int) -> int:
     return max(0, min(m + min(k, 0), n - max(k, 0)))
 
 
+@functools.partial(jax.jit, static_argnames="k")
 def diagonal(matrix, k: int = 0) -> jax.Array:
     """The `k`-th diagonal of `matrix` as a dense 1-D array, as scipy's `diagonal(k)`.
 
@@ -47,6 +50,7 @@ def trace(matrix, offset: int = 0) -> jax.Array:
     return jnp.sum(diagonal(matrix, offset))
 
 
+@functools.partial(jax.jit, static_argnames="axis")
 def total(matrix, axis=None) -> jax.Array:
     """`matrix.sum(axis)`: a scalar for `axis=None`, else a dense 1-D array (sparse arrays'
     convention): `(n,)` for `axis=0` (column sums), `(m,)` for `axis=1` (row sums)."""
@@ -58,6 +62,7 @@ def total(matrix, axis=None) -> jax.Array:
     return jnp.zeros((size,), matrix.dtype).at[index].add(values)
 
 
+@functools.partial(jax.jit, static_argnames=("axis", "largest"))
 def extreme(matrix, axis, *, largest: bool) -> jax.Array:
     """`matrix.max(axis)` (`largest`) or `matrix.min(axis)`, implicit zeros included."""
     if jnp.issubdtype(matrix.dtype, jnp.complexfloating):
@@ -82,6 +87,7 @@ def extreme(matrix, axis, *, largest: bool) -> jax.Array:
     return jnp.where(counts < full, pick(stored, 0), stored).astype(matrix.dtype)
 
 
+@functools.partial(jax.jit, static_argnames="ord")
 def norm(matrix, ord=None) -> jax.Array:
     """The matrix norm of `matrix`, as `scipy.sparse.linalg.norm` (no vector norms).
 

@@ -58,6 +58,7 @@ def spgemm(a, b, *, nnz: int | None = None, backend: str = "auto"):
     return _csr_times_csr_traced(a, b, nnz, backend)
 
 
+@jax.jit
 def _dia_times_dia(a, b):
     """`C = A @ B`: `C.data[r, c] += A.data[p, c - b_q] * B.data[q, c]` for every pair of
     diagonals `(p, q)` with `a_p + b_q` the offset of `r`."""
