@@ -210,7 +210,7 @@ def test_gradients(fmts):
         results = (a_new + b_new, a_new - b_new, a_new * b_new, scaled)
         return sum(jnp.sum(result.todense() * weights) for result in results)
 
-    check_grads(loss, (a.data, b.data), order=2, modes=("fwd", "rev"), atol=1e-6, rtol=1e-6)
+    check_grads(loss, (a.data, b.data), order=1, modes=("fwd", "rev"), atol=1e-6, rtol=1e-6)
     if fmts == ("csr", "csr"):
         nnz = (a + b).nnz
 

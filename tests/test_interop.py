@@ -43,7 +43,8 @@ def test_from_jax_experimental_sparse_own_matrices():
     assert np.array_equal(js.from_bcoo(padded).todense(), dense)
     assert np.array_equal(js.from_bcsr(jsparse.BCSR.fromdense(dense)).todense(), dense)
     with pytest.raises(ValueError, match="no batch or dense dimensions"):
-        js.from_bcoo(jsparse.BCOO.fromdense(jnp.ones((2, 3, 3)), n_batch=1))
+        batched = (jnp.ones((2, 1)), jnp.zeros((2, 1, 2), jnp.int32))
+        js.from_bcoo(jsparse.BCOO(batched, shape=(2, 3, 3)))
     with pytest.raises(TypeError, match="must be a BCOO"):
         js.from_bcoo(dense)
 
