@@ -104,6 +104,9 @@ def test_sum_under_jit_needs_nnz_unless_structure_is_shared():
         jax.jit(lambda a, b: a + b)(a, b)
     with pytest.raises(TypeError, match="Pass a static `nnz`"):
         jax.jit(lambda a, d: a - d)(a, js.DIAMatrix(np.ones((1, 5), np.float32), 0, (6, 5)))
+    # Structures known on the host (closed over, not arguments) need no `nnz` either.
+    closed_over = jax.jit(lambda a_values: a.with_data(a_values) + b)(2 * a.data)
+    assert_close(closed_over.to_scipy().toarray(), (2 * a_twin + b_twin).toarray(), jnp.float32)
     shared = jax.jit(lambda a, values: a + a.with_data(values))(a, 2 * a.data)
     assert shared.nnz == a.nnz
     assert_close(shared.to_scipy().toarray(), 3 * a_twin.toarray(), jnp.float32)
