@@ -3,13 +3,14 @@
 What comes back, and where it differs from scipy's sparse arrays:
 
 - `A[i]`, `A[i, :]` (row `i`) and `A[:, j]` (column `j`): a dense 1-D JAX array. scipy
-  returns a 1-D sparse array; jaxsparse has no 1-D format. Jit-able, `i` and `j` may be
+  returns a 1-D `coo_array`; jaxsparse has no 1-D format. Jit-able, `i` and `j` may be
   traced integers.
 - `A[i, j]`: the entry, a 0-d array (repeated CSR entries summed). Jit-able.
-- `A[i:j]`, `A[:, i:j]`, `A[i:j, k:l]` (steps of 1): the same format, as scipy. DIA slices
-  are jit-able (the offsets shift by the slice starts; `data` is a column slice). CSR row
-  slices and column slices change the number of entries, so they are computed on the host
-  and need concrete indices (a TypeError under `jax.jit`).
+- `A[i:j]`, `A[:, i:j]`, `A[i:j, k:l]` (steps of 1): the same format (scipy's CSR slices
+  are CSR; its `dia_array` takes no index at all). DIA slices are jit-able (the offsets
+  shift by the slice starts; `data` is a column slice). CSR slices change the number of
+  entries, so they are computed on the host and need concrete indices (a TypeError under
+  `jax.jit`).
 """
 
 import jax.numpy as jnp
