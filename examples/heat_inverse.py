@@ -10,20 +10,20 @@ The inverse problem: given noisy snapshots made with the true `kappa`, find `kap
 `jax.grad` of the misfit flows back through every time step into `A.data` and on to
 `log kappa`, which plain Adam (a few lines, below) updates.
 
-Run it with `python examples/heat_inverse.py [figure.png]`.
+Run it with `python examples/heat_inverse.py [--figure heat.png]`: the figure is written
+only where `--figure` says (the README's is `--figure examples/heat_inverse.png`).
 """
 
 import argparse
-import pathlib
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from matplotlib.figure import Figure
 
 import jaxsparse as js
 
 DTYPE = jnp.float32
-DEFAULT_FIGURE = pathlib.Path(__file__).with_name("heat_inverse.png")
 
 
 def true_coefficient(x_faces: np.ndarray) -> np.ndarray:
@@ -96,7 +96,7 @@ def main(
     noise: float = 1e-3,
     smoothing: float = 1e-4,
     seed: int = 0,
-    figure_path=DEFAULT_FIGURE,
+    figure_path=None,
     verbose: bool = False,
 ) -> dict:
     """Make synthetic observations, then fit `kappa` to them by Adam through the solver.
@@ -170,12 +170,9 @@ def main(
 
 
 def save_figure(path, x_faces, kappa_true, kappa, losses) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (left, right) = plt.subplots(1, 2, figsize=(8, 3), layout="constrained")
+    """The true, initial and recovered coefficient beside the loss, as a PNG at `path`."""
+    fig = Figure(figsize=(8, 3), layout="constrained")
+    left, right = fig.subplots(1, 2)
     left.plot(x_faces, kappa_true, "k-", label="true")
     left.plot(x_faces, np.ones_like(x_faces), "C7:", label="initial guess")
     left.plot(x_faces, kappa, "C1--", label="recovered")
@@ -184,10 +181,14 @@ def save_figure(path, x_faces, kappa_true, kappa, losses) -> None:
     right.semilogy(losses)
     right.set(xlabel="Adam step", ylabel="loss", title="loss (misfit + smoothing)")
     fig.savefig(path, dpi=90)
-    plt.close(fig)
+
+
+def command_line() -> argparse.ArgumentParser:
+    """The script's options: only `--figure PATH`, where to write the figure (none without)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--figure", metavar="PATH", help="write the figure to PATH (a PNG)")
+    return parser
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("figure", nargs="?", default=DEFAULT_FIGURE, help="output PNG")
-    main(figure_path=parser.parse_args().figure, verbose=True)
+    main(figure_path=command_line().parse_args().figure, verbose=True)

@@ -2,15 +2,58 @@
 
 from importlib.metadata import version as _version
 
-from ._base import SparseMatrix as SparseMatrix
-from ._csr import CSRMatrix as CSRMatrix
-from ._dia import DIAMatrix as DIAMatrix
-from ._matmul import matmul as matmul
-
-__version__ = _version("jaxsparse")
 from . import linalg as linalg
 from ._arithmetic import add as add
 from ._arithmetic import subtract as subtract
+from ._base import SparseMatrix as SparseMatrix
+from ._construct import block_diag as block_diag
+from ._construct import diags as diags
+from ._construct import eye as eye
+from ._construct import hstack as hstack
+from ._construct import identity as identity
+from ._construct import kron as kron
+from ._construct import random as random
+from ._construct import vstack as vstack
+from ._csr import CSRMatrix as CSRMatrix
+from ._dia import DIAMatrix as DIAMatrix
 from ._interop import from_bcoo as from_bcoo
 from ._interop import from_bcsr as from_bcsr
 from ._lineax import lineax_operator as lineax_operator
+from ._matmul import matmul as matmul
+from ._shard import ShardedCSRMatrix as ShardedCSRMatrix
+from ._shard import ShardedDIAMatrix as ShardedDIAMatrix
+from ._shard import ShardedMatrix as ShardedMatrix
+from ._shard import shard as shard
+
+__version__ = _version("jaxsparse")
+
+__all__ = [
+    "CSRMatrix",
+    "DIAMatrix",
+    "ShardedCSRMatrix",
+    "ShardedDIAMatrix",
+    "ShardedMatrix",
+    "SparseMatrix",
+    "add",
+    "block_diag",
+    "diags",
+    "eye",
+    "from_bcoo",
+    "from_bcsr",
+    "hstack",
+    "identity",
+    "kron",
+    "lineax_operator",
+    "linalg",
+    "matmul",
+    "random",
+    "shard",
+    "subtract",
+    "vstack",
+]
+
+
+def __dir__() -> list[str]:
+    # The public names only: not the private modules, nor `kernels`, which importing
+    # the package binds here too.
+    return [*__all__, "__version__"]

@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._base import SparseMatrix, is_concrete
+from ._base import SparseMatrix, _as_scalar, is_concrete
 from ._coordinates import entries, entries_to_csr, lookup, select_entries, stored_on_host
 
 
@@ -208,13 +208,9 @@ def _multiply_sparse(a, b):
 
 
 def divide(a, scalar):
-    """`a / scalar` on the stored values; only scalar divisors (as before, see `*`)."""
-    if not _is_scalar(scalar):
-        raise TypeError(
-            f"`/` between a sparse matrix and {type(scalar).__name__} is not supported: only "
-            "scalars are. Use `multiply` by the reciprocal for row or column scaling."
-        )
-    return a.with_data(a.data / scalar)
+    """`a / scalar` on the stored values; only scalar divisors (`multiply` by a reciprocal
+    scales rows or columns)."""
+    return a.with_data(a.data / _as_scalar(scalar, "/"))
 
 
 def negative(a):

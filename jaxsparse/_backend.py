@@ -9,9 +9,9 @@ platform and takes the first that the product has and that takes the dtype there
 
 | requested       | cpu                | cuda, rocm                | tpu                           |
 |-----------------|--------------------|---------------------------|-------------------------------|
-| `"auto"`/`None` | `native`, `xla`    | `pallas`, `triton`, `xla` | `pallas`, `mosaic_tpu`, `xla` |
-| `"pallas"`      | error: no compiler | `pallas`, `triton`        | `pallas`, `mosaic_tpu`        |
-| `"interpret"`   | `pallas`, `triton` in interpret mode, on any platform                     |
+| `"auto"`/`None` | `native`, `xla`    | `triton`, `xla`           | `pallas`, `mosaic_tpu`, `xla` |
+| `"pallas"`      | error: no compiler | `triton`                  | `pallas`, `mosaic_tpu`        |
+| `"interpret"`   | `triton`, `pallas` in interpret mode, on any platform                     |
 | `"xla"`         | `xla`: pure StableHLO, no custom call, on any platform                    |
 
 (the first of the listed families that the product has and that takes the dtype; when
@@ -46,9 +46,13 @@ raises without them).
 
 The families: `xla` (pure `jax.numpy`, `kernels/xla_*.py`), `native` (jaxsparse's C++
 kernels registered as XLA FFI targets for the CPU: `kernels/native_*.py`; missing when the
-extension was not built, and half precision), `pallas` (one Pallas source for
-Triton and Mosaic TPU: `kernels/pallas_dia.py`), `triton` and `mosaic_tpu` (per-platform
-Pallas kernels: `kernels/triton_csr.py`, `kernels/mosaic_tpu_csr.py`). A new family is a
+extension was not built, and half precision), `pallas` (DIA window kernels,
+written for Triton and Mosaic TPU, run on TPU: `kernels/pallas_dia.py`), `triton` and
+`mosaic_tpu` (per-platform Pallas kernels: `kernels/triton_dia.py`, `kernels/triton_csr.py`,
+`kernels/mosaic_tpu_csr.py`). GPUs run `triton` for DIA, not `pallas`: on an H100 the
+window kernels gave wrong results wherever an output block overhangs the array (`k` not
+a multiple of the column block, fewer rows than a block, batches), and `triton_dia`'s
+masked loads also skip the window kernels' padded copies. A new family is a
 key in the products' tables, a line in `PREFERENCES`, if it is a Pallas kernel family (it
 takes `interpret` and `platform`) a name in `KERNEL_FAMILIES`, and, where its custom calls
 carry `jax.export`'s guarantee, a name in `EXPORTABLE`.
@@ -74,14 +78,14 @@ KERNEL_FAMILIES = ("pallas", "triton", "mosaic_tpu")
 # (requested backend, platform) -> implementation families to try, in order.
 PREFERENCES: dict[tuple[str, str], tuple[str, ...]] = {
     ("auto", "cpu"): ("native", "xla"),
-    ("auto", "cuda"): ("pallas", "triton", "xla"),
-    ("auto", "rocm"): ("pallas", "triton", "xla"),
+    ("auto", "cuda"): ("triton", "xla"),
+    ("auto", "rocm"): ("triton", "xla"),
     ("auto", "tpu"): ("pallas", "mosaic_tpu", "xla"),
     ("pallas", "cpu"): (),
-    ("pallas", "cuda"): ("pallas", "triton"),
-    ("pallas", "rocm"): ("pallas", "triton"),
+    ("pallas", "cuda"): ("triton",),
+    ("pallas", "rocm"): ("triton",),
     ("pallas", "tpu"): ("pallas", "mosaic_tpu"),
-    **{("interpret", platform): ("pallas", "triton") for platform in PLATFORMS},
+    **{("interpret", platform): ("triton", "pallas") for platform in PLATFORMS},
     **{("xla", platform): ("xla",) for platform in PLATFORMS},
 }
 

@@ -5,10 +5,12 @@ metadata) as static fields, names itself in `format` (which registers it, so for
 convert into each other without importing each other), registers its product with
 `_matmul.sparse_times_dense`, implements the conversions, and gets from here the products
 on both sides, `T`, `astype`, `toarray`, a readable `repr`, and its
-registration for `jax.export` serialization (`_export.py`).
+registration for `jax.export` serialization (`_export.py`). Arithmetic, reductions and
+indexing come from the `_operators.SparseOperators` mixin, the format's second base.
 """
 
 import abc
+import numbers
 from typing import ClassVar
 
 import equinox as eqx
@@ -100,7 +102,29 @@ class SparseMatrix(eqx.Module):
         return f"{type(self).__name__}({fields})"
 
     def _repr_fields(self) -> dict:
-        return {"shape": self.shape, "dtype": np.dtype(self.dtype).name, "nnz": self.nnz}
+        return {"shape": self.shape, "dtype": leaf_dtype_name(self.data), "nnz": self.nnz}
+
+
+def leaf_dtype_name(leaf) -> str:
+    """The dtype name of an array leaf, for `repr`: also for the leaves a gradient or a
+    partition leaves in a matrix's place (`None`, or `float0` for integer leaves)."""
+    if leaf is None:
+        return "None"
+    if leaf.dtype == jax.dtypes.float0:
+        return "float0"
+    return np.dtype(leaf.dtype).name
+
+
+def _as_scalar(value, operator: str):
+    """`value` if it is a scalar (Python number or 0-d array), else a TypeError."""
+    if isinstance(value, numbers.Number):
+        return value
+    if isinstance(value, (jax.Array, np.ndarray, np.generic)) and jnp.ndim(value) == 0:
+        return value
+    raise TypeError(
+        f"`{operator}` between a sparse matrix and {type(value).__name__} is not supported: "
+        "only scalars are. Use `@` for products, or `todense()` for elementwise operations."
+    )
 
 
 def validate_shape(shape) -> tuple[int, int]:

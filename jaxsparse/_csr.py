@@ -15,6 +15,7 @@ from ._base import (
     host_values,
     index_dtype_for,
     is_concrete,
+    leaf_dtype_name,
     validate_shape,
 )
 from ._csr_layout import indptr_from_counts, row_ids, transposed_structure
@@ -85,7 +86,9 @@ class CSRMatrix(SparseMatrix, SparseOperators):
     @property
     def nnz(self) -> int:
         """Stored entries, explicit zeros and repeats included (static)."""
-        return int(self.data.shape[0])
+        # A partition (`eqx.partition`) may leave `data` or the indices as `None`.
+        stored = self.data if self.data is not None else self.indices
+        return int(stored.shape[0])
 
     @property
     def index_dtype(self) -> np.dtype:
@@ -180,8 +183,12 @@ class CSRMatrix(SparseMatrix, SparseOperators):
 
         Without `nnz` the nonzeros are counted on the host (needs a concrete array). With a
         static `nnz` it runs under `jit`: fewer nonzeros are padded with explicit zeros in
-        the last row; more are truncated, as `jax.experimental.sparse` does.
+        the last row. More nonzeros than `nnz` raise a `ValueError` when `dense` is
+        concrete; under `jit`, where they cannot be counted before the program runs, the
+        last ones are dropped, as `jax.experimental.sparse` does.
         """
+        if scipy.sparse.issparse(dense):
+            raise TypeError("`dense` is a scipy.sparse matrix: use `CSRMatrix.from_scipy`.")
         dense = as_value_array(dense, "dense")
         if dense.ndim != 2:
             raise ValueError(f"`dense` must be 2-D, got shape {dense.shape}.")
@@ -189,15 +196,21 @@ class CSRMatrix(SparseMatrix, SparseOperators):
         if index_dtype not in INDEX_DTYPES:
             raise TypeError(f"`index_dtype` must be int32 or int64, got {index_dtype}.")
         m, n = dense.shape
+        found = int(np.count_nonzero(np.asarray(dense))) if is_concrete(dense) else None
         if nnz is None:
-            if not is_concrete(dense):
+            if found is None:
                 raise TypeError(
                     "`CSRMatrix.fromdense` needs a static `nnz` when `dense` is traced "
                     "(under jit): the number of entries fixes the arrays' shapes."
                 )
-            nnz = int(np.count_nonzero(np.asarray(dense)))
+            nnz = found
         if not isinstance(nnz, int) or nnz < 0:
             raise ValueError(f"`nnz` must be a non-negative Python int, got {nnz!r}.")
+        if found is not None and found > nnz:
+            raise ValueError(
+                f"`dense` has {found} nonzeros but `nnz={nnz}`: {found - nnz} would be "
+                f"dropped. Pass `nnz >= {found}`, or leave `nnz` out to count them."
+            )
         if (m == 0 or n == 0) and nnz > 0:
             raise ValueError(f"`nnz` must be 0 for an empty matrix of shape {(m, n)}, got {nnz=}.")
         rows, cols = jnp.nonzero(dense, size=nnz, fill_value=(max(m - 1, 0), 0))
@@ -231,7 +244,7 @@ class CSRMatrix(SparseMatrix, SparseOperators):
         return from_bcsr(matrix)
 
     def _repr_fields(self) -> dict:
-        return {**super()._repr_fields(), "index_dtype": np.dtype(self.index_dtype).name}
+        return {**super()._repr_fields(), "index_dtype": leaf_dtype_name(self.indices)}
 
 
 def _as_index_array(values, name: str) -> jax.Array:

@@ -20,8 +20,10 @@ whole matrices) is one block-diagonal matrix (`_block_diagonal`).
 import jax.numpy as jnp
 import numpy as np
 
+from ._backend import KERNEL_FAMILIES
 from ._primitive import product_family
 from .kernels import mosaic_tpu_csr, native_csr, triton_csr
+from .kernels._complex_planes import with_complex_planes
 from .kernels._xla_cpu import outside_ynn_fusions
 from .kernels.mosaic_tpu_csr import (
     csr_matmul_mosaic_tpu,
@@ -115,35 +117,41 @@ def _stacked(array, dim, size, axis: int):
 
 # The table: member -> implementation family -> function (see `_backend.py` for which
 # family runs where). A new family is one key per member.
-IMPLEMENTATIONS = {
-    "matmul": {
-        "xla": csr_matmul_xla,
-        "native": _unbatched_or_xla(csr_matmul_native, _matmul_native_batch, first_rank=1),
-        "triton": csr_matmul_triton,
-        "mosaic_tpu": csr_matmul_mosaic_tpu,
+# Kernel families take complex values on real planes (`kernels/_complex_planes.py`).
+IMPLEMENTATIONS, SUPPORTS = with_complex_planes(
+    {
+        "matmul": {
+            "xla": csr_matmul_xla,
+            "native": _unbatched_or_xla(csr_matmul_native, _matmul_native_batch, first_rank=1),
+            "triton": csr_matmul_triton,
+            "mosaic_tpu": csr_matmul_mosaic_tpu,
+        },
+        "matmul_t": {
+            "xla": csr_matmul_t_xla,
+            "native": _unbatched_or_xla(csr_matmul_t_native, csr_matmul_t_xla, first_rank=1),
+            "triton": csr_matmul_t_triton,
+            "mosaic_tpu": csr_matmul_t_mosaic_tpu,
+        },
+        "sddmm": {
+            "xla": csr_sddmm_xla,
+            "native": _unbatched_or_xla(csr_sddmm_native, csr_sddmm_xla, first_rank=2),
+            "triton": csr_sddmm_triton,
+            "mosaic_tpu": csr_sddmm_mosaic_tpu,
+        },
     },
-    "matmul_t": {
-        "xla": csr_matmul_t_xla,
-        "native": _unbatched_or_xla(csr_matmul_t_native, csr_matmul_t_xla, first_rank=1),
-        "triton": csr_matmul_t_triton,
-        "mosaic_tpu": csr_matmul_t_mosaic_tpu,
-    },
-    "sddmm": {
-        "xla": csr_sddmm_xla,
-        "native": _unbatched_or_xla(csr_sddmm_native, csr_sddmm_xla, first_rank=2),
-        "triton": csr_sddmm_triton,
-        "mosaic_tpu": csr_sddmm_mosaic_tpu,
-    },
-}
-CSR_PRODUCTS = product_family(
-    "csr",
-    values_shape=_values_shape,
-    implementations=IMPLEMENTATIONS,
-    supports={
+    {
         "native": native_csr.supports,
         "triton": triton_csr.supports,
         "mosaic_tpu": mosaic_tpu_csr.supports,
     },
+    families=KERNEL_FAMILIES,
+    values_rank=1,
+)
+CSR_PRODUCTS = product_family(
+    "csr",
+    values_shape=_values_shape,
+    implementations=IMPLEMENTATIONS,
+    supports=SUPPORTS,
     batch_structure=_block_diagonal,
 )
 csr_matmul_p = CSR_PRODUCTS.matmul

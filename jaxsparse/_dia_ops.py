@@ -14,11 +14,14 @@ are an attribute of one kernel call) but one matrix at a time; batched calls run
 family's batch axis.
 """
 
+from ._backend import KERNEL_FAMILIES
 from ._primitive import product_family
-from .kernels import native_dia, pallas_dia
+from .kernels import native_dia, pallas_dia, triton_dia
+from .kernels._complex_planes import with_complex_planes
 from .kernels._xla_cpu import outside_ynn_fusions
 from .kernels.native_dia import dia_matmul_native, dia_matmul_t_native, dia_sddmm_native
 from .kernels.pallas_dia import dia_matmul_pallas, dia_matmul_t_pallas, dia_sddmm_pallas
+from .kernels.triton_dia import dia_matmul_t_triton, dia_matmul_triton, dia_sddmm_triton
 from .kernels.xla_dia import dia_matmul_t_xla, dia_matmul_xla, dia_sddmm_xla
 
 
@@ -40,29 +43,42 @@ def _unbatched_or_xla(unbatched, xla):
 
 
 # The table: member -> implementation family -> function (see `_backend.py` for which
-# family runs where). A new family is one key per member.
-IMPLEMENTATIONS = {
-    "matmul": {
-        "xla": dia_matmul_xla,
-        "native": _unbatched_or_xla(dia_matmul_native, dia_matmul_xla),
-        "pallas": dia_matmul_pallas,
+# family runs where). A new family is one key per member. Kernel families take complex
+# values on real planes (`kernels/_complex_planes.py`).
+IMPLEMENTATIONS, SUPPORTS = with_complex_planes(
+    {
+        "matmul": {
+            "xla": dia_matmul_xla,
+            "native": _unbatched_or_xla(dia_matmul_native, dia_matmul_xla),
+            "pallas": dia_matmul_pallas,
+            "triton": dia_matmul_triton,
+        },
+        "matmul_t": {
+            "xla": dia_matmul_t_xla,
+            "native": _unbatched_or_xla(dia_matmul_t_native, dia_matmul_t_xla),
+            "pallas": dia_matmul_t_pallas,
+            "triton": dia_matmul_t_triton,
+        },
+        "sddmm": {
+            "xla": dia_sddmm_xla,
+            "native": _unbatched_or_xla(dia_sddmm_native, dia_sddmm_xla),
+            "pallas": dia_sddmm_pallas,
+            "triton": dia_sddmm_triton,
+        },
     },
-    "matmul_t": {
-        "xla": dia_matmul_t_xla,
-        "native": _unbatched_or_xla(dia_matmul_t_native, dia_matmul_t_xla),
-        "pallas": dia_matmul_t_pallas,
+    {
+        "native": native_dia.supports,
+        "pallas": pallas_dia.supports,
+        "triton": triton_dia.supports,
     },
-    "sddmm": {
-        "xla": dia_sddmm_xla,
-        "native": _unbatched_or_xla(dia_sddmm_native, dia_sddmm_xla),
-        "pallas": dia_sddmm_pallas,
-    },
-}
+    families=KERNEL_FAMILIES,
+    values_rank=2,
+)
 DIA_PRODUCTS = product_family(
     "dia",
     values_shape=_values_shape,
     implementations=IMPLEMENTATIONS,
-    supports={"native": native_dia.supports, "pallas": pallas_dia.supports},
+    supports=SUPPORTS,
 )
 dia_matmul_p = DIA_PRODUCTS.matmul
 dia_matmul_t_p = DIA_PRODUCTS.matmul_t

@@ -14,7 +14,7 @@ from jaxsparse import _csr_ops, _dia_ops
 
 TABLES = {"dia": _dia_ops.IMPLEMENTATIONS, "csr": _csr_ops.IMPLEMENTATIONS}
 # The family each format's forward product runs in interpret mode on a CPU.
-INTERPRETED = {"dia": "pallas", "csr": "triton"}
+INTERPRETED = {"dia": "triton", "csr": "triton"}
 
 
 def small_matrix(fmt, dtype=jnp.float32):
@@ -42,6 +42,7 @@ def product(backend):
     return jax.jit(lambda a, x: js.matmul(a, x, backend=backend))
 
 
+@pytest.mark.on_cpu
 @pytest.mark.parametrize("fmt", ["dia", "csr"])
 def test_pallas_backend_on_cpu_is_a_clear_error(fmt):
     matrix = small_matrix(fmt)
@@ -49,6 +50,7 @@ def test_pallas_backend_on_cpu_is_a_clear_error(fmt):
         js.matmul(matrix, jnp.ones((10, 2), jnp.float32), backend="pallas")
 
 
+@pytest.mark.on_cpu
 @pytest.mark.parametrize("fmt", ["dia", "csr"])
 def test_auto_on_cpu_runs_native_kernels_and_interpret_the_pallas_ones(fmt, monkeypatch):
     kernel_calls = spy_on(monkeypatch, fmt, INTERPRETED[fmt])
@@ -68,7 +70,7 @@ def test_auto_on_cpu_runs_native_kernels_and_interpret_the_pallas_ones(fmt, monk
 
 
 def test_environment_variable_overrides_auto(monkeypatch):
-    calls = spy_on(monkeypatch, "dia", "pallas")
+    calls = spy_on(monkeypatch, "dia", "triton")
     matrix = small_matrix("dia")
     monkeypatch.setenv("JAXSPARSE_BACKEND", "interpret")
     out = product(None)(matrix, jnp.ones((10,), jnp.float32))
@@ -79,20 +81,39 @@ def test_environment_variable_overrides_auto(monkeypatch):
 
 
 @pytest.mark.parametrize("fmt", ["dia", "csr"])
-def test_explicit_interpret_never_falls_back_for_a_dtype_its_kernels_decline(fmt, monkeypatch):
-    """Complex values have no Pallas kernel: "interpret" is an error naming the dtype and
-    what to use, and nothing else runs; "auto" takes the XLA path and matches scipy."""
+def test_complex_values_run_the_kernels_on_real_planes(fmt, monkeypatch):
+    """complex64 under "interpret" runs the format's kernel family (on real planes: one
+    `pallas_call` of float32 values), nothing else, and matches the dense product and its
+    gradient."""
+    kernel_calls = spy_on(monkeypatch, fmt, INTERPRETED[fmt])
     xla_calls = spy_on(monkeypatch, fmt, "xla")
     native_calls = spy_on(monkeypatch, fmt, "native")
     matrix = small_matrix(fmt, jnp.complex64)
-    x = jnp.ones((10,), jnp.complex64) * (1 + 2j)
-    with pytest.raises(TypeError, match="complex64 in interpret mode.*backend='auto'"):
-        product("interpret")(matrix, x)
-    assert xla_calls == [] and native_calls == []
-    np.testing.assert_allclose(product("auto")(matrix, x), matrix.todense() @ x, rtol=1e-5)
-    gradient = jax.grad(lambda d: jnp.sum(jnp.abs(matrix.with_data(d) @ x) ** 2))
-    dense_gradient = jax.grad(lambda d: jnp.sum(jnp.abs(matrix.with_data(d).todense() @ x) ** 2))
-    np.testing.assert_allclose(gradient(matrix.data), dense_gradient(matrix.data), rtol=1e-4)
+    rng = np.random.default_rng(2)
+    x = jnp.asarray(rng.standard_normal((10, 3)) + 1j * rng.standard_normal((10, 3)), jnp.complex64)
+    np.testing.assert_allclose(product("interpret")(matrix, x), matrix.todense() @ x, rtol=1e-5)
+    assert (len(kernel_calls), len(xla_calls), len(native_calls)) == (1, 0, 0)
+    implementation = TABLES[fmt]["matmul"][INTERPRETED[fmt]]
+    structure = () if fmt == "dia" else (matrix.indices, matrix.indptr)
+    params = dict(shape=matrix.shape, interpret=True, platform="cpu")
+    if fmt == "dia":
+        params["offsets"] = matrix.offsets
+    jaxpr = jax.make_jaxpr(lambda d, x: implementation(d, x, *structure, **params))(matrix.data, x)
+    (call,) = [e for e in jaxpr.jaxpr.eqns if e.primitive.name == "pallas_call"]
+    assert {v.aval.dtype for v in call.invars} - {jnp.dtype(jnp.int32)} == {jnp.dtype(jnp.float32)}
+
+    def loss(d, x, backend):
+        return jnp.sum(jnp.abs(js.matmul(matrix.with_data(d), x, backend=backend)) ** 2)
+
+    def dense(d, x):
+        return jnp.sum(jnp.abs(matrix.with_data(d).todense() @ x) ** 2)
+
+    for got, want in zip(
+        jax.grad(loss, argnums=(0, 1))(matrix.data, x, "interpret"),
+        jax.grad(dense, argnums=(0, 1))(matrix.data, x),
+        strict=True,
+    ):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
 def stencil_offsets(side):
@@ -169,8 +190,8 @@ def test_auto_lowers_xla_for_cpu_and_pallas_for_gpu():
 @pytest.mark.parametrize("fmt", ["dia", "csr"])
 @pytest.mark.parametrize(
     ("dtype", "platform"),
-    [(jnp.complex64, "cuda"), (jnp.complex64, "tpu"), (jnp.float64, "tpu")],
-    ids=["complex64-cuda", "complex64-tpu", "float64-tpu"],
+    [(jnp.complex128, "tpu"), (jnp.float64, "tpu")],
+    ids=["complex128-tpu", "float64-tpu"],
 )
 def test_dtypes_without_kernels_lower_to_xla_under_auto_and_raise_under_pallas(
     fmt, dtype, platform
@@ -193,3 +214,34 @@ def test_dtypes_without_kernels_lower_to_xla_under_auto_and_raise_under_pallas(
     name = np.dtype(dtype).name
     with pytest.raises(TypeError, match=f"{name} on platform '{platform}'"):
         lower(pallas, args, platform)
+
+
+@NEEDS_CROSS_LOWERING
+@pytest.mark.parametrize("platform", ["cuda", "tpu"])
+@pytest.mark.parametrize("fmt", ["dia", "csr"])
+def test_complex64_product_and_gradient_lower_to_the_kernels(fmt, platform):
+    """complex64 reaches the accelerator kernels on real planes under "pallas" and "auto"."""
+    shape, dtype = (4096, 4096), jnp.complex64
+    if fmt == "dia":
+        args = (jnp.zeros((3, 4096), dtype), jnp.zeros((4096, 2), dtype))
+        functions = dia_product_and_gradient((-1, 0, 1), shape, "pallas")
+    else:
+        args = (
+            jnp.zeros((100,), dtype),
+            jnp.zeros((100,), jnp.int32),
+            jnp.zeros((4097,), jnp.int32),
+            jnp.zeros((4096, 2), dtype),
+        )
+        functions = csr_product_and_gradient(shape, "pallas")
+    product = functions[0]
+
+    def gradient(*args):
+        def loss(values, x):
+            return jnp.sum(jnp.abs(product(values, *args[1:-1], x)) ** 2)
+
+        return jax.grad(loss, argnums=(0, 1))(args[0], args[-1])
+
+    for function in (product, gradient):
+        text = lower(function, args, platform)
+        assert KERNEL_CALLS[platform] in text
+        assert "complex<f32>" not in text.split(KERNEL_CALLS[platform])[1].split("\n")[0]

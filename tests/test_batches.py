@@ -15,7 +15,7 @@ from helpers import MATRICES, assert_close, random_csr, random_dia, random_value
 from lowering import KERNEL_CALLS, NEEDS_CROSS_LOWERING, lower
 
 import jaxsparse as js
-from jaxsparse.kernels import mosaic_tpu_csr, pallas_dia, triton_csr
+from jaxsparse.kernels import mosaic_tpu_csr, pallas_dia, triton_csr, triton_dia
 
 BACKENDS = ["xla", "auto", "interpret"]
 BATCH = 3
@@ -267,6 +267,11 @@ _KERNELS = {
         pallas_dia.dia_matmul_t_pallas,
         pallas_dia.dia_sddmm_pallas,
     ),
+    "triton-dia": (
+        triton_dia.dia_matmul_triton,
+        triton_dia.dia_matmul_t_triton,
+        triton_dia.dia_sddmm_triton,
+    ),
     "triton": (
         triton_csr.csr_matmul_triton,
         triton_csr.csr_matmul_t_triton,
@@ -286,6 +291,8 @@ _KERNELS = {
     [
         ("pallas", "dia-tall-beyond-matrix"),
         ("pallas", "dia-many-diagonals"),
+        ("triton-dia", "dia-tall-beyond-matrix"),
+        ("triton-dia", "dia-many-diagonals"),
         ("triton", "csr-power-law"),
         ("mosaic_tpu", "csr-empty-rows"),
     ],
@@ -301,7 +308,7 @@ def test_kernels_take_the_batch_axis(family, case, shared):
     g = jnp.asarray(random_values(rng, (BATCH, m, 3), jnp.float32))
     if shared:
         x, g = x[0], g[0]
-    if family == "pallas":
+    if case.fmt == "dia":
         structure, params = (), dict(offsets=matrix.offsets, shape=matrix.shape)
     else:
         structure, params = (matrix.indices, matrix.indptr), dict(shape=matrix.shape)

@@ -1,4 +1,5 @@
-"""The DIA Pallas kernels (`kernels/pallas_dia.py`): interpret mode against scipy over the
+"""The DIA Pallas kernels: the TPU window kernels (`kernels/pallas_dia.py`) and the GPU
+Triton kernels (`kernels/triton_dia.py`), in interpret mode against scipy over the
 registry's DIA matrices, block sizes, cross-lowering, static offsets."""
 
 import functools
@@ -18,6 +19,13 @@ from jaxsparse.kernels.pallas_dia import (
     dia_sddmm_pallas,
     supports,
 )
+from jaxsparse.kernels.triton_dia import (
+    default_block_sizes,
+    dia_matmul_t_triton,
+    dia_matmul_triton,
+    dia_sddmm_triton,
+)
+from jaxsparse.kernels.triton_dia import supports as triton_supports
 
 
 def _random(rng, shape, dtype):
@@ -60,40 +68,50 @@ def _check_close(actual, expected, dtype):
     np.testing.assert_allclose(actual, expected, rtol=tol, atol=tol * scale)
 
 
-def _check_kernels(m, n, offsets, k, dtype, block_sizes=None):
-    """Product, transposed product and data gradient in interpret mode against scipy; the
-    data gradient is exactly zero on ignored slots."""
+FAMILIES = {
+    "window": (dia_matmul_pallas, dia_matmul_t_pallas, dia_sddmm_pallas),
+    "triton": (dia_matmul_triton, dia_matmul_t_triton, dia_sddmm_triton),
+}
+
+
+def _check_kernels(m, n, offsets, k, dtype, block_sizes=None, family="window"):
+    """Product, transposed product and data gradient of one family in interpret mode
+    against scipy; the data gradient is exactly zero on ignored slots."""
+    matmul, matmul_t, sddmm = FAMILIES[family]
     data, x, g = _make_problem(m, n, offsets, k, dtype)
     options = dict(offsets=offsets, shape=(m, n), interpret=True, block_sizes=block_sizes)
     dense = _dense(data, offsets, m, n)
-    y = dia_matmul_pallas(jnp.asarray(data, dtype), jnp.asarray(x, dtype), **options)
+    y = matmul(jnp.asarray(data, dtype), jnp.asarray(x, dtype), **options)
     assert y.shape == (m, k)
     _check_close(y, dense @ x, dtype)
-    yt = dia_matmul_t_pallas(jnp.asarray(data, dtype), jnp.asarray(g, dtype), **options)
+    yt = matmul_t(jnp.asarray(data, dtype), jnp.asarray(g, dtype), **options)
     assert yt.shape == (n, k)
     _check_close(yt, dense.T @ g, dtype)
-    grad = dia_sddmm_pallas(jnp.asarray(g, dtype), jnp.asarray(x, dtype), **options)
+    grad = sddmm(jnp.asarray(g, dtype), jnp.asarray(x, dtype), **options)
     assert grad.shape == (len(offsets), n)
     _check_close(grad, _sddmm_oracle(g, x, offsets, m, n), dtype)
     assert not np.asarray(grad.astype(jnp.float64))[ignored_slots(offsets, (m, n))].any()
 
 
+@pytest.mark.parametrize("family", list(FAMILIES))
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 @pytest.mark.parametrize("case", cases(DIA_MATRICES))
-def test_kernels_match_scipy(case, dtype):
-    _check_kernels(*case.shape, case.structure, 3, dtype)
+def test_kernels_match_scipy(case, dtype, family):
+    _check_kernels(*case.shape, case.structure, 3, dtype, family=family)
 
 
-def test_small_blocks_span_several_programs_and_column_blocks():
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_small_blocks_span_several_programs_and_column_blocks(family):
     blocks = BlockSizes(block_rows=32, block_cols=2)
-    _check_kernels(77, 61, (-9, -1, 0, 1, 40), 5, jnp.float32, blocks)
+    _check_kernels(77, 61, (-9, -1, 0, 1, 40), 5, jnp.float32, blocks, family)
 
 
+@pytest.mark.parametrize("family", list(FAMILIES))
 @pytest.mark.parametrize("dtype", [jnp.float16, jnp.float64])
 @pytest.mark.parametrize("case", cases(DIA_MATRICES[3:5]))
-def test_interpret_dtypes(case, dtype):
+def test_interpret_dtypes(case, dtype, family):
     assert supports(dtype, "cpu")
-    _check_kernels(*case.shape, case.structure, 3, dtype)
+    _check_kernels(*case.shape, case.structure, 3, dtype, family=family)
 
 
 @pytest.mark.parametrize("m, n, k", [(0, 4, 2), (4, 0, 2), (4, 4, 0)])
@@ -142,8 +160,10 @@ def test_block_sizes():
 
 
 def test_supports():
-    assert supports(jnp.float32, "cuda") and supports(jnp.bfloat16, "tpu")
-    assert supports(jnp.float64, "cuda") and supports(jnp.float16, "cpu")
+    assert supports(jnp.bfloat16, "tpu") and supports(jnp.float32, "tpu")
+    assert supports(jnp.float64, "cpu") and supports(jnp.float16, "cpu")
+    assert triton_supports(jnp.float64, "cuda") and triton_supports(jnp.float16, "rocm")
+    assert not triton_supports(jnp.float32, "tpu") and not triton_supports(jnp.int32, "cuda")
     assert not supports(jnp.float64, "tpu") and not supports(jnp.float16, "tpu")
     assert not supports(jnp.int32, "cpu")
     for platform in ("cuda", "rocm", "tpu", "cpu"):
@@ -198,11 +218,16 @@ _KERNEL_NAMES = {
     dia_matmul_t_pallas: "dia_matmul",
     dia_sddmm_pallas: "dia_sddmm",
 }
+_TRITON_KERNEL_NAMES = {
+    dia_matmul_triton: "dia_matmul",
+    dia_matmul_t_triton: "dia_matmul_t",
+    dia_sddmm_triton: "dia_sddmm",
+}
 
 
 def _lower(fn, offsets, k, dtype, platform):
     n = _ROWS
-    first = (n, k) if fn is dia_sddmm_pallas else (len(offsets), n)
+    first = (n, k) if fn in (dia_sddmm_pallas, dia_sddmm_triton) else (len(offsets), n)
     avals = (jax.ShapeDtypeStruct(first, dtype), jax.ShapeDtypeStruct((n, k), dtype))
     f = functools.partial(fn, offsets=offsets, shape=(n, n), platform=platform)
     return lower(f, avals, platform)
@@ -211,20 +236,28 @@ def _lower(fn, offsets, k, dtype, platform):
 @NEEDS_CROSS_LOWERING
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 @pytest.mark.parametrize("k", [1, 128])
-@pytest.mark.parametrize("fn", list(_KERNEL_NAMES), ids=lambda fn: fn.__name__)
+@pytest.mark.parametrize("fn", list(_TRITON_KERNEL_NAMES), ids=lambda fn: fn.__name__)
 def test_lowers_for_cuda(fn, k, dtype):
     text = _lower(fn, _STENCIL_5, k, dtype, "cuda")
     assert KERNEL_CALLS["cuda"] in text
-    assert f'name = "{_KERNEL_NAMES[fn]}"' in text
-    block_rows = BlockSizes.get_default(platform="cuda", num_cols=k).block_rows
+    assert f'name = "{_TRITON_KERNEL_NAMES[fn]}"' in text
+    kernel = "sddmm" if fn is dia_sddmm_triton else "matmul"
+    block_rows = default_block_sizes(kernel, k).block_rows
     assert f"grid_x = {_ROWS // block_rows} : i32" in text
+
+
+def test_window_kernels_decline_gpus():
+    """On an H100 the window kernels gave wrong results where an output block overhangs
+    the array; GPUs run `triton_dia` instead."""
+    assert not supports(jnp.float32, "cuda") and not supports(jnp.float32, "rocm")
+    assert supports(jnp.float32, "tpu") and supports(jnp.float32, "cpu")
 
 
 def test_triton_knobs_reach_the_kernel_call():
     """`num_warps` and `num_stages` travel with the block sizes into Triton's parameters."""
     blocks = BlockSizes(num_warps=8, num_stages=3)
     f = functools.partial(
-        dia_matmul_pallas, offsets=_STENCIL_5, shape=(4096, 4096), platform="cuda"
+        dia_matmul_triton, offsets=_STENCIL_5, shape=(4096, 4096), platform="cuda"
     )
     data, x = jnp.zeros((5, 4096), jnp.float32), jnp.zeros((4096, 1), jnp.float32)
     jaxpr = jax.make_jaxpr(functools.partial(f, block_sizes=blocks))(data, x)
@@ -246,8 +279,12 @@ def test_lowers_for_tpu(fn, k, dtype):
 
 
 @NEEDS_CROSS_LOWERING
-@pytest.mark.parametrize("platform", ["cuda", "tpu"])
-@pytest.mark.parametrize("fn", [dia_matmul_pallas, dia_sddmm_pallas], ids=lambda fn: fn.__name__)
+@pytest.mark.parametrize(
+    ("fn", "platform"),
+    [(dia_matmul_pallas, "tpu"), (dia_sddmm_pallas, "tpu")]
+    + [(dia_matmul_triton, "cuda"), (dia_sddmm_triton, "cuda")],
+    ids=lambda p: getattr(p, "__name__", p),
+)
 def test_27_point_stencil_lowers(fn, platform):
     offsets = tuple(
         a * 4096 + b * 64 + c for a in (-1, 0, 1) for b in (-1, 0, 1) for c in (-1, 0, 1)

@@ -4,6 +4,7 @@ Each example's `main` returns the numbers it checks; these tests assert on them.
 runs `quickstart.py` as a script (what `make demo` does) and reads its output.
 """
 
+import inspect
 import pathlib
 import subprocess
 import sys
@@ -16,6 +17,7 @@ sys.path.insert(0, str(EXAMPLES))
 
 import graph_gnn  # noqa: E402
 import heat_inverse  # noqa: E402
+import poisson_3d  # noqa: E402
 import poisson_cg  # noqa: E402
 import quickstart  # noqa: E402
 
@@ -53,6 +55,13 @@ def test_heat_inverse_recovers_the_coefficient(tmp_path):
     assert figure.stat().st_size > 1000
 
 
+def test_heat_inverse_writes_a_figure_only_where_asked():
+    parser = heat_inverse.command_line()
+    assert parser.parse_args([]).figure is None
+    assert parser.parse_args(["--figure", "out.png"]).figure == "out.png"
+    assert inspect.signature(heat_inverse.main).parameters["figure_path"].default is None
+
+
 def test_graph_gnn_trains_and_matches_dense():
     result = graph_gnn.main(sizes=(40, 40, 40), steps=60, labelled_fraction=0.2)
     assert result["grad_edges"] < 1e-5
@@ -72,7 +81,16 @@ def test_poisson_cg_matches_scipy_and_adjoint():
     assert errors["grad_c_finite_difference"] < 1e-3
 
 
-@pytest.mark.parametrize("module", [quickstart, heat_inverse, graph_gnn, poisson_cg])
+def test_poisson_3d_operator_solve_and_gradient_match_scipy():
+    N = 6
+    errors = poisson_3d.main(N=N)
+    assert errors["offsets"] == (-(N**2), -N, -1, 0, 1, N, N**2)
+    assert errors["operator"] < 1e-6
+    assert errors["solution"] < 1e-4
+    assert errors["grad_c"] < 1e-3
+
+
+@pytest.mark.parametrize("module", [quickstart, heat_inverse, graph_gnn, poisson_cg, poisson_3d])
 def test_examples_have_a_docstring_and_main(module):
     assert module.__doc__ and "Run it with" in module.__doc__
     assert callable(module.main)

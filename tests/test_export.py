@@ -20,6 +20,9 @@ from lowering import KERNEL_CALLS, NEEDS_CROSS_LOWERING, abstract_mesh
 import jaxsparse as js
 from jaxsparse import _backend, _csr_ops, _dia_ops
 
+# Exports from this (CPU) machine: on a GPU machine too, the default device is the CPU.
+pytestmark = pytest.mark.on_cpu
+
 F64 = jnp.float64
 EXPORT_CASES = [
     case
@@ -138,7 +141,7 @@ def test_choose_implementation_for_export_keeps_the_exportable_families():
     def family(name):
         return lambda *args, **params: name
 
-    implementations = {name: family(name) for name in ("native", "pallas", "xla")}
+    implementations = {name: family(name) for name in ("native", "pallas", "triton", "xla")}
 
     def chosen(platform, **kwargs):
         implementation = _backend.choose_implementation(
@@ -148,7 +151,7 @@ def test_choose_implementation_for_export_keeps_the_exportable_families():
 
     assert chosen("cpu") == "native"
     assert chosen("cpu", for_export=True) == "xla"
-    assert chosen("cuda") == "pallas"
+    assert chosen("cuda") == "triton"
     assert chosen("cuda", for_export=True) == "xla"
     assert chosen("tpu", for_export=True) == "pallas"
     assert chosen("tpu", for_export=True, symbolic_shapes=True) == "xla"

@@ -30,6 +30,9 @@ from exporting import (
 from helpers import MATRICES, assert_close
 from jax import export
 
+# Exports from this (CPU) machine: on a GPU machine too, the default device is the CPU.
+pytestmark = pytest.mark.on_cpu
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 CALLER = pathlib.Path(__file__).with_name("foreign_caller.py")
 F64 = np.float64

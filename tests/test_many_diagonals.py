@@ -15,6 +15,7 @@ from lowering import KERNEL_CALLS, NEEDS_CROSS_LOWERING, lower
 import jaxsparse as js
 from jaxsparse._dia_layout import MAX_UNROLLED_DIAGONALS
 from jaxsparse.kernels.pallas_dia import dia_matmul_pallas, dia_matmul_t_pallas, dia_sddmm_pallas
+from jaxsparse.kernels.triton_dia import dia_matmul_t_triton, dia_matmul_triton, dia_sddmm_triton
 
 N = 600
 
@@ -98,7 +99,7 @@ def test_products_switch_to_the_loop_above_the_threshold():
 
 def _kernel_size(fn, offsets, platform):
     """Equations in the kernel body of `fn`'s `pallas_call` for `offsets`."""
-    first = (N, 3) if fn is dia_sddmm_pallas else (len(offsets), N)
+    first = (N, 3) if fn in (dia_sddmm_pallas, dia_sddmm_triton) else (len(offsets), N)
     avals = (jax.ShapeDtypeStruct(first, jnp.float32), jax.ShapeDtypeStruct((N, 3), jnp.float32))
     options = dict(offsets=offsets, shape=(N, N), platform=platform, interpret=True)
     jaxpr = jax.make_jaxpr(functools.partial(fn, **options))(*avals)
@@ -106,9 +107,14 @@ def _kernel_size(fn, offsets, platform):
     return len(call.params["jaxpr"].eqns)
 
 
-@pytest.mark.parametrize("platform", ["cpu", "tpu"], ids=["triton-and-interpret", "mosaic-tpu"])
+WINDOW_KERNELS = [dia_matmul_pallas, dia_matmul_t_pallas, dia_sddmm_pallas]
+TRITON_KERNELS = [dia_matmul_triton, dia_matmul_t_triton, dia_sddmm_triton]
+
+
 @pytest.mark.parametrize(
-    "fn", [dia_matmul_pallas, dia_matmul_t_pallas, dia_sddmm_pallas], ids=lambda f: f.__name__
+    ("fn", "platform"),
+    [(fn, "tpu") for fn in WINDOW_KERNELS] + [(fn, "cpu") for fn in TRITON_KERNELS],
+    ids=lambda p: getattr(p, "__name__", p),
 )
 def test_kernel_bodies_do_not_grow_with_the_diagonals(fn, platform):
     assert _kernel_size(fn, band(80), platform) == _kernel_size(fn, band(400), platform)
@@ -121,8 +127,9 @@ def test_1000_diagonals_lower_for_accelerators(platform):
     function, avals = product_and_gradient(band(1000), "pallas")
     text = lower(function, avals, platform)
     assert KERNEL_CALLS[platform] in text
-    for kernel in ("dia_matmul_loop", "dia_sddmm_loop"):
-        assert f'name = "{kernel}"' in text
+    kernels = ("dia_matmul_loop", "dia_sddmm_loop") if platform == "tpu" else ("dia_sddmm",)
+    for kernel in kernels:
+        assert kernel in text
 
 
 def test_interpreted_kernels_at_1000_diagonals():

@@ -16,10 +16,13 @@ from jaxsparse.kernels import _native_library, native_csr, native_dia
 from jaxsparse.kernels.xla_csr import csr_matmul_t_xla, csr_matmul_xla, csr_sddmm_xla
 from jaxsparse.kernels.xla_dia import dia_matmul_t_xla, dia_matmul_xla, dia_sddmm_xla
 
-pytestmark = pytest.mark.skipif(
-    not _native_library.AVAILABLE,
-    reason=f"native kernels not built: {_native_library.UNAVAILABLE_REASON}",
-)
+pytestmark = [
+    pytest.mark.on_cpu,
+    pytest.mark.skipif(
+        not _native_library.AVAILABLE,
+        reason=f"native kernels not built: {_native_library.UNAVAILABLE_REASON}",
+    ),
+]
 # Every value dtype with both index dtypes and both column paths (k = 1 is a kernel path
 # of its own) across the combinations.
 COMBINATIONS = [

@@ -1,4 +1,7 @@
-"""Pallas kernels for DIA matrices, one source for Triton (GPU) and Mosaic TPU.
+"""Pallas window kernels for DIA matrices: Mosaic TPU (and interpret mode).
+
+Written as one source for Triton and Mosaic TPU, they run on TPUs only: on GPUs the
+library runs `triton_dia.py` (see `supports` for why).
 
 The product, the transposed product (the product kernel on `A^T`'s diagonals) and the
 data gradient.
@@ -158,9 +161,13 @@ def supports(dtype, platform: str) -> bool:
       mode cannot even allocate a complex output (its uninitialized-value fill raises
       `NotImplementedError`);
     - float64 on `"tpu"`: Mosaic TPU has no 64-bit floating-point vectors;
-    - float16 on `"tpu"`: Mosaic TPU has no float16 vectors (bfloat16 is its half type).
+    - float16 on `"tpu"`: Mosaic TPU has no float16 vectors (bfloat16 is its half type);
+    - everything on `"cuda"` and `"rocm"`: compiled by Triton on an H100 (JAX 0.11.2) the
+      window kernels gave wrong results wherever an output block overhangs the array (`k`
+      not a multiple of the column block, fewer rows than a block, batches), although
+      interpret mode is right; GPUs run `triton_dia.py`'s masked-load kernels instead.
 
-    Every real floating dtype runs on `"cuda"`, `"rocm"` and in interpret mode (`"cpu"`).
+    Every real floating dtype runs in interpret mode (`"cpu"`).
 
     **Arguments:**
 
@@ -177,7 +184,7 @@ def supports(dtype, platform: str) -> bool:
         return False
     if platform == "tpu":
         return dtype in (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16))
-    return True
+    return platform == "cpu"
 
 
 def _check_offsets(offsets: tuple[int, ...]) -> None:

@@ -1,0 +1,248 @@
+"""The GPU section of the benchmark: each kernel family's time per product on this GPU,
+its achieved bandwidth against the card's peak and a measured copy, and cuSPARSE beside it.
+
+Run on a machine with a GPU (`make gpu-check` runs it after the test suite):
+
+    python benchmarks/gpu.py [--rows 4194304] [--out results/gpu.json]
+
+Per matrix and `k` (columns of the dense operand), float32:
+
+- every jaxsparse GPU kernel family that takes the product (`triton`, `mosaic_gpu`, ...,
+  read from the backend table), and the `xla` backend;
+- cuSPARSE through `jax.experimental.sparse.BCSR` with `jax_bcoo_cusparse_lowering` on,
+  and through `cupyx.scipy.sparse` when CuPy is installed.
+
+Times are medians over repeats of a jitted `lax.fori_loop` of `LOOP` dependent products
+(`x <- A @ x`, the matrix scaled to norm 1), divided by `LOOP`: the product's own time
+without the per-call dispatch; the single call (dispatch included) is reported beside it.
+The gradient step is one jitted `jax.vjp` of the product in the values and the operand.
+Bytes are the ideal bytes of each product (DIA: `ndiag*n*v + n*k*v + m*k*v`; CSR:
+`nnz*(v+i) + (m+1)*i + n*k*v + m*k*v`), so GB/s is an effective figure.
+"""
+
+import argparse
+import functools
+import json
+import pathlib
+import platform
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import scipy.sparse
+from jax import lax
+from jax.experimental import sparse as jsparse
+
+try:
+    import cupy
+    import cupyx.scipy.sparse as cupy_sparse
+except ImportError:
+    cupy = None
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+import matrices  # noqa: E402
+
+import jaxsparse as js  # noqa: E402
+from jaxsparse import _backend  # noqa: E402
+
+LOOP = 20
+REPEATS = 15
+PEAK_TBS = {"H100": 3.35, "H200": 4.8, "A100": 2.0, "L4": 0.3}
+KINDS = (
+    ("poisson2d-5pt", "dia", matrices.poisson2d),
+    ("stencil3d-27pt", "dia", matrices.stencil27),
+    ("poisson2d-5pt", "csr", matrices.poisson2d),
+    ("random-8", "csr", lambda rows, rng: matrices.random_uniform(rows, rng, per_row=8)),
+    ("power-law", "csr", matrices.power_law),
+)
+
+
+def _median_time(fn, *args) -> float:
+    jax.block_until_ready(fn(*args))
+    times = []
+    for _ in range(REPEATS):
+        start = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+def _product_times(product, matrix, x) -> dict:
+    """Per product: in a loop of `LOOP` dependent products, and one call."""
+
+    def loop(matrix, x):
+        return lax.fori_loop(0, LOOP, lambda _, y: product(matrix, y), x)
+
+    return {
+        "loop_s": _median_time(jax.jit(loop), matrix, x) / LOOP,
+        "single_s": _median_time(jax.jit(product), matrix, x),
+    }
+
+
+def _gradient_time(matrix, x, backend) -> float:
+    """One jitted vjp in the values and the operand; the matrix is an argument, so a CSR
+    structure is not a constant that XLA would fold."""
+
+    def step(matrix, x, cotangent):
+        def product(data, x):
+            return js.matmul(matrix.with_data(data), x, backend=backend)
+
+        y, pullback = jax.vjp(product, matrix.data, x)
+        return y, pullback(cotangent)
+
+    return _median_time(jax.jit(step), matrix, x, x)
+
+
+def _ideal_bytes(fmt, scipy_matrix, k, itemsize=4, index_size=4) -> int:
+    m, n = scipy_matrix.shape
+    dense = (n + m) * k * itemsize
+    if fmt == "dia":
+        return scipy_matrix.data.shape[0] * n * itemsize + dense
+    return scipy_matrix.nnz * (itemsize + index_size) + (m + 1) * index_size + dense
+
+
+def _gpu_families() -> tuple[str, ...]:
+    return tuple(f for f in _backend.PREFERENCES["auto", "cuda"] if f != "xla")
+
+
+def _jaxsparse_rows(fmt, matrix, x, scipy_matrix) -> list[dict]:
+    """One row per GPU kernel family that takes this product, then `xla`."""
+    rows = []
+    table = _backend.PREFERENCES
+    for family in (*_gpu_families(), "xla"):
+        backend = "xla" if family == "xla" else "pallas"
+        saved = table["pallas", "cuda"]
+        table["pallas", "cuda"] = (family,)
+        try:
+            product = functools.partial(js.matmul, backend=backend)
+            times = _product_times(product, matrix, x)
+            times["gradient_s"] = _gradient_time(matrix, x, backend)
+        except TypeError as declined:
+            rows.append({"system": f"jaxsparse {family}", "declined": str(declined)[:120]})
+            continue
+        finally:
+            table["pallas", "cuda"] = saved
+        rows.append({"system": f"jaxsparse {family}", **times})
+    return rows
+
+
+def _bcsr_row(scipy_csr, x) -> dict:
+    jax.config.update("jax_bcoo_cusparse_lowering", True)
+    try:
+        matrix = jsparse.BCSR.from_scipy_sparse(scipy_csr)
+        return {"system": "BCSR (cuSPARSE)", **_product_times(lambda a, y: a @ y, matrix, x)}
+    finally:
+        jax.config.update("jax_bcoo_cusparse_lowering", False)
+
+
+def _cupy_row(scipy_csr, x) -> dict | None:
+    if cupy is None:
+        return None
+    matrix = cupy_sparse.csr_matrix(scipy_csr)
+    y = cupy.asarray(np.asarray(x))
+    start, end = cupy.cuda.Event(), cupy.cuda.Event()
+    for _ in range(3):
+        y = matrix @ y
+    times = []
+    for _ in range(REPEATS):
+        start.record()
+        for _ in range(LOOP):
+            y = matrix @ y
+        end.record()
+        end.synchronize()
+        times.append(cupy.cuda.get_elapsed_time(start, end) / 1e3 / LOOP)
+    return {"system": "cupyx (cuSPARSE)", "loop_s": float(np.median(times))}
+
+
+def _normalized(matrix):
+    """`matrix` over its largest absolute row sum, in its own format: repeated products
+    (`x <- A @ x`) stay bounded."""
+    norm = abs(matrix).sum(axis=1).max()
+    if isinstance(matrix, scipy.sparse.dia_array):
+        return scipy.sparse.dia_array((matrix.data / norm, matrix.offsets), shape=matrix.shape)
+    return scipy.sparse.csr_array(matrix / norm)
+
+
+def copy_bandwidth(nbytes: int = 2**30) -> float:
+    """Device-to-device streaming (`x + 1` over `nbytes`, read and written), GB/s."""
+    x = jnp.zeros(nbytes // 4, jnp.float32)
+    seconds = _median_time(jax.jit(lambda x: x + 1), x)
+    return 2 * nbytes / seconds / 1e9
+
+
+def run(rows: int, ks=(1, 8, 64)) -> dict:
+    device = jax.devices()[0]
+    peak = next((v for key, v in PEAK_TBS.items() if key in device.device_kind), None)
+    results = {
+        "device": device.device_kind,
+        "jax": jax.__version__,
+        "python": platform.python_version(),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "peak_tbs": peak,
+        "copy_gbs": copy_bandwidth(),
+        "families": _gpu_families(),
+        "cases": [],
+    }
+    print(f"{device.device_kind}, JAX {jax.__version__}; copy {results['copy_gbs']:.0f} GB/s")
+    rng = np.random.default_rng(0)
+    for name, fmt, build in KINDS:
+        scipy_matrix = _normalized(build(rows, rng))
+        csr = scipy.sparse.csr_array(scipy_matrix)
+        if fmt == "dia":
+            matrix = js.DIAMatrix.from_scipy(scipy_matrix)
+        else:
+            matrix = js.CSRMatrix.from_scipy(csr)
+        for k in ks:
+            x = jnp.asarray(rng.standard_normal((csr.shape[1], k)), jnp.float32)
+            case = {"matrix": name, "format": fmt, "rows": csr.shape[0], "nnz": csr.nnz, "k": k}
+            case["bytes"] = _ideal_bytes(fmt, scipy_matrix if fmt == "dia" else csr, k)
+            systems = _jaxsparse_rows(fmt, matrix, x, scipy_matrix)
+            systems.append(_bcsr_row(csr, x))
+            cupy_row = _cupy_row(csr, x)
+            if cupy_row:
+                systems.append(cupy_row)
+            case["systems"] = systems
+            results["cases"].append(case)
+            _print_case(case, peak)
+    return results
+
+
+def _print_case(case, peak):
+    title = f"{case['format'].upper()} {case['matrix']}, {case['rows']} rows"
+    print(f"\n{title}, nnz {case['nnz']}, k={case['k']}")
+    print(
+        f"  {'system':<22}{'loop us':>10}{'single us':>11}{'grad us':>10}{'GB/s':>8}{'% peak':>8}"
+    )
+    for system in case["systems"]:
+        if "declined" in system:
+            print(f"  {system['system']:<22} declined: {system['declined']}")
+            continue
+        loop = system["loop_s"]
+        gbs = case["bytes"] / loop / 1e9
+        pct = f"{100 * gbs / (peak * 1e3):.0f}" if peak else "-"
+        single = f"{system['single_s'] * 1e6:.1f}" if "single_s" in system else "-"
+        grad = f"{system['gradient_s'] * 1e6:.1f}" if "gradient_s" in system else "-"
+        print(
+            f"  {system['system']:<22}{loop * 1e6:>10.1f}{single:>11}{grad:>10}{gbs:>8.0f}{pct:>8}"
+        )
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rows", type=int, default=2**22)
+    parser.add_argument("--out", type=pathlib.Path, default=None)
+    args = parser.parse_args()
+    if jax.default_backend() != "gpu":
+        sys.exit(
+            f"benchmarks/gpu.py needs a GPU; JAX's default backend is {jax.default_backend()!r}."
+        )
+    results = run(args.rows)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()

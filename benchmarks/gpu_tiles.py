@@ -1,0 +1,77 @@
+"""Tile sweep for the Triton DIA kernels on this GPU: time per product (median of a
+jitted loop of dependent products) over block sizes and warps, to pick the defaults.
+
+    python benchmarks/gpu_tiles.py
+"""
+
+import functools
+import itertools
+import pathlib
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+import matrices  # noqa: E402
+
+from jaxsparse.kernels.pallas_dia import BlockSizes  # noqa: E402
+from jaxsparse.kernels.triton_dia import dia_matmul_triton, dia_sddmm_triton  # noqa: E402
+
+LOOP, REPEATS = 20, 9
+
+
+def _time(fn, *args) -> float:
+    jax.block_until_ready(fn(*args))
+    times = []
+    for _ in range(REPEATS):
+        start = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        times.append(time.perf_counter() - start)
+    return float(np.median(times)) / LOOP
+
+
+def _looped(step):
+    return jax.jit(lambda a, y: lax.fori_loop(0, LOOP, lambda _, y: step(a, y), y))
+
+
+def sweep(name, build, rows, k):
+    S = build(rows, np.random.default_rng(0))
+    offsets, shape = tuple(int(o) for o in S.offsets), S.shape
+    data = jnp.asarray(S.data / np.abs(S.data).sum(0).max(), jnp.float32)
+    x = jnp.asarray(np.random.default_rng(1).standard_normal((shape[1], k)), jnp.float32)
+    ideal = (len(offsets) * shape[1] + 2 * shape[0] * k) * 4
+    results = []
+    for rows_, warps in itertools.product((128, 256, 512, 1024, 2048), (4, 8)):
+        cols = min(k, 64)
+        if rows_ * cols > 32768:
+            continue
+        blocks = BlockSizes(block_rows=rows_, block_cols=cols, num_warps=warps)
+        product = functools.partial(
+            dia_matmul_triton, offsets=offsets, shape=shape, block_sizes=blocks
+        )
+        t = _time(_looped(product), data, x)
+        results.append(("matmul", rows_, cols, warps, t, ideal / t / 1e9))
+    for rows_, cols, warps in itertools.product((32, 64, 128, 256, 512), (8, 16, 32, 64), (4, 8)):
+        if cols > max(k, 8) or (k == 1 and cols != 8) or rows_ * cols > 16384:
+            continue
+        blocks = BlockSizes(block_rows=rows_, block_cols=cols, num_warps=warps)
+        sddmm = jax.jit(
+            functools.partial(dia_sddmm_triton, offsets=offsets, shape=shape, block_sizes=blocks)
+        )
+        t = _time(sddmm, x, x) * LOOP
+        results.append(("sddmm", rows_, cols, warps, t, ideal / t / 1e9))
+    for kind in ("matmul", "sddmm"):
+        best = sorted((r for r in results if r[0] == kind), key=lambda r: r[4])[:4]
+        for r in best:
+            tile = f"rows={r[1]} cols={r[2]} warps={r[3]}"
+            print(f"{name} k={k} {kind}: {tile}: {r[4] * 1e6:.1f} us, {r[5]:.0f} GB/s")
+
+
+if __name__ == "__main__":
+    for k in (1, 8, 64):
+        sweep("5pt", matrices.poisson2d, 2**22, k)
+        sweep("27pt", matrices.stencil27, 2**22, k)

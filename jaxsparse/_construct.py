@@ -1,0 +1,496 @@
+"""Module-level constructors, after `scipy.sparse`: `diags`, `eye`, `identity`, `kron`,
+`block_diag`, `vstack`, `hstack`, `random`.
+
+Each runs under `jax.jit` wherever the result's structure follows from static arguments:
+shapes, DIA offsets and CSR entry counts are Python ints, values and CSR index arrays may be
+traced. `kron` and `block_diag` of DIA matrices give DIA (the result's offsets follow from
+the inputs' offsets and shapes); `vstack`, `hstack` and anything involving CSR give CSR.
+Values keep their dtype (two dtypes combine by `jnp.result_type`), and gradients flow
+through them to the inputs' values.
+"""
+
+import collections
+import itertools
+import numbers
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from ._base import SparseMatrix, index_dtype_for, is_concrete, validate_shape
+from ._csr import CSRMatrix
+from ._csr_layout import indptr_from_counts, row_ids
+from ._dia import DIAMatrix, _validate_offsets
+from ._dia_layout import valid_rows
+
+# `random` samples positions by one permutation of all `m * n` of them up to this many;
+# beyond, and at densities up to 1/4, by drawing with replacement and redrawing repeats.
+_PERMUTATION_LIMIT = 1 << 20
+
+
+def diags(diagonals, offsets=0, shape=None, dtype=None) -> DIAMatrix:
+    """A `DIAMatrix` from its diagonals, in scipy's `diags` convention (jit-able).
+
+    Diagonal `d` holds `A[i, i + offsets[d]]` for consecutive rows `i`: its values run
+    along the diagonal from its first entry inside the matrix, unlike DIA storage
+    (`DIAMatrix(data, ...)`), whose `data[d, j]` sits in column `j`. A diagonal of one
+    value is broadcast along the whole diagonal; a longer one is cut to the diagonal's
+    length, as scipy does.
+
+    **Arguments:**
+
+    - `diagonals`: a sequence of 1-D arrays (or scalars), one per offset; or one 1-D array
+        when `offsets` is an int.
+    - `offsets`: distinct Python ints (or one int).
+    - `shape`: `(m, n)`; by default square, `len(diagonals[0]) + abs(offsets[0])`.
+    - `dtype`: of the values; by default that of the diagonals (`jnp.result_type`), and
+        the default floating dtype for integers.
+
+    **Returns:** a `DIAMatrix` with these offsets, in the given order.
+    """
+    if isinstance(offsets, (numbers.Integral, np.integer)) and not isinstance(offsets, bool):
+        if not _holds_one_diagonal(diagonals):
+            raise ValueError(
+                "`offsets` is one int but `diagonals` holds several diagonals: pass one "
+                "offset per diagonal."
+            )
+        diagonals = [diagonals]
+    offsets = _validate_offsets(offsets)
+    values = [jnp.atleast_1d(jnp.asarray(diagonal)) for diagonal in diagonals]
+    if len(values) != len(offsets):
+        raise ValueError(
+            f"`diagonals` has {len(values)} diagonals but `offsets` has {len(offsets)} "
+            "entries; they must match."
+        )
+    if shape is None:
+        if not values:
+            raise ValueError("`shape` is needed when `diagonals` is empty.")
+        size = values[0].shape[0] + abs(offsets[0])
+        shape = (size, size)
+    shape = validate_shape(shape)
+    dtype = _values_dtype(dtype, *values)
+    m, n = shape
+    rows = []
+    for d, (diagonal, off) in enumerate(zip(values, offsets, strict=True)):
+        length = min(m + off, n - off, m, n)
+        if length < 0:
+            raise ValueError(f"`offsets[{d}]` = {off} lies outside a matrix of shape {shape}.")
+        if diagonal.ndim != 1:
+            raise ValueError(f"`diagonals[{d}]` must be 1-D, got shape {diagonal.shape}.")
+        if diagonal.shape[0] == 1:
+            diagonal = jnp.broadcast_to(diagonal, (length,))
+        elif diagonal.shape[0] < length:
+            raise ValueError(
+                f"`diagonals[{d}]` has {diagonal.shape[0]} values but the diagonal at offset "
+                f"{off} of a matrix of shape {shape} has {length} entries."
+            )
+        first_column = max(0, off)
+        rows.append(
+            jnp.pad(diagonal[:length].astype(dtype), (first_column, n - first_column - length))
+        )
+    data = jnp.stack(rows) if rows else jnp.zeros((0, n), dtype)
+    return DIAMatrix(data, offsets, shape)
+
+
+def eye(m: int, n: int | None = None, k: int = 0, dtype=None) -> DIAMatrix:
+    """The `(m, n)` matrix with ones on diagonal `k` (jit-able), as `scipy.sparse.eye`.
+
+    **Arguments:**
+
+    - `m`, `n`: rows and columns (`n` defaults to `m`).
+    - `k`: the offset of the diagonal of ones (0 main, > 0 above, < 0 below).
+    - `dtype`: floating or complex; the default floating dtype if `None`.
+
+    **Returns:** a `DIAMatrix` with offsets `(k,)`.
+    """
+    shape = validate_shape((m, m if n is None else n))
+    (k,) = _validate_offsets(k)
+    length = min(shape[0] + k, shape[1] - k, *shape)
+    if length < 0:
+        raise ValueError(f"`k` = {k} lies outside a matrix of shape {shape}.")
+    return diags(jnp.ones((length,), _values_dtype(dtype)), k, shape)
+
+
+def identity(n: int, dtype=None) -> DIAMatrix:
+    """The `(n, n)` identity matrix as a `DIAMatrix` with offsets `(0,)` (jit-able).
+
+    **Arguments:** `n`, the size; `dtype` as in `eye`.
+    """
+    return eye(n, dtype=dtype)
+
+
+def kron(A: SparseMatrix, B: SparseMatrix) -> SparseMatrix:
+    """The Kronecker product: `kron(A, B)[i * r + k, j * s + l] == A[i, j] * B[k, l]` for
+    `B` of shape `(r, s)` (jit-able, differentiable in both factors' values).
+
+    Two `DIAMatrix` factors give a `DIAMatrix`: for a square `B`, diagonal `a` of `A` and
+    `b` of `B` make diagonal `a * s + b` of the product, so `kron(T, eye(N)) + kron(eye(N),
+    T)` is a 2-D Laplacian with 5 static offsets. For a non-square `B` the offsets depend on
+    the column as well: the product has a diagonal for each slot of `A` inside the matrix
+    and each diagonal of `B`, each at most `s` long; convert to CSR first for such
+    factors. Any `CSRMatrix` factor gives a `CSRMatrix` with `A.nnz * B.nnz` entries (DIA
+    factors convert by `tocsr`: every slot inside the matrix, zeros included), row by row
+    in the factors' order.
+
+    **Arguments:** `A` and `B`, jaxsparse matrices.
+
+    **Returns:** a `DIAMatrix` or `CSRMatrix` of shape `(p * r, q * s)`.
+    """
+    for name, factor in (("A", A), ("B", B)):
+        _check_sparse(factor, name)
+    if isinstance(A, DIAMatrix) and isinstance(B, DIAMatrix):
+        return _kron_dia(A, B)
+    return _kron_csr(A.tocsr(), B.tocsr())
+
+
+def block_diag(mats) -> SparseMatrix:
+    """The block-diagonal matrix with the blocks `mats` in order (jit-able).
+
+    Blocks need not be square: block `t` starts at the row and column after those of the
+    blocks before it. All-DIA blocks give a `DIAMatrix` (block `t`'s diagonal `a` becomes
+    diagonal `a + column_start - row_start`); any `CSRMatrix` gives a `CSRMatrix`.
+
+    **Arguments:** `mats`, a non-empty sequence of jaxsparse matrices.
+
+    **Returns:** a `DIAMatrix` or `CSRMatrix` whose shape sums the blocks' shapes.
+    """
+    mats = _matrices(mats, "mats")
+    if all(isinstance(block, DIAMatrix) for block in mats):
+        return _block_diag_dia(mats)
+    column_starts = [0, *itertools.accumulate(block.shape[1] for block in mats[:-1])]
+    shape = (sum(block.shape[0] for block in mats), sum(block.shape[1] for block in mats))
+    return _stack_rows([block.tocsr() for block in mats], column_starts, shape)
+
+
+def vstack(blocks) -> CSRMatrix:
+    """The blocks stacked top to bottom, as a `CSRMatrix` (jit-able).
+
+    **Arguments:** `blocks`, a non-empty sequence of jaxsparse matrices with the same
+    number of columns.
+
+    **Returns:** a `CSRMatrix` whose rows are the blocks' rows in order.
+    """
+    blocks = _matrices(blocks, "blocks")
+    _check_equal_sizes(blocks, axis=1)
+    shape = (sum(block.shape[0] for block in blocks), blocks[0].shape[1])
+    return _stack_rows([block.tocsr() for block in blocks], [0] * len(blocks), shape)
+
+
+def hstack(blocks) -> CSRMatrix:
+    """The blocks side by side, as a `CSRMatrix` (jit-able).
+
+    Row `i` of the result holds row `i` of each block in turn, columns shifted past the
+    blocks before it.
+
+    **Arguments:** `blocks`, a non-empty sequence of jaxsparse matrices with the same
+    number of rows.
+
+    **Returns:** a `CSRMatrix` of shape `(m, sum of the blocks' columns)`.
+    """
+    blocks = [block.tocsr() for block in _matrices(blocks, "blocks")]
+    _check_equal_sizes(blocks, axis=0)
+    shape = (blocks[0].shape[0], sum(block.shape[1] for block in blocks))
+    dtype, index_dtype, nnz = _joined_layout(blocks, shape)
+    lengths = [jnp.diff(block.indptr).astype(index_dtype) for block in blocks]
+    indptr = indptr_from_counts(sum(lengths))
+    data = jnp.zeros((nnz,), dtype)
+    indices = jnp.zeros((nnz,), index_dtype)
+    before = jnp.zeros_like(indptr[:-1])  # entries of the same row in earlier blocks
+    column_start = 0
+    for block, length in zip(blocks, lengths, strict=True):
+        rows = row_ids(block.indptr, block.nnz)
+        within = jnp.arange(block.nnz, dtype=index_dtype) - block.indptr[rows].astype(index_dtype)
+        destination = indptr[rows] + before[rows] + within
+        data = data.at[destination].set(block.data.astype(dtype))
+        indices = indices.at[destination].set(block.indices.astype(index_dtype) + column_start)
+        before = before + length
+        column_start += block.shape[1]
+    return CSRMatrix(data, indices, indptr, shape)
+
+
+def random(
+    m: int, n: int, density: float = 0.01, format: str = "csr", dtype=None, *, key
+) -> SparseMatrix:
+    """A random `(m, n)` matrix with `round(density * m * n)` entries at distinct uniformly
+    random positions, values uniform in `[0, 1)` (complex: real and imaginary parts each),
+    as `scipy.sparse.random`.
+
+    `format="csr"` runs under `jit` (the number of entries is static; the key may be
+    traced), columns sorted within each row. `format="dia"` needs a concrete `key`: the
+    offsets are static and depend on the positions drawn.
+
+    **Arguments:**
+
+    - `m`, `n`: the shape.
+    - `density`: the fraction of stored entries, in `[0, 1]`.
+    - `format`: `"csr"` or `"dia"`.
+    - `dtype`: floating or complex; the default floating dtype if `None`.
+    - `key`: a `jax.random` key (keyword-only: JAX has no global random state).
+
+    **Returns:** a `CSRMatrix` or `DIAMatrix`.
+    """
+    shape = validate_shape((m, n))
+    if isinstance(density, bool) or not isinstance(density, numbers.Real):
+        raise TypeError(f"`density` must be a Python number, got {density!r}.")
+    if not 0 <= density <= 1:
+        raise ValueError(f"`density` must lie in [0, 1], got {density}.")
+    if format not in ("csr", "dia"):
+        raise ValueError(f'`format` must be "csr" or "dia", got {format!r}.')
+    if format == "dia" and not is_concrete(key):
+        raise TypeError(
+            '`random(..., format="dia")` needs a concrete `key`: the DIA offsets are static '
+            'and depend on the positions drawn. Use `format="csr"` under `jit`, or call '
+            "it outside `jit`."
+        )
+    dtype = _values_dtype(dtype)
+    m, n = shape
+    total = m * n
+    nnz = int(round(density * total))
+    position_dtype = np.int32 if total <= np.iinfo(np.int32).max else np.int64
+    if np.dtype(position_dtype) != jax.dtypes.canonicalize_dtype(position_dtype):
+        raise ValueError(
+            f"`random` of shape {shape} needs 64-bit positions: enable `jax_enable_x64`."
+        )
+    positions_key, values_key = jax.random.split(key)
+    positions = jnp.sort(_distinct_positions(positions_key, total, nnz, position_dtype))
+    index_dtype = index_dtype_for(shape, nnz)
+    rows = (positions // max(n, 1)).astype(index_dtype)
+    counts = jnp.zeros((m,), index_dtype).at[rows].add(1)
+    matrix = CSRMatrix(
+        _uniform_values(values_key, nnz, dtype),
+        (positions % max(n, 1)).astype(index_dtype),
+        indptr_from_counts(counts),
+        shape,
+    )
+    return matrix.todia().astype(dtype) if format == "dia" else matrix
+
+
+def _holds_one_diagonal(diagonals) -> bool:
+    """Whether `diagonals` is one diagonal (a scalar, a 1-D array, a list of scalars)."""
+    if isinstance(diagonals, (jax.Array, np.ndarray)):
+        return diagonals.ndim <= 1
+    if isinstance(diagonals, (numbers.Number, np.generic)):
+        return True
+    diagonals = list(diagonals)
+    first = diagonals[0] if diagonals else None
+    return not diagonals or isinstance(first, (numbers.Number, np.generic)) or np.ndim(first) == 0
+
+
+def _values_dtype(dtype, *values) -> np.dtype:
+    """`dtype` if given (floating or complex), else that of `values`, integers and an
+    empty list giving the default floating dtype."""
+    default = jax.dtypes.canonicalize_dtype(np.float64)
+    if dtype is None:
+        dtype = jnp.result_type(*values) if values else default
+        return np.dtype(dtype if jnp.issubdtype(dtype, jnp.inexact) else default)
+    dtype = np.dtype(dtype)
+    if not jnp.issubdtype(dtype, jnp.inexact):
+        raise TypeError(f"`dtype` must be floating or complex, got {dtype}.")
+    return dtype
+
+
+def _check_sparse(matrix, name: str) -> None:
+    if not isinstance(matrix, SparseMatrix):
+        raise TypeError(
+            f"`{name}` must be a jaxsparse matrix, got {type(matrix).__name__}; convert "
+            "dense arrays with `DIAMatrix.fromdense` or `CSRMatrix.fromdense`."
+        )
+
+
+def _matrices(matrices, name: str) -> list:
+    """`matrices` as a non-empty list of jaxsparse matrices, or a clear error."""
+    if isinstance(matrices, SparseMatrix):
+        raise TypeError(f"`{name}` must be a sequence of matrices, got one matrix.")
+    matrices = list(matrices)
+    if not matrices:
+        raise ValueError(f"`{name}` must hold at least one matrix.")
+    for t, matrix in enumerate(matrices):
+        _check_sparse(matrix, f"{name}[{t}]")
+    return matrices
+
+
+def _check_equal_sizes(blocks, axis: int) -> None:
+    what = ("rows", "columns")[axis]
+    for t, block in enumerate(blocks[1:], start=1):
+        if block.shape[axis] != blocks[0].shape[axis]:
+            raise ValueError(
+                f"`blocks[{t}]` has {block.shape[axis]} {what} but `blocks[0]` has "
+                f"{blocks[0].shape[axis]}; they must match."
+            )
+
+
+def _inside_slots(matrix: DIAMatrix, d: int):
+    """Diagonal `d` of `matrix`'s `data` with its ignored slots zeroed, or `None` when the
+    diagonal has no slot inside the matrix."""
+    lo, hi = valid_rows(matrix.offsets[d], matrix.shape)
+    if hi <= lo:
+        return None
+    first, n = lo + matrix.offsets[d], matrix.shape[1]
+    return jnp.pad(matrix.data[d, first : first + hi - lo], (first, n - first - (hi - lo)))
+
+
+def _kron_dia(A: DIAMatrix, B: DIAMatrix) -> DIAMatrix:
+    """`kron` of two DIA matrices. Entry `(i, j)` of `A` on diagonal `a` and `(k, l)` of `B`
+    on diagonal `b` land at column `j * s + l` on diagonal `j * (s - r) + a * r + b`."""
+    (p, q), (r, s) = A.shape, B.shape
+    shape = (p * r, q * s)
+    dtype = jnp.result_type(A.dtype, B.dtype)
+    pairs = []
+    for a, off_a in enumerate(A.offsets):
+        row_a = _inside_slots(A, a)
+        for b, off_b in enumerate(B.offsets):
+            row_b = _inside_slots(B, b)
+            if row_a is not None and row_b is not None:
+                pairs.append((off_a, off_b, row_a.astype(dtype), row_b.astype(dtype)))
+    if r == s:
+        terms = collections.defaultdict(list)
+        for off_a, off_b, row_a, row_b in pairs:
+            terms[off_a * s + off_b].append(jnp.outer(row_a, row_b).reshape(-1))
+        offsets = tuple(sorted(terms))
+        rows = [sum(terms[off][1:], terms[off][0]) for off in offsets]
+        data = jnp.stack(rows) if rows else jnp.zeros((0, q * s), dtype)
+        return DIAMatrix(data, offsets, shape)
+    # Each stored column `j` of `A`'s diagonal starts a diagonal of its own.
+    placed = []
+    for off_a, off_b, row_a, row_b in pairs:
+        lo, hi = valid_rows(off_a, A.shape)
+        columns_a = np.arange(lo + off_a, hi + off_a)
+        placed.append((columns_a, columns_a * (s - r) + off_a * r + off_b, row_a, row_b))
+    offsets = tuple(sorted({int(off) for _, offs, _, _ in placed for off in offs}))
+    position = {off: d for d, off in enumerate(offsets)}
+    data = jnp.zeros((len(offsets), q * s), dtype)
+    for columns_a, offs, row_a, row_b in placed:
+        diagonal = np.asarray([position[int(off)] for off in offs])
+        columns = columns_a[:, None] * s + np.arange(s)[None, :]
+        block = row_a[columns_a][:, None] * row_b[None, :]
+        data = data.at[diagonal[:, None], columns].add(block)
+    return DIAMatrix(data, offsets, shape)
+
+
+def _kron_csr(A: CSRMatrix, B: CSRMatrix) -> CSRMatrix:
+    """`kron` of two CSR matrices: row `i * r + k` holds, for each entry of `A`'s row `i`
+    in order, the entries of `B`'s row `k`."""
+    (p, q), (r, s) = A.shape, B.shape
+    shape = (p * r, q * s)
+    nnz = A.nnz * B.nnz
+    dtype = jnp.result_type(A.dtype, B.dtype)
+    index_dtype = np.promote_types(
+        index_dtype_for(shape, nnz), np.promote_types(A.indices.dtype, B.indices.dtype)
+    )
+    lengths_a = jnp.diff(A.indptr).astype(index_dtype)
+    lengths_b = jnp.diff(B.indptr).astype(index_dtype)
+    indptr = indptr_from_counts(jnp.outer(lengths_a, lengths_b).reshape(-1))
+    if nnz == 0:
+        empty = jnp.zeros((0,), index_dtype)
+        return CSRMatrix(jnp.zeros((0,), dtype), empty, indptr, shape)
+    rows = row_ids(indptr, nnz)
+    within = jnp.arange(nnz, dtype=index_dtype) - indptr[rows]
+    row_a, row_b = rows // r, rows % r
+    entry_a = A.indptr[row_a].astype(index_dtype) + within // lengths_b[row_b]
+    entry_b = B.indptr[row_b].astype(index_dtype) + within % lengths_b[row_b]
+    data = A.data[entry_a].astype(dtype) * B.data[entry_b].astype(dtype)
+    indices = A.indices[entry_a].astype(index_dtype) * s + B.indices[entry_b].astype(index_dtype)
+    return CSRMatrix(data, indices, indptr, shape)
+
+
+def _block_diag_dia(blocks) -> DIAMatrix:
+    """`block_diag` of DIA blocks: each output diagonal concatenates, block by block, that
+    block's diagonal (ignored slots zeroed) or zeros."""
+    shape = (sum(block.shape[0] for block in blocks), sum(block.shape[1] for block in blocks))
+    dtype = jnp.result_type(*(block.dtype for block in blocks))
+    shifts, row_start, column_start = [], 0, 0
+    for block in blocks:
+        shifts.append(column_start - row_start)
+        row_start += block.shape[0]
+        column_start += block.shape[1]
+    pieces = [{} for _ in blocks]
+    for t, (block, shift) in enumerate(zip(blocks, shifts, strict=True)):
+        for d, off in enumerate(block.offsets):
+            row = _inside_slots(block, d)
+            if row is not None:
+                pieces[t][off + shift] = row.astype(dtype)
+    offsets = tuple(sorted({off for piece in pieces for off in piece}))
+    rows = [
+        jnp.concatenate(
+            [
+                piece.get(off, jnp.zeros((block.shape[1],), dtype))
+                for piece, block in zip(pieces, blocks, strict=True)
+            ]
+        )
+        for off in offsets
+    ]
+    data = jnp.stack(rows) if rows else jnp.zeros((0, shape[1]), dtype)
+    return DIAMatrix(data, offsets, shape)
+
+
+def _joined_layout(blocks, shape):
+    """The value dtype, index dtype and entry count of a CSR matrix of `shape` holding the
+    entries of all the CSR `blocks`."""
+    nnz = sum(block.nnz for block in blocks)
+    dtype = jnp.result_type(*(block.dtype for block in blocks))
+    index_dtype = np.promote_types(
+        index_dtype_for(shape, nnz), np.result_type(*(block.indices.dtype for block in blocks))
+    )
+    return dtype, index_dtype, nnz
+
+
+def _stack_rows(blocks, column_starts, shape) -> CSRMatrix:
+    """The CSR `blocks` one below the other, block `t`'s columns shifted by
+    `column_starts[t]`, in a matrix of `shape`."""
+    dtype, index_dtype, _ = _joined_layout(blocks, shape)
+    data = jnp.concatenate([block.data.astype(dtype) for block in blocks])
+    indices = jnp.concatenate(
+        [
+            block.indices.astype(index_dtype) + start
+            for block, start in zip(blocks, column_starts, strict=True)
+        ]
+    )
+    pointers, before = [jnp.zeros((1,), index_dtype)], 0
+    for block in blocks:
+        pointers.append(block.indptr[1:].astype(index_dtype) + before)
+        before += block.nnz
+    return CSRMatrix(data, indices, jnp.concatenate(pointers), shape)
+
+
+def _distinct_positions(key, total: int, count: int, dtype) -> jax.Array:
+    """`count` distinct integers drawn uniformly from `[0, total)`, in no particular order."""
+    if count == 0:
+        return jnp.zeros((0,), dtype)
+    if total <= _PERMUTATION_LIMIT or 4 * count > total:
+        return jax.random.permutation(key, jnp.arange(total, dtype=dtype))[:count]
+    return _redrawing_repeats(key, total, count, dtype)
+
+
+def _redrawing_repeats(key, total: int, count: int, dtype) -> jax.Array:
+    """`count` distinct integers from `[0, total)`, sorted: draws with replacement, then
+    redraws every repeated copy until none is left. Uniform over the subsets, since no step
+    depends on which integers the values are; `O(count)` memory whatever `total`, and few
+    rounds while `count` is a small fraction of `total`."""
+
+    def repeated(positions):
+        return jnp.concatenate([jnp.zeros((1,), bool), positions[1:] == positions[:-1]])
+
+    def redraw(state):
+        key, positions = state
+        key, fresh_key = jax.random.split(key)
+        fresh = jax.random.randint(fresh_key, (count,), 0, total, dtype)
+        return key, jnp.sort(jnp.where(repeated(positions), fresh, positions))
+
+    key, first_key = jax.random.split(key)
+    first = jnp.sort(jax.random.randint(first_key, (count,), 0, total, dtype))
+    _, positions = lax.while_loop(lambda state: jnp.any(repeated(state[1])), redraw, (key, first))
+    return positions
+
+
+def _uniform_values(key, count: int, dtype) -> jax.Array:
+    """`count` values uniform in `[0, 1)`; complex ones have uniform real and imaginary
+    parts, as scipy draws them."""
+    if not jnp.issubdtype(dtype, jnp.complexfloating):
+        return jax.random.uniform(key, (count,), dtype)
+    real_dtype = jnp.finfo(dtype).dtype
+    real_key, imag_key = jax.random.split(key)
+    return lax.complex(
+        jax.random.uniform(real_key, (count,), real_dtype),
+        jax.random.uniform(imag_key, (count,), real_dtype),
+    )

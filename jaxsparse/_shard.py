@@ -1,0 +1,353 @@
+"""`shard`: a DIA or CSR matrix split by rows over one axis of a `jax.sharding.Mesh`, whose
+products run under `jax.shard_map` with only the operand rows each device needs exchanged.
+
+`S = shard(A, mesh, axis="x")` places row blocks of `A` on the devices of mesh axis `"x"`
+(as `jax.device_put` places an array), and `S @ x`, `S @ X`, `x @ S`, `X @ S` take and
+return dense operands sharded by rows over that axis (`S.sharding`). Inside, every device
+runs the exchange of its plan (`_shard_plan.py`, `_shard_exchange.py`) and then the
+library's own product primitives on its local matrix, so autodiff, batching and the
+backend table come unchanged: gradients in the values come out sharded like the values,
+gradients in the operand like the operand.
+"""
+
+import abc
+import functools
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from ._backend import resolve_backend
+from ._base import _as_scalar, is_concrete
+from ._csr import CSRMatrix
+from ._csr_ops import csr_matmul_p, csr_matmul_t_p
+from ._dia import DIAMatrix
+from ._dia_layout import active_diagonals, valid_rows
+from ._dia_ops import dia_matmul_p, dia_matmul_t_p
+from ._shard_exchange import column_buffer, halo_window, sent_back
+from ._shard_plan import ColumnPlan, HaloPlan, column_plan, halo_plan
+
+
+class ShardedMatrix(eqx.Module):
+    """A sparse matrix whose row blocks live on the devices of one mesh axis.
+
+    Built by `shard`. Dense operands are sharded by rows over the same axis
+    (`S.sharding`); JAX needs a sharded axis to divide evenly, so they have
+    `S.padded_shape` rows: `m` and `n` rounded up to a multiple of the device count,
+    zero past the matrix (`S.shard_vector` pads and places a vector or matrix).
+    """
+
+    data: eqx.AbstractVar[jax.Array]
+    shape: eqx.AbstractVar[tuple[int, int]]
+    mesh: eqx.AbstractVar[jax.sharding.Mesh]
+    axis: eqx.AbstractVar[str]
+    plan: eqx.AbstractVar[HaloPlan | ColumnPlan]
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.data.dtype
+
+    @property
+    def devices(self) -> int:
+        """Devices along the sharded mesh axis."""
+        return self.mesh.shape[self.axis]
+
+    @property
+    def sharding(self) -> NamedSharding:
+        """The sharding of dense operands and results: rows over `axis`."""
+        return NamedSharding(self.mesh, P(self.axis))
+
+    @property
+    def padded_shape(self) -> tuple[int, int]:
+        """`(rows of S @ x, rows of x)`: `shape` rounded up to whole blocks per device."""
+        plan = self.plan
+        return plan.devices * plan.row_block, plan.devices * plan.column_block
+
+    def shard_vector(self, vector) -> jax.Array:
+        """`vector` (`(n,)`, `(n, k)`, `(m,)` or `(m, k)`) padded with zero rows to
+        `padded_shape` and placed with `sharding` (jit-able).
+
+        A length of `n` is taken as an operand of `S @ x`, one of `m` as an operand of
+        `x @ S`; slice results back with `y[:m]`.
+        """
+        array = jnp.asarray(vector)
+        m, n = self.shape
+        padded_m, padded_n = self.padded_shape
+        if array.ndim not in (1, 2) or array.shape[0] not in (m, n):
+            raise ValueError(
+                f"`vector` must have shape (n,), (n, k), (m,) or (m, k) with (m, n) = "
+                f"{self.shape}, got {array.shape}."
+            )
+        rows = padded_n if array.shape[0] == n else padded_m
+        pad = [(0, rows - array.shape[0])] + [(0, 0)] * (array.ndim - 1)
+        return jax.device_put(jnp.pad(array, pad), self.sharding)
+
+    def exchanged_bytes(self, columns: int = 1, dtype=None) -> int:
+        """Bytes one product sends between devices, summed over all pairs, by the plan.
+
+        **Arguments:**
+
+        - `columns`: `k` of the dense operand (1 for a vector).
+        - `dtype`: the product's dtype (default: the matrix's).
+        """
+        itemsize = np.dtype(self.dtype if dtype is None else dtype).itemsize
+        return self.plan.exchanged_rows() * columns * itemsize
+
+    def with_data(self, data) -> "ShardedMatrix":
+        """The same structure and placement holding new (sharded) values `data`."""
+        return eqx.tree_at(lambda matrix: matrix.data, self, data)
+
+    def __matmul__(self, other):
+        return self._product(other, transposed=False)
+
+    def __rmatmul__(self, other):
+        return self._product(other, transposed=True)
+
+    def __mul__(self, scalar):
+        return self.with_data(self.data * _as_scalar(scalar, "*"))
+
+    __rmul__ = __mul__
+
+    def __truediv__(self, scalar):
+        return self.with_data(self.data / _as_scalar(scalar, "/"))
+
+    def __neg__(self):
+        return self.with_data(-self.data)
+
+    # Make numpy arrays defer to `__rmatmul__` (`x @ S` with `x` a numpy array).
+    __array_ufunc__ = None
+
+    def _product(self, other, *, transposed: bool) -> jax.Array:
+        dense = jnp.asarray(other)
+        if dense.ndim not in (1, 2):
+            raise ValueError(f"matmul: the dense operand must be 1-D or 2-D, got {dense.shape}.")
+        padded_m, padded_n = self.padded_shape
+        rows = padded_m if transposed else padded_n
+        inner = dense.shape[-1] if transposed else dense.shape[0]
+        if inner != rows:
+            raise ValueError(
+                f"matmul: dimension mismatch: a sharded matrix of shape {self.shape} over "
+                f"{self.devices} devices takes operands with {rows} rows (padded to whole "
+                f"blocks), got shape {dense.shape}; `S.shard_vector(x)` pads and places one."
+            )
+        dtype = jnp.result_type(self.dtype, dense.dtype)
+        columns = dense.astype(dtype)
+        columns = columns.T if transposed else columns
+        columns = columns[:, None] if dense.ndim == 1 else columns
+        row_spec = P(self.axis, None)
+        local = functools.partial(
+            self._local_product, transposed=transposed, backend=resolve_backend(None)
+        )
+        leaves = self._leaves(dtype)
+        out = jax.shard_map(
+            local,
+            mesh=self.mesh,
+            in_specs=(self._leaf_specs(), row_spec),
+            out_specs=row_spec,
+            # The library's product primitives carry no varying-axes types (their abstract
+            # evaluation knows nothing of meshes), so JAX's check of them is turned off.
+            check_vma=False,
+        )(leaves, columns)
+        out = out[:, 0] if dense.ndim == 1 else out
+        return out.T if transposed else out
+
+    @abc.abstractmethod
+    def _leaves(self, dtype) -> tuple:
+        """The arrays each device's product takes, values cast to `dtype`."""
+
+    @abc.abstractmethod
+    def _leaf_specs(self) -> tuple:
+        """The `PartitionSpec` of each of `_leaves`."""
+
+    @abc.abstractmethod
+    def _local_product(self, leaves, columns, *, transposed: bool, backend: str):
+        """One device's exchange and product, under `jax.shard_map`."""
+
+
+class ShardedDIAMatrix(ShardedMatrix):
+    """A DIA matrix sharded by rows, keeping only the diagonals inside the matrix.
+
+    Device `p` holds its rows' diagonals already laid out for its local product: the DIA
+    layout of its local matrix `(plan.row_block, plan.window)`, whose columns are the
+    window of operand rows its `HaloPlan` brings in and whose diagonals sit at
+    `plan.local_offsets`. So `data` has shape `(len(offsets), devices * plan.window)`,
+    sharded over its second axis, and row `i` of device `p` (global row `p * row_block +
+    i`) keeps `A[row, row + offsets[d]]` at `data[d, p * plan.window + i +
+    plan.local_offsets[d]]`; every other slot is zero and ignored.
+    """
+
+    data: jax.Array
+    offsets: tuple[int, ...] = eqx.field(static=True)
+    shape: tuple[int, int] = eqx.field(static=True)
+    mesh: jax.sharding.Mesh = eqx.field(static=True)
+    axis: str = eqx.field(static=True)
+    plan: HaloPlan = eqx.field(static=True)
+
+    def _leaves(self, dtype) -> tuple:
+        return (self.data.astype(dtype),)
+
+    def _leaf_specs(self) -> tuple:
+        return (P(None, self.axis),)
+
+    def _local_product(self, leaves, columns, *, transposed: bool, backend: str):
+        (local_data,) = leaves
+        plan, (m, n) = self.plan, self.shape
+        params = dict(
+            offsets=plan.local_offsets,
+            shape=(plan.row_block, plan.window),
+            backend=backend,
+        )
+        device = lax.axis_index(self.axis)
+        exchange = functools.partial(halo_window, plan=plan, axis=self.axis)
+        if transposed:
+            cotangent = _zero_past(columns, device * plan.row_block, m, plan.devices)
+            window = dia_matmul_t_p.bind(local_data, cotangent, **params)
+            block = sent_back(exchange, window, plan.column_block)
+            return _zero_past(block, device * plan.column_block, n, plan.devices)
+        block = _zero_past(columns, device * plan.column_block, n, plan.devices)
+        out = dia_matmul_p.bind(local_data, exchange(block), **params)
+        return _zero_past(out, device * plan.row_block, m, plan.devices)
+
+
+class ShardedCSRMatrix(ShardedMatrix):
+    """A CSR matrix sharded by row blocks: device `p` holds the entries of its rows, padded
+    to `plan.entries_per_block` (`data`, `indices`, each `(devices * entries_per_block,)`,
+    and `indptr`, `(devices * (row_block + 1),)`), with column indices into the buffer its
+    `ColumnPlan` builds, and the rows of its operand block it sends (`send_positions`)."""
+
+    data: jax.Array
+    indices: jax.Array
+    indptr: jax.Array
+    send_positions: jax.Array
+    shape: tuple[int, int] = eqx.field(static=True)
+    mesh: jax.sharding.Mesh = eqx.field(static=True)
+    axis: str = eqx.field(static=True)
+    plan: ColumnPlan = eqx.field(static=True)
+
+    def _leaves(self, dtype) -> tuple:
+        return (self.data.astype(dtype), self.indices, self.indptr, self.send_positions)
+
+    def _leaf_specs(self) -> tuple:
+        return (P(self.axis),) * 4
+
+    def _local_product(self, leaves, columns, *, transposed: bool, backend: str):
+        data, indices, indptr, send_positions = leaves
+        plan = self.plan
+        params = dict(shape=(plan.row_block, plan.buffer), backend=backend)
+        exchange = functools.partial(
+            column_buffer, send_positions=send_positions, plan=plan, axis=self.axis
+        )
+        if transposed:
+            buffer = csr_matmul_t_p.bind(data, columns, indices, indptr, **params)
+            return sent_back(exchange, buffer, plan.column_block)
+        return csr_matmul_p.bind(data, exchange(columns), indices, indptr, **params)
+
+
+def _zero_past(block, start, limit: int, devices: int) -> jax.Array:
+    """`block` (one device's rows, from global row `start`) with rows `>= limit` zeroed:
+    the padding past the matrix, which exists only when `limit` is not a multiple of the
+    device count."""
+    rows = block.shape[0]
+    if devices * rows == limit:
+        return block
+    inside = start + lax.iota(np.int32, rows) < limit
+    return jnp.where(inside[:, None], block, jnp.zeros((), block.dtype))
+
+
+@functools.singledispatch
+def shard(matrix, mesh: jax.sharding.Mesh, axis: str) -> ShardedMatrix:
+    """`matrix` split by rows over the devices of `axis` of `mesh`, with its products sharded.
+
+    The structure's communication plan is found here, on the host, once: which operand
+    rows each device needs from which other. `S @ x` then exchanges only those (for a DIA
+    matrix the halo: `max(offsets)` rows from the right neighbour and `-min(offsets)` from
+    the left) and multiplies locally with the library's product primitives. The values
+    are re-laid out by a jit-able gather of `matrix.data`, so gradients reach the original
+    values through `shard` as well.
+
+    **Arguments:**
+
+    - `matrix`: a `DIAMatrix` or a `CSRMatrix`; a CSR structure must be concrete (not
+      traced under `jit`): the plan depends on it.
+    - `mesh`: a `jax.sharding.Mesh` (several axes are fine: the others replicate).
+    - `axis`: the name of the mesh axis whose devices hold the row blocks.
+
+    **Returns:** a `ShardedDIAMatrix` or `ShardedCSRMatrix` (pytrees: pass them through
+    `jax.jit` and `jax.grad` like the matrices they come from).
+    """
+    raise TypeError(f"`matrix` must be a DIAMatrix or a CSRMatrix, got {type(matrix).__name__}.")
+
+
+def _check_mesh(mesh, axis) -> int:
+    if not isinstance(mesh, jax.sharding.Mesh):
+        raise TypeError(f"`mesh` must be a jax.sharding.Mesh, got {type(mesh).__name__}.")
+    if axis not in mesh.axis_names:
+        raise ValueError(f"`axis` must be one of the mesh's axes {mesh.axis_names}, got {axis!r}.")
+    return mesh.shape[axis]
+
+
+@shard.register(DIAMatrix)
+def _shard_dia(matrix: DIAMatrix, mesh: jax.sharding.Mesh, axis: str) -> ShardedDIAMatrix:
+    devices = _check_mesh(mesh, axis)
+    index, offsets = active_diagonals(matrix.offsets, matrix.shape)
+    plan = halo_plan(offsets, matrix.shape, devices)
+    data = _local_layout(matrix, index, offsets, plan)
+    data = jax.device_put(data, NamedSharding(mesh, P(None, axis)))
+    return ShardedDIAMatrix(data, offsets, matrix.shape, mesh, axis, plan)
+
+
+def _local_layout(matrix: DIAMatrix, index, offsets, plan: HaloPlan) -> jax.Array:
+    """The diagonals `index` of `matrix` laid out for the devices' local products,
+    `(len(index), devices * plan.window)` (see `ShardedDIAMatrix`): each diagonal stored
+    by rows, cut into blocks of `row_block` rows, each block shifted to its local offset."""
+    devices, row_block, window = plan.devices, plan.row_block, plan.window
+    if not index:
+        return jnp.zeros((0, devices * window), matrix.dtype)
+    blocks = []
+    for d, off, local in zip(index, offsets, plan.local_offsets, strict=True):
+        lo, hi = valid_rows(off, matrix.shape)
+        by_rows = jnp.pad(matrix.data[d, lo + off : hi + off], (lo, devices * row_block - hi))
+        by_device = by_rows.reshape(devices, row_block)
+        blocks.append(jnp.pad(by_device, ((0, 0), (local, window - row_block - local))))
+    return jnp.stack(blocks).reshape(len(index), devices * window)
+
+
+@shard.register(CSRMatrix)
+def _shard_csr(matrix: CSRMatrix, mesh: jax.sharding.Mesh, axis: str) -> ShardedCSRMatrix:
+    devices = _check_mesh(mesh, axis)
+    if not is_concrete(matrix.indices, matrix.indptr):
+        raise TypeError(
+            "`shard` needs a CSR matrix with concrete `indices` and `indptr`: its "
+            "communication plan is computed on the host. Shard outside `jit` (values may "
+            "still be traced: `shard(A.with_data(values), ...)` with `A` closed over)."
+        )
+    indices, indptr = np.asarray(matrix.indices), np.asarray(matrix.indptr)
+    plan, arrays = _cached_column_plan(
+        indices.tobytes(), indptr.tobytes(), indices.dtype.str, matrix.shape, devices
+    )
+    source = arrays.entry_source.reshape(-1)
+    values = jnp.where(source >= 0, matrix.data[np.maximum(source, 0)], 0).astype(matrix.dtype)
+    place = functools.partial(jax.device_put, device=NamedSharding(mesh, P(axis)))
+    index_dtype = matrix.index_dtype
+    return ShardedCSRMatrix(
+        place(values),
+        place(arrays.local_indices.reshape(-1).astype(index_dtype)),
+        place(arrays.local_indptr.reshape(-1).astype(index_dtype)),
+        place(arrays.send_positions.reshape(-1).astype(index_dtype)),
+        matrix.shape,
+        mesh,
+        axis,
+        plan,
+    )
+
+
+@functools.lru_cache(maxsize=16)
+def _cached_column_plan(indices: bytes, indptr: bytes, index_dtype: str, shape, devices: int):
+    """`column_plan` once per structure (keyed by the index arrays' bytes)."""
+    return column_plan(
+        np.frombuffer(indices, index_dtype), np.frombuffer(indptr, index_dtype), shape, devices
+    )
