@@ -2,6 +2,9 @@
 
 from importlib.metadata import version as _version
 
+from . import linalg as linalg
+from ._arithmetic import add as add
+from ._arithmetic import subtract as subtract
 from ._base import SparseMatrix as SparseMatrix
 from ._construct import block_diag as block_diag
 from ._construct import diags as diags
@@ -13,6 +16,9 @@ from ._construct import random as random
 from ._construct import vstack as vstack
 from ._csr import CSRMatrix as CSRMatrix
 from ._dia import DIAMatrix as DIAMatrix
+from ._interop import from_bcoo as from_bcoo
+from ._interop import from_bcsr as from_bcsr
+from ._lineax import lineax_operator as lineax_operator
 from ._matmul import matmul as matmul
 from ._shard import ShardedCSRMatrix as ShardedCSRMatrix
 from ._shard import ShardedDIAMatrix as ShardedDIAMatrix
@@ -28,15 +34,21 @@ __all__ = [
     "ShardedDIAMatrix",
     "ShardedMatrix",
     "SparseMatrix",
+    "add",
     "block_diag",
     "diags",
     "eye",
+    "from_bcoo",
+    "from_bcsr",
     "hstack",
     "identity",
     "kron",
+    "lineax_operator",
+    "linalg",
     "matmul",
     "random",
     "shard",
+    "subtract",
     "vstack",
 ]
 

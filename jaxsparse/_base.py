@@ -4,8 +4,9 @@ A format subclass holds its arrays as pytree leaves and its `shape` (and any oth
 metadata) as static fields, names itself in `format` (which registers it, so formats can
 convert into each other without importing each other), registers its product with
 `_matmul.sparse_times_dense`, implements the conversions, and gets from here the products
-on both sides, scalar arithmetic, `T`, `astype`, `toarray`, a readable `repr`, and its
-registration for `jax.export` serialization (`_export.py`).
+on both sides, `T`, `astype`, `toarray`, a readable `repr`, and its
+registration for `jax.export` serialization (`_export.py`). Arithmetic, reductions and
+indexing come from the `_operators.SparseOperators` mixin, the format's second base.
 """
 
 import abc
@@ -95,17 +96,6 @@ class SparseMatrix(eqx.Module):
 
     def __rmatmul__(self, other):
         return matmul(other, self)
-
-    def __mul__(self, scalar):
-        return self.with_data(self.data * _as_scalar(scalar, "*"))
-
-    __rmul__ = __mul__
-
-    def __truediv__(self, scalar):
-        return self.with_data(self.data / _as_scalar(scalar, "/"))
-
-    def __neg__(self):
-        return self.with_data(-self.data)
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{key}={value}" for key, value in self._repr_fields().items())

@@ -20,12 +20,14 @@ from ._base import (
 )
 from ._csr_layout import indptr_from_counts, row_ids, transposed_structure
 from ._csr_ops import csr_matmul_p, csr_matmul_t_p
+from ._interop import eliminate_zeros, from_bcoo, from_bcsr, sort_indices, sum_duplicates
 from ._matmul import sparse_times_dense
+from ._operators import SparseOperators
 
 INDEX_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
 
 
-class CSRMatrix(SparseMatrix):
+class CSRMatrix(SparseMatrix, SparseOperators):
     """A sparse matrix in compressed sparse row format, as in scipy.
 
     Row `i` holds the entries `p` in `indptr[i]:indptr[i + 1]`, at columns `indices[p]`
@@ -216,6 +218,30 @@ class CSRMatrix(SparseMatrix):
         values = jnp.where(jnp.arange(nnz) < found, dense[rows, cols], 0)
         indptr = indptr_from_counts(jnp.bincount(rows, length=m).astype(index_dtype))
         return cls(values.astype(dense.dtype), cols.astype(index_dtype), indptr, (m, n))
+
+    # The scipy.sparse clean-ups and jax.experimental.sparse imports (`_interop.py`).
+
+    def sum_duplicates(self, *, nnz: int | None = None) -> "CSRMatrix":
+        """Repeated positions summed, columns sorted (a new matrix; `nnz` under `jit`)."""
+        return sum_duplicates(self, nnz=nnz)
+
+    def sort_indices(self) -> "CSRMatrix":
+        """Columns sorted within each row (a new matrix; jit-able)."""
+        return sort_indices(self)
+
+    def eliminate_zeros(self) -> "CSRMatrix":
+        """Explicit zeros removed (a new matrix; host-side, not under `jit`)."""
+        return eliminate_zeros(self)
+
+    @classmethod
+    def from_bcoo(cls, matrix) -> "CSRMatrix":
+        """From a 2-D `jax.experimental.sparse.BCOO` (jit-able)."""
+        return from_bcoo(matrix)
+
+    @classmethod
+    def from_bcsr(cls, matrix) -> "CSRMatrix":
+        """From a 2-D `jax.experimental.sparse.BCSR` (jit-able)."""
+        return from_bcsr(matrix)
 
     def _repr_fields(self) -> dict:
         return {**super()._repr_fields(), "index_dtype": leaf_dtype_name(self.indices)}

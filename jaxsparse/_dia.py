@@ -28,9 +28,10 @@ from ._dia_layout import (
 )
 from ._dia_ops import dia_matmul_p, dia_matmul_t_p
 from ._matmul import sparse_times_dense
+from ._operators import SparseOperators
 
 
-class DIAMatrix(SparseMatrix):
+class DIAMatrix(SparseMatrix, SparseOperators):
     """A sparse matrix stored by diagonals, in scipy's DIA convention.
 
     `data[d, j] == A[j - offsets[d], j]`: column `j` of `data` is column `j` of the
@@ -119,12 +120,6 @@ class DIAMatrix(SparseMatrix):
         """Value checks under `jit`: a DIA matrix has none beyond its shapes, so `self`."""
         return self
 
-    def __add__(self, other):
-        return _add(self, other, sign=1)
-
-    def __sub__(self, other):
-        return _add(self, other, sign=-1)
-
     def to_scipy(self) -> scipy.sparse.dia_array:
         """A `scipy.sparse.dia_array` on the host (bfloat16 values become float32)."""
         data = np.asarray(host_values(self.data))
@@ -203,21 +198,6 @@ def _validate_offsets(offsets) -> tuple[int, ...]:
 
 def _is_array(value) -> bool:
     return isinstance(value, (np.ndarray, jax.Array))
-
-
-def _add(left: DIAMatrix, right, sign: int) -> DIAMatrix:
-    """`left + sign * right` for two DIA matrices: the union of their diagonals."""
-    if not isinstance(right, DIAMatrix):
-        return NotImplemented
-    if left.shape != right.shape:
-        raise ValueError(f"inconsistent shapes for addition: {left.shape} and {right.shape}.")
-    dtype = jnp.result_type(left.dtype, right.dtype)
-    offsets = tuple(sorted(set(left.offsets) | set(right.offsets)))
-    data = jnp.zeros((len(offsets), left.shape[1]), dtype)
-    for matrix, factor in ((left, 1), (right, sign)):
-        for d, off in enumerate(matrix.offsets):
-            data = data.at[offsets.index(off)].add(factor * matrix.data[d].astype(dtype))
-    return DIAMatrix(data, offsets, left.shape)
 
 
 @sparse_times_dense.register(DIAMatrix)

@@ -37,12 +37,18 @@ def sparse_times_dense(matrix, data, columns, *, transposed: bool, backend: str)
 _NOT_SPARSE = sparse_times_dense.dispatch(object)
 
 
+@functools.singledispatch
+def sparse_times_sparse(a, b, *, nnz: int | None, backend: str):
+    """`a @ b` for two sparse matrices, as a sparse matrix; `_spgemm.py` registers it."""
+    raise TypeError(f"matmul: unsupported sparse format {type(a).__name__}.")
+
+
 def _is_sparse(value) -> bool:
     return sparse_times_dense.dispatch(type(value)) is not _NOT_SPARSE
 
 
-def matmul(a, b, *, backend: str | None = None) -> jax.Array:
-    """The product `a @ b` where one operand is a jaxsparse matrix and the other dense.
+def matmul(a, b, *, backend: str | None = None, nnz: int | None = None):
+    """The product `a @ b` where one operand is a jaxsparse matrix, the other dense or sparse.
 
     **Arguments:**
 
@@ -52,16 +58,16 @@ def matmul(a, b, *, backend: str | None = None) -> jax.Array:
     - `backend`: `None` or `"auto"` (Pallas on GPU and TPU, XLA on CPU; the environment
       variable `JAXSPARSE_BACKEND` overrides it), `"pallas"`, `"interpret"` or `"xla"`.
       See `jaxsparse._backend` for the full table.
+    - `nnz`: for sparse @ sparse with a CSR factor under `jax.jit`, the number of stored
+      entries of the result (see `jaxsparse._spgemm`).
 
     **Returns:** a dense JAX array of shape `(m,)`, `(m, k)`, `(n,)` or `(k, n)`, in the
-    dtype `jnp.matmul` would give for the two dtypes.
+    dtype `jnp.matmul` would give for the two dtypes; for two sparse operands, a sparse
+    matrix (DIA for DIA @ DIA, else CSR).
     """
     backend = resolve_backend(backend)
     if _is_sparse(a) and _is_sparse(b):
-        raise TypeError(
-            "matmul: both operands are sparse; sparse @ sparse is not supported. "
-            "Convert one of them with `.todense()`."
-        )
+        return sparse_times_sparse(a, b, nnz=nnz, backend=backend)
     if _is_sparse(a):
         dense = _as_dense_operand(b, "b")
         _check_inner_dims(a.shape, dense.shape, sparse_first=True)

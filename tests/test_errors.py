@@ -103,14 +103,16 @@ def test_matmul_errors(fmt):
         matrix @ np.float32(2.0)
     with pytest.raises(TypeError, match="must be an array"):
         matrix @ "abc"
-    with pytest.raises(TypeError, match="sparse @ sparse"):
-        matrix @ matrix.T
+    with pytest.raises(ValueError, match=rf"dimension mismatch: \({m}, {n}\) @ \({n + 1}, {n}\)"):
+        matrix @ js.CSRMatrix.fromdense(np.eye(n + 1, n))
     with pytest.raises(ValueError, match="`backend` must be"):
         js.matmul(matrix, np.ones(n, np.float32), backend="gpu")
     with pytest.raises(TypeError, match="one operand must be a jaxsparse matrix"):
         js.matmul(np.ones((2, 2)), np.ones(2))
+    with pytest.raises(ValueError, match="does not broadcast"):
+        matrix * np.ones(n + 1)
     with pytest.raises(TypeError, match="only scalars"):
-        matrix * np.ones(n)
+        matrix / np.ones(n)
 
 
 def test_from_scipy_and_fromdense_errors():

@@ -1,0 +1,248 @@
+"""Elementwise arithmetic of sparse matrices, with scipy.sparse's array semantics.
+
+- `add`/`subtract`: DIA with DIA gives DIA (the union of the offsets, static); a sum with a
+  CSR operand gives CSR with the union of the structures, summed and sorted. Its number of
+  entries depends on the index values: counted on the host when they are concrete, a static
+  `nnz` under `jax.jit` (two CSR matrices sharing their index arrays need none). With a
+  dense operand the result is dense.
+- `multiply` (`*`): with a scalar, a dense matrix or a broadcast vector (row or column
+  scaling) the result keeps the sparse operand's format and structure. Sparse with sparse
+  keeps the intersection: DIA with DIA gives DIA (the common offsets); otherwise CSR, on the
+  first CSR operand's structure, with the entries absent from the other operand dropped on
+  the host when the indices are concrete, kept as explicit zeros under `jit` (so no `nnz`
+  is needed there).
+- `divide` by a scalar, `negative`, `absolute`, `power`, `conj`, `real`, `imag` act on the
+  stored values (scipy sums repeated CSR entries first; call `sum_duplicates()` before
+  `abs` or `**` on a matrix holding repeats).
+"""
+
+import functools
+import numbers
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._base import SparseMatrix, _as_scalar, is_concrete
+from ._coordinates import entries, entries_to_csr, lookup, select_entries, stored_on_host
+
+
+def _is_scalar(value) -> bool:
+    if isinstance(value, numbers.Number) and not isinstance(value, bool):
+        return True
+    return isinstance(value, (jax.Array, np.ndarray, np.generic)) and jnp.ndim(value) == 0
+
+
+def _as_dense(value, operator: str) -> jax.Array:
+    try:
+        array = jnp.asarray(value)
+    except TypeError:
+        raise TypeError(
+            f"`{operator}` between a sparse matrix and {type(value).__name__} is not supported."
+        ) from None
+    if not (jnp.issubdtype(array.dtype, jnp.number) or array.dtype == jnp.bool_):
+        raise TypeError(f"`{operator}`: the dense operand must be numeric, got {array.dtype}.")
+    return array
+
+
+def _check_same_shape(a, b, operator: str) -> None:
+    if a.shape != b.shape:
+        raise ValueError(f"inconsistent shapes for `{operator}`: {a.shape} and {b.shape}.")
+
+
+def add(a, b, *, nnz: int | None = None):
+    """`a + b` for sparse matrices and dense arrays (at least one of them sparse).
+
+    **Arguments:**
+
+    - `a`, `b`: a `DIAMatrix`, `CSRMatrix` or dense array (same shape as the sparse one).
+    - `nnz`: the number of entries of a CSR result, needed under `jax.jit` when it depends
+      on traced indices (ignored for a DIA or dense result).
+
+    **Returns:** DIA for DIA + DIA, CSR for a sum with a CSR operand, dense with a dense
+    operand. Adding a nonzero scalar is a TypeError (it would fill the matrix), as scipy.
+    """
+    return _add(a, b, sign=1, nnz=nnz, operator="+")
+
+
+def subtract(a, b, *, nnz: int | None = None):
+    """`a - b`; see `add`."""
+    return _add(a, b, sign=-1, nnz=nnz, operator="-")
+
+
+def _add(a, b, *, sign: int, nnz, operator: str):
+    a_sparse, b_sparse = isinstance(a, SparseMatrix), isinstance(b, SparseMatrix)
+    if not (a_sparse and b_sparse):
+        sparse, dense = (a, b) if a_sparse else (b, a)
+        if _is_scalar(dense):
+            if is_concrete(dense) and dense == 0:
+                return a if a_sparse else negative(b) if sign < 0 else b
+            raise TypeError(
+                f"`{operator}` of a sparse matrix and a nonzero scalar would fill the "
+                "matrix; use `todense()` first."
+            )
+        dense = _as_dense(dense, operator)
+        return a.todense() + sign * dense if a_sparse else dense + sign * b.todense()
+    _check_same_shape(a, b, operator)
+    dtype = jnp.result_type(a.dtype, b.dtype)
+    if a.format == "dia" and b.format == "dia":
+        return _add_dia(a, b, sign=sign, dtype=np.dtype(dtype))
+    if _same_csr_structure(a, b):
+        return a.with_data(a.data.astype(dtype) + sign * b.data.astype(dtype))
+    a_rows, a_cols, a_values = entries(a)
+    b_rows, b_cols, b_values = entries(b)
+    return entries_to_csr(
+        _concatenate_indices(a_rows, b_rows),
+        _concatenate_indices(a_cols, b_cols),
+        jnp.concatenate([a_values.astype(dtype), sign * b_values.astype(dtype)]),
+        a.shape,
+        nnz=nnz,
+        operation=f"sparse `{operator}` with a CSR operand",
+    )
+
+
+def _concatenate_indices(first, second) -> jax.Array:
+    """Two index arrays end to end, in the wider of their dtypes (strict promotion-safe)."""
+    dtype = np.promote_types(first.dtype, second.dtype)
+    if isinstance(first, np.ndarray) and isinstance(second, np.ndarray):
+        return np.concatenate([first.astype(dtype), second.astype(dtype)])
+    return jnp.concatenate([jnp.asarray(first).astype(dtype), jnp.asarray(second).astype(dtype)])
+
+
+def _same_csr_structure(a, b) -> bool:
+    return (
+        a.format == "csr" and b.format == "csr" and a.indices is b.indices and a.indptr is b.indptr
+    )
+
+
+@functools.partial(jax.jit, static_argnames=("sign", "dtype"))
+def _add_dia(a, b, sign: int, dtype):
+    """The union of the diagonals of two DIA matrices, static."""
+    offsets = tuple(sorted(set(a.offsets) | set(b.offsets)))
+    data = jnp.zeros((len(offsets), a.shape[1]), dtype)
+    for matrix, factor in ((a, 1), (b, sign)):
+        for d, off in enumerate(matrix.offsets):
+            data = data.at[offsets.index(off)].add(factor * matrix.data[d].astype(dtype))
+    return type(a)(data, offsets, a.shape)
+
+
+def multiply(a, b):
+    """The elementwise product `a * b` (`a` sparse), as scipy's `multiply`.
+
+    **Arguments:**
+
+    - `a`: a `DIAMatrix` or `CSRMatrix` of shape `(m, n)`.
+    - `b`: a scalar, a dense `(m, n)` array or one that broadcasts to it (`(n,)`, `(1, n)`
+      scale columns, `(m, 1)` rows), or a sparse matrix of shape `(m, n)`.
+
+    **Returns:** `a`'s format and structure for a scalar or dense `b`; for a sparse `b`,
+    DIA if both are DIA (the common offsets), else CSR holding the intersection (see the
+    module docstring for `jit`).
+    """
+    if isinstance(b, SparseMatrix):
+        _check_same_shape(a, b, "*")
+        return _multiply_sparse(a, b)
+    if _is_scalar(b):
+        return a.with_data(a.data * b)
+    factor = _broadcast_factor(_as_dense(b, "*"), a.shape)
+    dtype = jnp.result_type(a.dtype, factor.dtype)
+    if a.format == "dia":
+        return a.with_data(a.data.astype(dtype) * _dia_slot_factors(a, factor))
+    rows, cols, _ = entries(a)
+    picked = factor[
+        _broadcast_index(rows, factor.shape[0]), _broadcast_index(cols, factor.shape[1])
+    ]
+    return a.with_data(a.data.astype(dtype) * picked)
+
+
+def _broadcast_factor(dense: jax.Array, shape: tuple[int, int]) -> jax.Array:
+    """A dense factor as 2-D, checked to broadcast to `shape` (kept unbroadcast)."""
+    factor = dense[None, :] if dense.ndim == 1 else dense
+    fits = factor.ndim == 2 and all(
+        size in (1, full) for size, full in zip(factor.shape, shape, strict=True)
+    )
+    if not fits:
+        raise ValueError(
+            f"inconsistent shapes for `*`: a dense operand of shape {dense.shape} does not "
+            f"broadcast to the sparse matrix's {shape}."
+        )
+    return factor
+
+
+def _broadcast_index(index, size: int):
+    return index if size != 1 else 0
+
+
+def _dia_slot_factors(matrix, factor: jax.Array) -> jax.Array:
+    """`factor[row, col]` for every DIA slot `(d, col)`, zero on the ignored slots."""
+    m, n = matrix.shape
+    cols = np.arange(n)[None, :]
+    rows = cols - np.asarray(matrix.offsets, np.int64).reshape(-1, 1)
+    inside = (rows >= 0) & (rows < m)
+    rows = np.clip(rows, 0, max(m - 1, 0))
+    row_index = rows if factor.shape[0] != 1 else np.zeros_like(rows)
+    col_index = np.broadcast_to(cols, rows.shape) if factor.shape[1] != 1 else 0 * rows
+    if m == 0 or n == 0:
+        return jnp.zeros(rows.shape, factor.dtype)
+    return jnp.where(inside, factor[row_index, col_index], 0)
+
+
+def _multiply_sparse(a, b):
+    dtype = jnp.result_type(a.dtype, b.dtype)
+    if a.format == "dia" and b.format == "dia":
+        offsets = tuple(off for off in a.offsets if off in b.offsets)
+        rows = [
+            a.data[a.offsets.index(off)].astype(dtype) * b.data[b.offsets.index(off)].astype(dtype)
+            for off in offsets
+        ]
+        data = jnp.stack(rows) if rows else jnp.zeros((0, a.shape[1]), dtype)
+        return type(a)(data, offsets, a.shape)
+    structure, other = (a, b) if a.format == "csr" else (b, a)
+    rows, cols, values = entries(structure)
+    other_values, _ = lookup(other, rows, cols)
+    product = structure.with_data(values.astype(dtype) * other_values.astype(dtype))
+    if not isinstance(rows, np.ndarray):
+        return product
+    stored = stored_on_host(other, rows, cols)
+    return product if stored is None else select_entries(product, stored)
+
+
+def divide(a, scalar):
+    """`a / scalar` on the stored values; only scalar divisors (`multiply` by a reciprocal
+    scales rows or columns)."""
+    return a.with_data(a.data / _as_scalar(scalar, "/"))
+
+
+def negative(a):
+    """`-a`."""
+    return a.with_data(-a.data)
+
+
+def absolute(a):
+    """`abs(a)`: absolute stored values (complex becomes real)."""
+    return a.with_data(jnp.abs(a.data))
+
+
+def power(a, exponent):
+    """`a ** exponent` on the stored values; a zero exponent is a ValueError (it would fill
+    the matrix), as scipy's."""
+    if not _is_scalar(exponent):
+        raise TypeError("`**` of a sparse matrix takes a scalar exponent.")
+    if is_concrete(exponent) and exponent == 0:
+        raise ValueError("a zero power is not supported: it would fill the matrix.")
+    return a.with_data(a.data**exponent)
+
+
+def conj(a):
+    """The complex conjugate (the same matrix for real values)."""
+    return a.with_data(jnp.conj(a.data))
+
+
+def real(a):
+    """The real part, in the matching real dtype."""
+    return a.with_data(jnp.real(a.data))
+
+
+def imag(a):
+    """The imaginary part, in the matching real dtype (zeros for real values)."""
+    return a.with_data(jnp.imag(a.data))

@@ -1,0 +1,96 @@
+"""`A[...]`: rows, columns, entries and slices of a sparse matrix.
+
+What comes back, and where it differs from scipy's sparse arrays:
+
+- `A[i]`, `A[i, :]` (row `i`) and `A[:, j]` (column `j`): a dense 1-D JAX array. scipy
+  returns a 1-D `coo_array`; jaxsparse has no 1-D format. Jit-able, `i` and `j` may be
+  traced integers.
+- `A[i, j]`: the entry, a 0-d array (repeated CSR entries summed). Jit-able.
+- `A[i:j]`, `A[:, i:j]`, `A[i:j, k:l]` (steps of 1): the same format (scipy's CSR slices
+  are CSR; its `dia_array` takes no index at all). DIA slices are jit-able (the offsets
+  shift by the slice starts; `data` is a column slice). CSR slices change the number of
+  entries, so they are computed on the host and need concrete indices (a TypeError under
+  `jax.jit`).
+"""
+
+import jax.numpy as jnp
+import numpy as np
+
+from ._base import format_class, is_concrete
+from ._coordinates import entries, select_entries
+
+
+def getitem(matrix, key):
+    """`matrix[key]` (see the module docstring)."""
+    rows_key, cols_key = key if isinstance(key, tuple) else (key, slice(None))
+    if isinstance(key, tuple) and len(key) != 2:
+        raise IndexError(f"a sparse matrix takes at most two indices, got {len(key)}.")
+    m, n = matrix.shape
+    rows_slice, cols_slice = isinstance(rows_key, slice), isinstance(cols_key, slice)
+    if rows_slice and cols_slice:
+        rows_range = _static_range(rows_key, m, "rows")
+        cols_range = _static_range(cols_key, n, "columns")
+        return _submatrix(matrix, rows_range, cols_range)
+    rows, cols, values = entries(matrix)
+    if not rows_slice and not cols_slice:
+        i, j = _index(rows_key, m, "row"), _index(cols_key, n, "column")
+        return jnp.sum(jnp.where((rows == i) & (cols == j), values, 0))
+    if cols_slice:
+        if cols_key != slice(None):
+            raise IndexError("a row of a sparse matrix takes only `:` for its columns.")
+        i = _index(rows_key, m, "row")
+        return (
+            jnp.zeros((n,), matrix.dtype).at[jnp.where(rows == i, cols, n)].add(values, mode="drop")
+        )
+    if rows_key != slice(None):
+        raise IndexError("a column of a sparse matrix takes only `:` for its rows.")
+    j = _index(cols_key, n, "column")
+    return jnp.zeros((m,), matrix.dtype).at[jnp.where(cols == j, rows, m)].add(values, mode="drop")
+
+
+def _static_range(key: slice, size: int, what: str) -> tuple[int, int]:
+    start, stop, step = key.indices(size)
+    if step != 1:
+        raise IndexError(f"slices of {what} with a step other than 1 are not supported.")
+    return start, max(start, stop)
+
+
+def _index(value, size: int, what: str):
+    """A Python int made non-negative and checked, or a traced integer as it is."""
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        if not -size <= value < size:
+            raise IndexError(f"{what} index {value} is out of range for size {size}.")
+        return int(value) % size
+    array = jnp.asarray(value)
+    if array.ndim != 0 or not jnp.issubdtype(array.dtype, jnp.integer):
+        raise IndexError(f"a {what} index must be an integer, got {value!r}.")
+    return jnp.where(array < 0, array + size, array)
+
+
+def _submatrix(matrix, rows_range, cols_range):
+    (top, bottom), (left, right) = rows_range, cols_range
+    shape = (bottom - top, right - left)
+    if (top, bottom, left, right) == (0, matrix.shape[0], 0, matrix.shape[1]):
+        return matrix
+    if matrix.format == "dia":
+        # Row `r` of the slice is row `r + top`: an entry on diagonal `off` lands on diagonal
+        # `off + top - left`, and column `c` of `data` is column `c + left`.
+        offsets = tuple(off + top - left for off in matrix.offsets)
+        return type(matrix)(matrix.data[:, left:right], offsets, shape)
+    if not is_concrete(matrix.indices, matrix.indptr):
+        raise TypeError(
+            "slicing a `CSRMatrix` changes its number of entries, which depends on its "
+            "traced index arrays under `jax.jit`: slice outside `jit`, or take rows with "
+            "`A[i]` (dense, jit-able)."
+        )
+    rows = np.asarray(entries(matrix)[0])
+    cols = np.asarray(matrix.indices)
+    keep = (rows >= top) & (rows < bottom) & (cols >= left) & (cols < right)
+    kept = select_entries(matrix, keep)
+    indptr = np.asarray(kept.indptr)[top : bottom + 1]
+    return format_class("csr")(
+        kept.data,
+        np.asarray(kept.indices) - np.asarray(left, kept.indices.dtype),
+        indptr - indptr[0],
+        shape,
+    )

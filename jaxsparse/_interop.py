@@ -1,0 +1,115 @@
+"""Conversions to and from `jax.experimental.sparse` (BCOO, BCSR), and the CSR clean-ups
+scipy has: `sum_duplicates`, `sort_indices`, `eliminate_zeros`.
+
+`to_bcoo`, `to_bcsr`, `from_bcoo`, `from_bcsr` and `sort_indices` keep the number of stored
+entries, so they are jit-able. `sum_duplicates` and `eliminate_zeros` change it: they run on
+the host, and `sum_duplicates` under `jax.jit` takes a static `nnz` (`eliminate_zeros`
+depends on values and has no `jit` form). Unlike scipy's, they return a new matrix.
+"""
+
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import sparse as jsparse
+
+from ._base import format_class, index_dtype_for, is_concrete
+from ._coordinates import entries, entries_to_csr, select_entries
+from ._csr_layout import indptr_from_counts
+
+
+def to_bcoo(matrix) -> jsparse.BCOO:
+    """The matrix as a `jax.experimental.sparse.BCOO` with the same entries (jit-able)."""
+    rows, cols, values = entries(matrix)
+    index_dtype = matrix.indices.dtype if matrix.format == "csr" else jnp.int32
+    indices = jnp.stack([jnp.asarray(rows), jnp.asarray(cols)], axis=1).astype(index_dtype)
+    return jsparse.BCOO((values, indices), shape=matrix.shape)
+
+
+def to_bcsr(matrix) -> jsparse.BCSR:
+    """The matrix as a `jax.experimental.sparse.BCSR` with the same entries (jit-able)."""
+    csr = matrix.tocsr()
+    return jsparse.BCSR((csr.data, csr.indices, csr.indptr), shape=csr.shape)
+
+
+def from_bcoo(matrix: jsparse.BCOO):
+    """A `CSRMatrix` from a 2-D `BCOO` (no batch or dense dimensions), jit-able.
+
+    Entries are sorted by row (stably). BCOO's padding entries (indices out of range) become
+    explicit zeros in the last row.
+    """
+    if not isinstance(matrix, jsparse.BCOO):
+        raise TypeError(f"`matrix` must be a BCOO, got {type(matrix).__name__}.")
+    _check_plain(matrix)
+    m, n = matrix.shape
+    rows, cols = matrix.indices[:, 0], matrix.indices[:, 1]
+    inside = (rows >= 0) & (rows < m) & (cols >= 0) & (cols < n)
+    rows = jnp.where(inside, rows, max(m - 1, 0))
+    cols = jnp.where(inside, cols, 0)
+    values = jnp.where(inside, matrix.data, 0)
+    order = jnp.argsort(rows, stable=True)
+    index_dtype = index_dtype_for(matrix.shape, matrix.nse)
+    counts = jnp.zeros((m,), index_dtype).at[rows].add(1, mode="drop")
+    return format_class("csr")(
+        values[order], cols[order].astype(index_dtype), indptr_from_counts(counts), (m, n)
+    )
+
+
+def from_bcsr(matrix: jsparse.BCSR):
+    """A `CSRMatrix` from a 2-D `BCSR` (no batch or dense dimensions), jit-able."""
+    if not isinstance(matrix, jsparse.BCSR):
+        raise TypeError(f"`matrix` must be a BCSR, got {type(matrix).__name__}.")
+    _check_plain(matrix)
+    index_dtype = jnp.promote_types(matrix.indices.dtype, matrix.indptr.dtype)
+    return format_class("csr")(
+        matrix.data,
+        matrix.indices.astype(index_dtype),
+        matrix.indptr.astype(index_dtype),
+        matrix.shape,
+    )
+
+
+def _check_plain(matrix) -> None:
+    if matrix.n_batch or matrix.n_dense or len(matrix.shape) != 2:
+        raise ValueError(
+            "`matrix` must be 2-D with no batch or dense dimensions, got "
+            f"n_batch={matrix.n_batch}, n_dense={matrix.n_dense}, shape={matrix.shape}."
+        )
+
+
+def sort_indices(matrix):
+    """The CSR matrix with the columns of every row in increasing order (jit-able: a stable
+    sort; repeats stay)."""
+    rows, cols, values = entries(matrix)
+    order = jnp.lexsort((cols, rows))
+    return format_class("csr")(values[order], cols[order], matrix.indptr, matrix.shape)
+
+
+def sum_duplicates(matrix, *, nnz: int | None = None):
+    """The CSR matrix with repeated positions summed and columns sorted, as scipy's.
+
+    **Arguments:**
+
+    - `nnz`: the number of distinct positions; needed under `jax.jit` (counted on the host
+      otherwise). More pads with explicit zeros, fewer raises.
+    """
+    rows, cols, values = entries(matrix)
+    return entries_to_csr(rows, cols, values, matrix.shape, nnz=nnz, operation="`sum_duplicates()`")
+
+
+def eliminate_zeros(matrix):
+    """The CSR matrix without its explicitly stored zeros (host-side: needs concrete values
+    and indices)."""
+    if not is_concrete(matrix.data, matrix.indices, matrix.indptr):
+        raise TypeError(
+            "`eliminate_zeros()` removes entries by value, so its structure depends on the "
+            "values, which are traced under `jax.jit`: call it outside `jit`."
+        )
+    return select_entries(matrix, np.asarray(matrix.data) != 0)
+
+
+def asformat(matrix, format: str):
+    """The matrix in `format` (`"dia"` or `"csr"`), as scipy's `asformat`."""
+    if format == "dia":
+        return matrix.todia()
+    if format == "csr":
+        return matrix.tocsr()
+    raise ValueError(f"`format` must be 'dia' or 'csr', got {format!r}.")

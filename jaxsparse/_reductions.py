@@ -1,0 +1,138 @@
+"""Reductions of sparse matrices, with scipy.sparse's semantics: `diagonal`, `trace`, `sum`,
+`max`, `min`, and the norms behind `jaxsparse.linalg.norm`.
+
+All are jit-able (and jitted, so that an eager call compiles one program): they read the
+stored entries (`_coordinates.entries`) and never build the dense matrix. `max`, `min` and
+the norms first sum repeated CSR entries, as scipy does; the implicit zeros take part in
+`max` and `min` wherever a row, a column or the matrix has a position that is not stored.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._coordinates import distinct_entries, entries
+
+
+def diagonal_length(shape: tuple[int, int], k: int) -> int:
+    """How many entries diagonal `k` of a matrix of this shape holds (0 if none)."""
+    m, n = shape
+    return max(0, min(m + min(k, 0), n - max(k, 0)))
+
+
+@functools.partial(jax.jit, static_argnames="k")
+def diagonal(matrix, k: int = 0) -> jax.Array:
+    """The `k`-th diagonal of `matrix` as a dense 1-D array, as scipy's `diagonal(k)`.
+
+    **Arguments:**
+
+    - `k`: a Python int: 0 the main diagonal, > 0 above, < 0 below.
+
+    **Returns:** a `(length,)` array in the matrix's dtype (empty when `k` misses it).
+    """
+    k = _static_int(k, "k")
+    length = diagonal_length(matrix.shape, k)
+    if matrix.format == "dia":
+        if k not in matrix.offsets or length == 0:
+            return jnp.zeros((length,), matrix.dtype)
+        start = max(k, 0)
+        return matrix.data[matrix.offsets.index(k), start : start + length]
+    rows, cols, values = entries(matrix)
+    on_diagonal = (cols - rows) == k
+    position = jnp.where(on_diagonal, rows - max(-k, 0), length)
+    return jnp.zeros((length,), matrix.dtype).at[position].add(values, mode="drop")
+
+
+def trace(matrix, offset: int = 0) -> jax.Array:
+    """The sum of diagonal `offset`, as scipy's `trace(offset)`."""
+    return jnp.sum(diagonal(matrix, offset))
+
+
+@functools.partial(jax.jit, static_argnames="axis")
+def total(matrix, axis=None) -> jax.Array:
+    """`matrix.sum(axis)`: a scalar for `axis=None`, else a dense 1-D array (sparse arrays'
+    convention): `(n,)` for `axis=0` (column sums), `(m,)` for `axis=1` (row sums)."""
+    rows, cols, values = entries(matrix)
+    axis = _axis(axis)
+    if axis is None:
+        return jnp.sum(values)
+    index, size = (cols, matrix.shape[1]) if axis == 0 else (rows, matrix.shape[0])
+    return jnp.zeros((size,), matrix.dtype).at[index].add(values)
+
+
+@functools.partial(jax.jit, static_argnames=("axis", "largest"))
+def extreme(matrix, axis, *, largest: bool) -> jax.Array:
+    """`matrix.max(axis)` (`largest`) or `matrix.min(axis)`, implicit zeros included."""
+    if jnp.issubdtype(matrix.dtype, jnp.complexfloating):
+        raise TypeError("`max` and `min` are not defined for complex values.")
+    m, n = matrix.shape
+    axis = _axis(axis)
+    if m * n == 0:
+        raise ValueError(f"`max`/`min` of an empty matrix of shape {matrix.shape}.")
+    rows, cols, values, valid = distinct_entries(matrix)
+    neutral = -jnp.inf if largest else jnp.inf
+    values = jnp.where(valid, values, neutral).astype(matrix.dtype)
+    pick = jnp.maximum if largest else jnp.minimum
+    if axis is None:
+        stored = jnp.max(values, initial=neutral) if largest else jnp.min(values, initial=neutral)
+        has_zero = jnp.sum(valid) < m * n
+        return jnp.where(has_zero, pick(stored, 0), stored).astype(matrix.dtype)
+    index, size, full = (cols, n, m) if axis == 0 else (rows, m, n)
+    index = jnp.where(valid, index, size)
+    segment = jax.ops.segment_max if largest else jax.ops.segment_min
+    stored = segment(values, index, num_segments=size)
+    counts = jax.ops.segment_sum(valid.astype(jnp.int32), index, num_segments=size)
+    return jnp.where(counts < full, pick(stored, 0), stored).astype(matrix.dtype)
+
+
+@functools.partial(jax.jit, static_argnames="ord")
+def norm(matrix, ord=None) -> jax.Array:
+    """The matrix norm of `matrix`, as `scipy.sparse.linalg.norm` (no vector norms).
+
+    **Arguments:**
+
+    - `matrix`: a `DIAMatrix` or `CSRMatrix`.
+    - `ord`: `None` or `"fro"` (Frobenius), `1` / `-1` (largest / smallest absolute column
+      sum), `jnp.inf` / `-jnp.inf` (largest / smallest absolute row sum).
+
+    **Returns:** a real scalar (jit-able, differentiable in the values).
+    """
+    rows, cols, values, _ = distinct_entries(matrix)
+    magnitude = jnp.abs(values)
+    if ord is None or ord == "fro":
+        return jnp.sqrt(jnp.sum(magnitude * magnitude))
+    if ord in (1, -1):
+        sums = jax.ops.segment_sum(magnitude, cols, num_segments=matrix.shape[1])
+    elif ord in (np.inf, -np.inf):
+        sums = jax.ops.segment_sum(magnitude, rows, num_segments=matrix.shape[0])
+    else:
+        raise ValueError(f"`ord` must be None, 'fro', 1, -1, inf or -inf, got {ord!r}.")
+    if sums.shape[0] == 0:
+        return jnp.zeros((), magnitude.dtype)
+    return jnp.max(sums) if ord > 0 else jnp.min(sums)
+
+
+def _axis(axis):
+    if axis is None:
+        return None
+    if (
+        isinstance(axis, bool)
+        or not isinstance(axis, (int, np.integer))
+        or axis
+        not in (
+            -2,
+            -1,
+            0,
+            1,
+        )
+    ):
+        raise ValueError(f"`axis` must be None, 0 or 1, got {axis!r}.")
+    return int(axis) % 2
+
+
+def _static_int(value, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"`{name}` must be a Python int, got {value!r}.")
+    return int(value)

@@ -1,0 +1,140 @@
+"""Sparse @ sparse: the product of two jaxsparse matrices, as a sparse matrix.
+
+- DIA @ DIA gives DIA. Its offsets are the pairwise sums of the factors' offsets (those that
+  meet the result), known from static metadata, so the product is fully jit-able: for each
+  diagonal `b` of the right factor, the left factor's diagonals shifted by `b` times it.
+- Any product with a CSR factor gives CSR (a DIA factor is converted by `tocsr()`, which is
+  jit-able). Like scipy, in two phases. When the index arrays are concrete, the structure
+  is computed on the host: every pair of entries `A[i, j] B[j, c]` is listed (numpy), its
+  position `(i, c)` sorted and merged. The values are then one gather, product and
+  segment sum of the two `data` arrays, so gradients reach both operands' values. Unlike
+  scipy, entries that cancel to zero stay stored (the structure never depends on values).
+  Under `jax.jit` with traced indices the structure needs a static `nnz` (the number of
+  entries of the result; more than needed pads with explicit zeros, fewer raises at run
+  time): the structure is then found through a dense `(m, k)` count of the products,
+  which costs `m * k` memory, and the values gathered from the dense product `A @ B`.
+  Build large products outside `jit` and pass the result in.
+"""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._base import SparseMatrix, is_concrete
+from ._coordinates import csr_from_entries, linear_keys, static_nnz
+from ._csr_layout import row_ids
+from ._dia_layout import active_diagonals, diagonal_lengths
+from ._matmul import matmul, sparse_times_sparse
+
+
+@sparse_times_sparse.register(SparseMatrix)
+def spgemm(a, b, *, nnz: int | None = None, backend: str = "auto"):
+    """The product `a @ b` of two sparse matrices (see the module docstring).
+
+    **Arguments:**
+
+    - `a`, `b`: `DIAMatrix` or `CSRMatrix` of shapes `(m, n)` and `(n, k)`.
+    - `nnz`: the number of stored entries of a CSR result: needed under `jax.jit` when the
+      factors' indices are traced; ignored for DIA @ DIA.
+    - `backend`: the backend of the dense products on the `jit` path.
+
+    **Returns:** a `DIAMatrix` for DIA @ DIA, else a `CSRMatrix`, of shape `(m, k)` and the
+    promoted dtype.
+    """
+    if not isinstance(b, SparseMatrix):
+        raise TypeError(f"`b` must be a sparse matrix, got {type(b).__name__}.")
+    if a.shape[1] != b.shape[0]:
+        raise ValueError(
+            f"matmul: dimension mismatch: {a.shape} @ {b.shape} "
+            f"(inner dimensions {a.shape[1]} and {b.shape[0]} differ)."
+        )
+    if a.format == "dia" and b.format == "dia":
+        return _dia_times_dia(a, b)
+    a, b = a.tocsr(), b.tocsr()
+    if is_concrete(a.indices, a.indptr, b.indices, b.indptr):
+        return _csr_times_csr_on_host(a, b, nnz)
+    static_nnz(a.indices, nnz, "sparse @ sparse with a CSR factor")
+    return _csr_times_csr_traced(a, b, nnz, backend)
+
+
+@jax.jit
+def _dia_times_dia(a, b):
+    """`C = A @ B`: `C.data[r, c] += A.data[p, c - b_q] * B.data[q, c]` for every pair of
+    diagonals `(p, q)` with `a_p + b_q` the offset of `r`."""
+    m, inner = a.shape
+    k = b.shape[1]
+    dtype = jnp.result_type(a.dtype, b.dtype)
+    a_index, a_offsets = active_diagonals(a.offsets, a.shape)
+    b_index, b_offsets = active_diagonals(b.offsets, b.shape)
+    sums = {x + y for x in a_offsets for y in b_offsets}
+    offsets = tuple(sorted(off for off in sums if diagonal_lengths((off,), (m, k))[0] > 0))
+    data = jnp.zeros((len(offsets), k), dtype)
+    if not offsets:
+        return type(a)(data, offsets, (m, k))
+    position = {off: r for r, off in enumerate(offsets)}
+    a_clean = _inside_slots(a, a_index).astype(dtype)
+    b_clean = _inside_slots(b, b_index).astype(dtype)
+    # `a_clean` padded by `k` columns on each side, so that a shift by any offset of B that
+    # meets B (`-inner < b_q < k`) is one static slice.
+    padded = jnp.pad(a_clean, ((0, 0), (k, k)))
+    for q, b_off in enumerate(b_offsets):
+        start = k - b_off
+        shifted = padded[:, start : start + k]
+        pairs = [(p, position.get(a_off + b_off, -1)) for p, a_off in enumerate(a_offsets)]
+        pairs = np.asarray([(p, r) for p, r in pairs if r >= 0], np.int64).reshape(-1, 2)
+        if len(pairs):
+            contributions = shifted[pairs[:, 0]] * b_clean[q][None, :]
+            data = data.at[pairs[:, 1]].add(contributions)
+    return type(a)(data, offsets, (m, k))
+
+
+def _inside_slots(matrix, index) -> jax.Array:
+    """The diagonals `index` of a DIA matrix with its ignored slots zeroed."""
+    m, n = matrix.shape
+    cols = np.arange(n)[None, :]
+    offsets = np.asarray([matrix.offsets[d] for d in index], np.int64).reshape(-1, 1)
+    rows = cols - offsets
+    inside = (rows >= 0) & (rows < m)
+    return jnp.where(inside, matrix.data[np.asarray(index, np.int64)], 0)
+
+
+def _csr_times_csr_on_host(a, b, nnz):
+    """Phase one on the host (every pair of entries and its position), phase two traced."""
+    m, k = a.shape[0], b.shape[1]
+    a_indices, b_indptr = np.asarray(a.indices, np.int64), np.asarray(b.indptr, np.int64)
+    a_rows = np.asarray(row_ids(a.indptr, a.nnz), np.int64)
+    starts = b_indptr[a_indices]
+    lengths = b_indptr[a_indices + 1] - starts
+    left = np.repeat(np.arange(a.nnz), lengths)
+    first_pair = np.cumsum(lengths) - lengths
+    right = np.repeat(starts - first_pair, lengths) + np.arange(int(lengths.sum()))
+    rows = a_rows[left]
+    cols = np.asarray(b.indices, np.int64)[right]
+    keys = np.asarray(linear_keys(rows, cols, (m, k)))
+    found = int(np.unique(keys).size)
+    nnz = found if nnz is None else static_nnz(keys, nnz, "sparse @ sparse")
+    if found > nnz:
+        raise ValueError(f"`nnz`={nnz} is smaller than the product's {found} entries.")
+    dtype = jnp.result_type(a.dtype, b.dtype)
+    values = a.data.astype(dtype)[left] * b.data.astype(dtype)[right]
+    return csr_from_entries(rows, cols, values, (m, k), nnz)
+
+
+def _csr_times_csr_traced(a, b, nnz: int, backend: str):
+    """The structure from a dense count of the products, the values from `A @ B` dense."""
+    m, k = a.shape[0], b.shape[1]
+    dtype = jnp.result_type(a.dtype, b.dtype)
+    if nnz == 0 or m * k == 0:
+        empty = jnp.zeros((0,), jnp.int32)
+        return csr_from_entries(empty, empty, jnp.zeros((0,), dtype), (m, k), nnz)
+    pattern_b = b.with_data(jnp.ones((b.nnz,), jnp.float32)).todense()
+    counts = matmul(a.with_data(jnp.ones((a.nnz,), jnp.float32)), pattern_b, backend=backend)
+    found = jnp.count_nonzero(counts > 0)
+    rows, cols = jnp.nonzero(counts > 0, size=nnz, fill_value=(m - 1, k - 1))
+    product = matmul(a.astype(dtype), b.astype(dtype).todense(), backend=backend)
+    values = jnp.where(jnp.arange(nnz) < found, product[rows, cols], 0)
+    values = eqx.error_if(
+        values, found > nnz, f"`nnz`={nnz} is smaller than the number of entries of the product"
+    )
+    return csr_from_entries(rows, cols, values, (m, k), nnz)

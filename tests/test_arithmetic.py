@@ -1,0 +1,226 @@
+"""Elementwise arithmetic (`+`, `-`, `*`, `multiply`, `/`, `**`, `abs`, `conj`, `.H`, `.real`,
+`.imag`) against scipy.sparse, in and out of `jit`, with gradients."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import (
+    MATRICES,
+    as_float64,
+    assert_close,
+    cases,
+    dtype_id,
+    random_csr,
+    random_dia,
+    random_values,
+    small_matrix,
+)
+from jax.test_util import check_grads
+
+import jaxsparse as js
+
+# Each case compiles its own programs; these cover every kind of DIA slot (unsorted offsets,
+# diagonals beyond the matrix, none inside) and of CSR row (empty, repeated columns, wide).
+ARITHMETIC_CASES = [
+    case
+    for case in MATRICES
+    if case.name
+    in (
+        "dia-unsorted-offsets",
+        "dia-tall-beyond-matrix",
+        "dia-all-outside",
+        "csr-wide",
+        "csr-empty-rows",
+        "csr-repeated-columns",
+    )
+]
+# Every dtype is covered by the products' tests; these have each kind of value (single,
+# half precision, complex).
+FEW_DTYPES = (jnp.float32, jnp.bfloat16, jnp.complex128)
+
+
+def partner(rng, fmt, shape, dtype):
+    """A second matrix of `shape` to combine with a case's matrix, and its scipy twin."""
+    if fmt == "dia":
+        return random_dia(rng, shape, (0, 1, -2, 3), dtype)
+    return random_csr(rng, shape, density=0.3, dtype=dtype, shuffle_columns=True)
+
+
+def expected_format(a, b):
+    return "dia" if a.format == b.format == "dia" else "csr"
+
+
+def assert_canonical_csr(matrix):
+    """Rows hold sorted, distinct columns (what a structure union produces)."""
+    twin = matrix.to_scipy()
+    assert twin.has_canonical_format
+
+
+@pytest.mark.parametrize("other", ["dia", "csr"])
+@pytest.mark.parametrize("case", cases(ARITHMETIC_CASES))
+def test_sum_difference_and_product_match_scipy(case, other):
+    rng = np.random.default_rng(1)
+    a, a_twin = case.make(rng, jnp.float64)
+    b, b_twin = partner(rng, other, case.shape, jnp.float64)
+    for result, expected in ((a + b, a_twin + b_twin), (a - b, a_twin - b_twin)):
+        assert result.format == expected_format(a, b)
+        assert result.shape == case.shape and result.dtype == jnp.float64
+        assert_close(result.to_scipy().toarray(), expected.toarray(), jnp.float64)
+        if result.format == "csr":
+            assert_canonical_csr(result)
+            assert result.nnz == expected.tocsr().nnz
+    # `*` keeps the intersection.
+    result = a * b
+    expected = a_twin.multiply(b_twin)
+    assert result.format == expected_format(a, b)
+    assert_close(result.to_scipy().toarray(), expected.toarray(), jnp.float64)
+    if result.format == "csr":
+        assert result.sum_duplicates().nnz == np.count_nonzero(expected.toarray())
+
+
+@pytest.mark.parametrize("dtype", FEW_DTYPES, ids=dtype_id)
+@pytest.mark.parametrize("fmts", [("dia", "dia"), ("csr", "dia"), ("csr", "csr")])
+def test_sum_under_jit_with_static_nnz(fmts, dtype):
+    rng = np.random.default_rng(2)
+    a, a_twin = partner(rng, fmts[0], (9, 7), dtype)
+    b, b_twin = partner(rng, fmts[1], (9, 7), dtype)
+    eager = a + b
+    nnz = eager.nnz if eager.format == "csr" else None
+    traced = jax.jit(lambda a, b: js.add(a, b, nnz=nnz))(a, b)
+    assert traced.format == eager.format and traced.dtype == jnp.dtype(dtype)
+    assert_close(traced.to_scipy().toarray(), (a_twin + b_twin).toarray(), dtype)
+    if eager.format == "csr":
+        np.testing.assert_array_equal(traced.indices, eager.indices)
+        np.testing.assert_array_equal(traced.indptr, eager.indptr)
+
+
+def test_sum_under_jit_needs_nnz_unless_structure_is_shared():
+    rng = np.random.default_rng(3)
+    a, a_twin = random_csr(rng, (6, 5), dtype=jnp.float32)
+    b, b_twin = random_csr(rng, (6, 5), dtype=jnp.float32)
+    with pytest.raises(TypeError, match="Pass a static `nnz`"):
+        jax.jit(lambda a, b: a + b)(a, b)
+    with pytest.raises(TypeError, match="Pass a static `nnz`"):
+        jax.jit(lambda a, d: a - d)(a, js.DIAMatrix(np.ones((1, 5), np.float32), 0, (6, 5)))
+    # Structures known on the host (closed over, not arguments) need no `nnz` either.
+    closed_over = jax.jit(lambda a_values: a.with_data(a_values) + b)(2 * a.data)
+    assert_close(closed_over.to_scipy().toarray(), (2 * a_twin + b_twin).toarray(), jnp.float32)
+    shared = jax.jit(lambda a, values: a + a.with_data(values))(a, 2 * a.data)
+    assert shared.nnz == a.nnz
+    assert_close(shared.to_scipy().toarray(), 3 * a_twin.toarray(), jnp.float32)
+
+
+def test_sum_with_too_small_nnz_raises():
+    rng = np.random.default_rng(4)
+    a, _ = random_csr(rng, (6, 5), density=0.5, dtype=jnp.float32)
+    b, _ = random_csr(rng, (6, 5), density=0.5, dtype=jnp.float32)
+    needed = (a + b).nnz
+    with pytest.raises(ValueError, match=f"`nnz`={needed - 1} is smaller"):
+        js.add(a, b, nnz=needed - 1)
+    with pytest.raises(Exception, match="is smaller than the number of entries"):
+        jax.jit(lambda a, b: js.add(a, b, nnz=needed - 1).data)(a, b).block_until_ready()
+    padded = jax.jit(lambda a, b: js.add(a, b, nnz=needed + 3))(a, b)
+    assert padded.nnz == needed + 3
+    np.testing.assert_allclose(padded.to_scipy().toarray(), (a + b).to_scipy().toarray())
+
+
+@pytest.mark.parametrize("case", cases([ARITHMETIC_CASES[0], ARITHMETIC_CASES[3]]))
+def test_sum_with_dense_is_dense(case):
+    rng = np.random.default_rng(5)
+    a, twin = case.make(rng, jnp.float64)
+    dense = random_values(rng, case.shape, jnp.float64)
+    for result, expected in [
+        (a + dense, twin.toarray() + dense),
+        (dense + a, dense + twin.toarray()),
+        (a - jnp.asarray(dense), twin.toarray() - dense),
+        (jnp.asarray(dense) - a, dense - twin.toarray()),
+    ]:
+        assert isinstance(result, jax.Array)
+        np.testing.assert_allclose(result, expected, atol=1e-12)
+    assert (a + 0) is a
+    with pytest.raises(TypeError, match="nonzero scalar"):
+        a + 1.0
+    with pytest.raises(ValueError, match="inconsistent shapes"):
+        a + partner(rng, "csr", (case.shape[0] + 1, case.shape[1]), jnp.float64)[0]
+
+
+def test_sparse_times_sparse_under_jit_keeps_the_csr_structure():
+    rng = np.random.default_rng(7)
+    a, a_twin = random_csr(rng, (8, 6), density=0.5, dtype=jnp.complex64, repeat_columns=True)
+    b, b_twin = random_csr(rng, (8, 6), density=0.5, dtype=jnp.complex64, repeat_columns=True)
+    d, d_twin = random_dia(rng, (8, 6), (-1, 0, 2), jnp.complex64)
+    for other, twin in ((b, b_twin), (d, d_twin)):
+        traced = jax.jit(lambda a, o: a.multiply(o))(a, other)
+        assert traced.format == "csr" and traced.nnz == a.nnz
+        np.testing.assert_array_equal(traced.indices, a.indices)
+        assert_close(traced.to_scipy().toarray(), a_twin.multiply(twin).toarray(), jnp.complex64)
+
+
+@pytest.mark.parametrize("dtype", FEW_DTYPES, ids=dtype_id)
+@pytest.mark.parametrize("fmt", ["dia", "csr"])
+def test_times_dense_keeps_sparsity(fmt, dtype):
+    """A full factor, a scalar, and vectors that scale columns (`(n,)`, `(1, n)`) or rows."""
+    rng = np.random.default_rng(8)
+    shape = (7, 5)
+    a, twin = partner(rng, fmt, shape, dtype)
+    times = jax.jit(lambda a, f: a.multiply(f))
+    for factor_shape in [(), shape, (5,), (1, 5), (7, 1)]:
+        factor = random_values(rng, factor_shape, dtype)
+        for result in (a * factor, factor * a, times(a, factor)):
+            assert result.format == fmt and result.nnz == a.nnz
+            assert result.dtype == jnp.dtype(dtype)
+            assert_close(result.to_scipy().toarray(), twin.toarray() * as_float64(factor), dtype)
+
+
+@pytest.mark.parametrize("dtype", FEW_DTYPES, ids=dtype_id)
+@pytest.mark.parametrize("case", cases([ARITHMETIC_CASES[1], ARITHMETIC_CASES[4]]))
+def test_unary_operations_match_scipy(case, dtype):
+    rng = np.random.default_rng(9)
+    a, twin = case.make(rng, dtype)
+    checks = [
+        (-a, -twin),
+        (abs(a), abs(twin)),
+        (a**2, twin.power(2)),
+        (a / 4, twin / 4),
+        (a.conj(), twin.conj()),
+        (a.H, twin.conj().T),
+        (a.real, twin.real),
+        (a.imag, twin.imag),
+    ]
+    for result, expected in checks:
+        assert result.format == a.format
+        assert_close(result.to_scipy().toarray(), expected.toarray(), dtype)
+    assert a.real.dtype == jnp.real(a.data).dtype and a.imag.dtype == a.real.dtype
+    with pytest.raises(ValueError, match="zero power"):
+        a**0
+    with pytest.raises(TypeError, match="only scalars"):
+        a / np.ones(case.shape[1])
+
+
+@pytest.mark.parametrize("fmts", [("dia", "dia"), ("csr", "dia"), ("csr", "csr")])
+def test_gradients(fmts):
+    rng = np.random.default_rng(10)
+    a = small_matrix(fmts[0], rng)
+    b = small_matrix(fmts[1], rng)
+    weights = random_values(rng, a.shape, jnp.float64)
+
+    @jax.jit
+    def loss(a_data, b_data):
+        a_new, b_new = a.with_data(a_data), b.with_data(b_data)
+        scaled = (a_new * jnp.asarray(weights[:, :1])) * 2.0 - b_new / 3.0
+        results = (a_new + b_new, a_new - b_new, a_new * b_new, scaled)
+        return sum(jnp.sum(result.todense() * weights) for result in results)
+
+    check_grads(loss, (a.data, b.data), order=1, modes=("fwd", "rev"), atol=1e-6, rtol=1e-6)
+    if fmts == ("csr", "csr"):
+        nnz = (a + b).nnz
+
+        def traced_loss(a, b):
+            return jnp.sum(js.add(a, b, nnz=nnz).todense() * weights)
+
+        eager = jax.grad(traced_loss, argnums=(0, 1), allow_int=True)(a, b)
+        traced = eqx.filter_jit(eqx.filter_grad(lambda ab: traced_loss(*ab)))((a, b))
+        np.testing.assert_allclose(traced[0].data, eager[0].data, atol=1e-12)
+        np.testing.assert_allclose(traced[1].data, eager[1].data, atol=1e-12)

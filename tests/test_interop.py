@@ -1,0 +1,106 @@
+"""Interop: `jax.experimental.sparse` BCOO/BCSR both ways, the CSR clean-ups
+(`sum_duplicates`, `sort_indices`, `eliminate_zeros`), `dot`, `asformat`, `tocsr`/`todia`."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.sparse
+from helpers import MATRICES, assert_close, cases, random_csr, random_dia
+from jax.experimental import sparse as jsparse
+
+import jaxsparse as js
+
+INTEROP_CASES = [
+    case
+    for case in MATRICES
+    if case.name
+    in ("dia-tall-beyond-matrix", "dia-all-outside", "csr-empty-rows", "csr-repeated-columns")
+]
+
+
+@pytest.mark.parametrize("case", cases(INTEROP_CASES))
+def test_bcoo_and_bcsr_round_trips(case):
+    rng = np.random.default_rng(0)
+    matrix, twin = case.make(rng, jnp.float32)
+
+    @jax.jit
+    def round_trips(matrix):
+        bcoo, bcsr = matrix.to_bcoo(), matrix.to_bcsr()
+        return bcoo, bcsr, js.from_bcoo(bcoo), js.CSRMatrix.from_bcsr(bcsr)
+
+    bcoo, bcsr, from_bcoo, from_bcsr = round_trips(matrix)
+    assert isinstance(bcoo, jsparse.BCOO) and isinstance(bcsr, jsparse.BCSR)
+    assert bcoo.nse == matrix.nnz and bcsr.nse == matrix.nnz
+    for result in (bcoo.todense(), bcsr.todense(), from_bcoo.todense(), from_bcsr.todense()):
+        assert_close(result, twin.toarray(), jnp.float32)
+    assert isinstance(from_bcoo, js.CSRMatrix) and isinstance(from_bcsr, js.CSRMatrix)
+
+
+def test_from_jax_experimental_sparse_own_matrices():
+    dense = jnp.asarray(np.random.default_rng(1).standard_normal((5, 6)) > 0.5, jnp.float32)
+    padded = jsparse.BCOO.fromdense(dense, nse=int(dense.sum()) + 3)  # padding entries
+    assert np.array_equal(js.from_bcoo(padded).todense(), dense)
+    assert np.array_equal(js.from_bcsr(jsparse.BCSR.fromdense(dense)).todense(), dense)
+    with pytest.raises(ValueError, match="no batch or dense dimensions"):
+        batched = (jnp.ones((2, 1)), jnp.zeros((2, 1, 2), jnp.int32))
+        js.from_bcoo(jsparse.BCOO(batched, shape=(2, 3, 3)))
+    with pytest.raises(TypeError, match="must be a BCOO"):
+        js.from_bcoo(dense)
+
+
+def test_sum_duplicates_and_sort_indices_match_scipy():
+    rng = np.random.default_rng(2)
+    matrix, twin = random_csr(
+        rng, (9, 8), density=0.5, dtype=jnp.float64, shuffle_columns=True, repeat_columns=True
+    )
+    canonical = twin.copy()
+    canonical.sum_duplicates()
+    summed = matrix.sum_duplicates()
+    np.testing.assert_array_equal(summed.indptr, canonical.indptr)
+    np.testing.assert_array_equal(summed.indices, canonical.indices)
+    np.testing.assert_allclose(summed.data, canonical.data, atol=1e-12)
+    traced = jax.jit(lambda a: a.sum_duplicates(nnz=summed.nnz))(matrix)
+    np.testing.assert_array_equal(traced.indices, summed.indices)
+    with pytest.raises(TypeError, match="Pass a static `nnz`"):
+        jax.jit(lambda a: a.sum_duplicates())(matrix)
+
+    ordered = jax.jit(lambda a: a.sort_indices())(matrix)
+    assert ordered.nnz == matrix.nnz
+    assert ordered.to_scipy().has_sorted_indices
+    np.testing.assert_allclose(ordered.to_scipy().toarray(), twin.toarray(), atol=1e-12)
+
+
+def test_eliminate_zeros():
+    rng = np.random.default_rng(3)
+    matrix, twin = random_csr(rng, (7, 6), density=0.5, dtype=jnp.float32)
+    zeroed = matrix.with_data(jnp.where(jnp.arange(matrix.nnz) % 3 == 0, 0, matrix.data))
+    expected = zeroed.to_scipy().copy()  # to_scipy() shares read-only JAX buffers
+    expected.eliminate_zeros()
+    result = zeroed.eliminate_zeros()
+    assert result.nnz == expected.nnz < matrix.nnz
+    np.testing.assert_array_equal(result.indices, expected.indices)
+    np.testing.assert_array_equal(result.to_scipy().toarray(), expected.toarray())
+    with pytest.raises(TypeError, match="call it outside `jit`"):
+        jax.jit(lambda a: a.eliminate_zeros())(zeroed)
+
+
+def test_dot_asformat_and_conversions():
+    rng = np.random.default_rng(4)
+    dia, twin = random_dia(rng, (6, 6), (-1, 0, 2), jnp.float64)
+    x = rng.standard_normal(6)
+    np.testing.assert_allclose(dia.dot(x), twin @ x, atol=1e-12)
+    csr = dia.asformat("csr")
+    assert isinstance(csr, js.CSRMatrix) and csr.asformat("csr") is csr
+    back = csr.asformat("dia")
+    assert isinstance(back, js.DIAMatrix) and set(back.offsets) == {-1, 0, 2}
+    np.testing.assert_allclose(back.to_scipy().toarray(), twin.toarray(), atol=1e-12)
+    assert isinstance(dia.dot(csr), js.CSRMatrix)
+    np.testing.assert_allclose(
+        dia.dot(csr).to_scipy().toarray(), (twin @ twin).toarray(), atol=1e-12
+    )
+    with pytest.raises(ValueError, match="`format` must be"):
+        dia.asformat("coo")
+    with pytest.raises(TypeError, match="concrete"):
+        jax.jit(lambda a: a.todia())(csr)
+    assert isinstance(scipy.sparse.csr_array(csr.to_scipy()), scipy.sparse.csr_array)

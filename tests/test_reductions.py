@@ -1,0 +1,172 @@
+"""Reductions (`diagonal`, `trace`, `sum`, `max`, `min`, `js.linalg.norm`) and indexing
+(`A[i]`, `A[:, j]`, `A[i, j]`, slices) against scipy.sparse, in and out of `jit`."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.sparse
+import scipy.sparse.linalg
+from helpers import MATRICES, assert_close, cases, random_csr, random_dia, random_values
+from jax.test_util import check_grads
+
+import jaxsparse as js
+
+REDUCTION_CASES = [
+    case
+    for case in MATRICES
+    if case.name
+    in (
+        "dia-unsorted-offsets",
+        "dia-wide-beyond-matrix",
+        "dia-all-outside",
+        "dia-one-column",
+        "csr-tall",
+        "csr-empty-rows",
+        "csr-dense-row",
+        "csr-repeated-columns",
+    )
+]
+
+
+def reductions(matrix):
+    """Every reduction of one matrix, as a dict (one jitted program per case)."""
+    m, n = matrix.shape
+    result = {f"diagonal({k})": matrix.diagonal(k) for k in (0, 1, -2, n - 1, -(m - 1), n + 3)}
+    result |= {
+        "trace": matrix.trace(),
+        "trace(1)": matrix.trace(1),
+        "sum": matrix.sum(),
+        "sum(0)": matrix.sum(axis=0),
+        "sum(1)": matrix.sum(axis=1),
+        "sum(-1)": matrix.sum(axis=-1),
+    }
+    if not jnp.issubdtype(matrix.dtype, jnp.complexfloating):
+        for axis in (None, 0, 1):
+            result[f"max({axis})"] = matrix.max(axis=axis)
+            result[f"min({axis})"] = matrix.min(axis=axis)
+    for ord in ("fro", 1, -1, np.inf, -np.inf):
+        result[f"norm({ord})"] = js.linalg.norm(matrix, ord)
+    return result
+
+
+def expected_reductions(twin):
+    m, n = twin.shape
+    # A canonical copy: scipy sums repeats in place, in arrays a shallow copy shares.
+    csr = scipy.sparse.csr_array(twin, copy=True)
+    csr.sum_duplicates()
+    twin = csr
+    result = {f"diagonal({k})": twin.diagonal(k) for k in (0, 1, -2, n - 1, -(m - 1), n + 3)}
+    result |= {
+        "trace": twin.trace(),
+        "trace(1)": twin.trace(1),
+        "sum": twin.sum(),
+        "sum(0)": np.asarray(twin.sum(axis=0)).ravel(),
+        "sum(1)": np.asarray(twin.sum(axis=1)).ravel(),
+        "sum(-1)": np.asarray(twin.sum(axis=1)).ravel(),
+    }
+    if not np.iscomplexobj(twin.data):
+        for axis in (None, 0, 1):
+            maximum, minimum = csr.max(axis=axis), csr.min(axis=axis)
+            result[f"max({axis})"] = _dense(maximum)
+            result[f"min({axis})"] = _dense(minimum)
+    for ord in ("fro", 1, -1, np.inf, -np.inf):
+        result[f"norm({ord})"] = scipy.sparse.linalg.norm(csr, ord)
+    return result
+
+
+def _dense(value):
+    return value.toarray().ravel() if scipy.sparse.issparse(value) else np.asarray(value)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float64, jnp.complex64], ids=["float64", "complex64"])
+@pytest.mark.parametrize("case", cases(REDUCTION_CASES))
+def test_reductions_match_scipy(case, dtype):
+    rng = np.random.default_rng(0)
+    matrix, twin = case.make(rng, dtype)
+    got = jax.jit(reductions)(matrix)
+    expected = expected_reductions(twin)
+    assert got.keys() == expected.keys()
+    for name, value in expected.items():
+        assert got[name].shape == np.shape(value), name
+        assert_close(got[name], value, dtype)
+    assert got["sum"].dtype == jnp.dtype(dtype)
+    assert got["norm(fro)"].dtype == jnp.real(matrix.data).dtype
+
+
+def test_max_min_errors():
+    with pytest.raises(TypeError, match="complex"):
+        js.DIAMatrix(jnp.ones((1, 3), jnp.complex64), (0,), (3, 3)).max()
+    with pytest.raises(ValueError, match="empty matrix"):
+        js.CSRMatrix.fromdense(jnp.zeros((0, 3))).min()
+    with pytest.raises(ValueError, match="`ord` must be"):
+        js.linalg.norm(js.CSRMatrix.fromdense(jnp.eye(2)), 2)
+    with pytest.raises(ValueError, match="`axis` must be"):
+        js.CSRMatrix.fromdense(jnp.eye(2)).sum(axis=2)
+
+
+@pytest.mark.parametrize("fmt", ["dia", "csr"])
+def test_reduction_gradients(fmt):
+    rng = np.random.default_rng(1)
+    if fmt == "dia":
+        matrix, _ = random_dia(rng, (6, 5), (-1, 0, 2), jnp.float64, junk_in_ignored_slots=False)
+    else:
+        matrix, _ = random_csr(rng, (6, 5), density=0.5, dtype=jnp.float64, repeat_columns=True)
+    weights = random_values(rng, (5,), jnp.float64)
+
+    @jax.jit
+    def loss(data):
+        a = matrix.with_data(data)
+        return (
+            jnp.sum(a.sum(axis=0) * weights)
+            + a.trace(1)
+            + js.linalg.norm(a, "fro")
+            + jnp.sum(a.diagonal(-1) ** 2)
+        )
+
+    check_grads(loss, (matrix.data,), order=1, modes=("fwd", "rev"), atol=1e-6, rtol=1e-6)
+
+
+INDEXING_CASES = [REDUCTION_CASES[0], REDUCTION_CASES[1], REDUCTION_CASES[5], REDUCTION_CASES[7]]
+
+
+@pytest.mark.parametrize("case", cases(INDEXING_CASES))
+def test_indexing_matches_scipy(case):
+    rng = np.random.default_rng(2)
+    matrix, twin = case.make(rng, jnp.float64)
+    dense = twin.toarray()
+    m, n = case.shape
+
+    @jax.jit
+    def access(matrix, i, j):
+        return matrix[i], matrix[i, :], matrix[:, j], matrix[i, j], matrix[-1, -1]
+
+    row, same_row, column, entry, corner = access(matrix, 2, n - 2)
+    np.testing.assert_allclose(row, dense[2], atol=1e-12)
+    np.testing.assert_allclose(same_row, dense[2], atol=1e-12)
+    np.testing.assert_allclose(column, dense[:, n - 2], atol=1e-12)
+    np.testing.assert_allclose(entry, dense[2, n - 2], atol=1e-12)
+    np.testing.assert_allclose(corner, dense[-1, -1], atol=1e-12)
+    for key in [
+        slice(1, m - 1),
+        slice(3, None),
+        (slice(None), slice(2, n - 1)),
+        (slice(1, 4), slice(1, None)),
+        slice(5, 2),
+    ]:
+        part = matrix[key]
+        assert part.format == matrix.format
+        np.testing.assert_allclose(part.to_scipy().toarray(), dense[key], atol=1e-12)
+        if matrix.format == "dia":
+            traced = jax.jit(lambda a, key=key: a[key])(matrix)
+            np.testing.assert_allclose(traced.to_scipy().toarray(), dense[key], atol=1e-12)
+    with pytest.raises(IndexError, match="out of range"):
+        matrix[m]
+    with pytest.raises(IndexError, match="step"):
+        matrix[::2]
+
+
+def test_csr_slices_under_jit_raise():
+    matrix, _ = random_csr(np.random.default_rng(3), (6, 5), dtype=jnp.float32)
+    with pytest.raises(TypeError, match="slice outside `jit`"):
+        jax.jit(lambda a: a[1:3])(matrix)
