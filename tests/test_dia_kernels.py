@@ -126,20 +126,22 @@ def test_empty(m, n, k):
     assert grad.shape == (3, n) and not grad.any()
 
 
-def test_shape_errors():
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_shape_errors(family):
+    matmul, _, sddmm = FAMILIES[family]
     data, x = jnp.ones((2, 4), jnp.float32), jnp.ones((4, 3), jnp.float32)
     with pytest.raises(ValueError, match="duplicate"):
-        dia_matmul_pallas(data, x, offsets=(1, 1), shape=(4, 4))
-    with pytest.raises(ValueError, match="data.shape"):
-        dia_matmul_pallas(data, x, offsets=(0,), shape=(4, 4))
-    with pytest.raises(ValueError, match="x.shape"):
-        dia_matmul_pallas(data, x[:3], offsets=(0, 1), shape=(4, 4))
-    with pytest.raises(ValueError, match="dtype"):
-        dia_matmul_pallas(data, x.astype(jnp.float64), offsets=(0, 1), shape=(4, 4))
-    with pytest.raises(ValueError, match="g.shape"):
-        dia_sddmm_pallas(x[:3], x, offsets=(0, 1), shape=(4, 4))
+        matmul(data, x, offsets=(1, 1), shape=(4, 4))
+    with pytest.raises(ValueError, match="`data` has shape"):
+        matmul(data, x, offsets=(0,), shape=(4, 4))
+    with pytest.raises(ValueError, match="`x` has shape"):
+        matmul(data, x[:3], offsets=(0, 1), shape=(4, 4))
+    with pytest.raises(TypeError, match="share a dtype"):
+        matmul(data, x.astype(jnp.float64), offsets=(0, 1), shape=(4, 4))
+    with pytest.raises(ValueError, match="`g` has shape"):
+        sddmm(x[:3], x, offsets=(0, 1), shape=(4, 4))
     with pytest.raises(ValueError, match="platform"):
-        dia_matmul_pallas(data, x, offsets=(0, 1), shape=(4, 4), platform="metal")
+        matmul(data, x, offsets=(0, 1), shape=(4, 4), platform="metal")
 
 
 def test_block_sizes():

@@ -95,6 +95,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 
 from .._dia_layout import MAX_UNROLLED_DIAGONALS, active_diagonals
+from ._dia_checks import check_product, check_sddmm
 from ._precision import accumulation_dtype
 
 try:
@@ -527,29 +528,6 @@ def _product(data, operand, *, offsets, shape, transposed: bool, interpret: bool
     return out if lead else out[0]
 
 
-def _check_offsets(offsets) -> None:
-    if not all(isinstance(off, int) for off in offsets):
-        raise ValueError(f"`offsets` must be a tuple of Python ints, got {offsets!r}")
-    if len(set(offsets)) != len(offsets):
-        raise ValueError(f"`offsets` contains duplicate values: {offsets!r}")
-
-
-def _check_product(data, operand, name: str, offsets, shape, operand_rows: int) -> None:
-    _check_offsets(offsets)
-    n = shape[1]
-    if data.ndim not in (2, 3) or data.shape[-2:] != (len(offsets), n):
-        raise ValueError(
-            f"`data` has shape {data.shape}; expected (len(offsets), n) or "
-            f"(B, len(offsets), n) for {shape=}"
-        )
-    if operand.ndim not in (2, 3) or operand.shape[-2] != operand_rows:
-        raise ValueError(f"`{name}` has shape {operand.shape}; expected ({operand_rows}, k)")
-    if operand.ndim == 3 and (data.ndim != 3 or operand.shape[0] != data.shape[0]):
-        raise ValueError(f"a batched `{name}` ({operand.shape}) needs `data` of its batch size")
-    if data.dtype != operand.dtype:
-        raise TypeError(f"`data` ({data.dtype}) and `{name}` ({operand.dtype}) must share a dtype")
-
-
 def dia_matmul_mosaic_gpu(
     data: jax.Array,
     x: jax.Array,
@@ -575,7 +553,7 @@ def dia_matmul_mosaic_gpu(
     **Returns:** `(m, k)` array of `x.dtype`, or `(B, m, k)` for a batch.
     """
     del platform
-    _check_product(data, x, "x", offsets, shape, shape[1])
+    check_product(data, x, "x", offsets, shape, shape[1])
     return _product(data, x, offsets=offsets, shape=shape, transposed=False, interpret=interpret)
 
 
@@ -598,7 +576,7 @@ def dia_matmul_t_mosaic_gpu(
     **Returns:** `(n, k)` array of `g.dtype`, or `(B, n, k)` for a batch.
     """
     del platform
-    _check_product(data, g, "g", offsets, shape, shape[0])
+    check_product(data, g, "g", offsets, shape, shape[0])
     return _product(data, g, offsets=offsets, shape=shape, transposed=True, interpret=interpret)
 
 
@@ -625,16 +603,8 @@ def dia_sddmm_mosaic_gpu(
     argument is batched; zero on ignored slots and on diagonals outside the matrix.
     """
     del platform
-    _check_offsets(offsets)
     m, n = shape
-    if g.ndim not in (2, 3) or g.shape[-2] != m:
-        raise ValueError(f"`g` has shape {g.shape}; expected ({m}, k) or (B, {m}, k)")
-    if x.ndim not in (2, 3) or x.shape[-2:] != (n, g.shape[-1]):
-        raise ValueError(f"`x` has shape {x.shape}; expected ({n}, {g.shape[-1]}) or (B, ...)")
-    if g.ndim == x.ndim == 3 and g.shape[0] != x.shape[0]:
-        raise ValueError(f"`g` ({g.shape}) and `x` ({x.shape}) must have one batch size")
-    if g.dtype != x.dtype:
-        raise TypeError(f"`g` ({g.dtype}) and `x` ({x.dtype}) must share a dtype")
+    check_sddmm(g, x, offsets, shape)
     lead = g.shape[:-2] or x.shape[:-2]
     index, active = active_diagonals(offsets, shape)
     if x.shape[-1] == 0 or n == 0 or not index or 0 in lead:

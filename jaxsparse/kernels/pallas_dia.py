@@ -60,6 +60,7 @@ from jax.experimental.pallas import triton as plgpu
 
 from .._dia_layout import active_diagonals, negate_offsets, transpose_data, unrolls_diagonals
 from . import pallas_dia_loop
+from ._dia_checks import check_product, check_sddmm
 from ._precision import accumulation_dtype
 
 _PLATFORMS = ("cuda", "rocm", "tpu", "cpu")
@@ -187,13 +188,6 @@ def supports(dtype, platform: str) -> bool:
     return platform == "cpu"
 
 
-def _check_offsets(offsets: tuple[int, ...]) -> None:
-    if not all(isinstance(off, int) for off in offsets):
-        raise ValueError(f"{offsets=} must be a tuple of Python ints")
-    if len(set(offsets)) != len(offsets):
-        raise ValueError(f"offset array contains duplicate values: {offsets=}")
-
-
 def _tiles(platform: str, block_sizes: BlockSizes | None, m: int, k: int) -> tuple[int, int]:
     """Rows per program and columns per program (or per reduction step) for these sizes."""
     default = BlockSizes.get_default(platform=platform, num_cols=k)
@@ -279,8 +273,7 @@ def dia_matmul_pallas(
     diagonals inside the matrix, the kernel loops over them (`pallas_dia_loop.py`).
     """
     m, n = shape
-    _check_offsets(offsets)
-    lead = _check_product(data, x, "x", offsets, shape, n)
+    lead = check_product(data, x, "x", offsets, shape, n)
     k = x.shape[-1]
     active_index, active_offsets = active_diagonals(offsets, shape)
     if k == 0 or not active_index:
@@ -387,8 +380,7 @@ def dia_matmul_t_pallas(
     **Returns:** `(n, k)` (or `(B, n, k)`) array of `g.dtype`.
     """
     m, n = shape
-    _check_offsets(offsets)
-    lead = _check_product(data, g, "g", offsets, shape, m)
+    lead = check_product(data, g, "g", offsets, shape, m)
     if unrolls_diagonals(offsets, shape):
         return dia_matmul_pallas(
             _each(transpose_data, data, offsets=offsets, shape=shape),
@@ -502,15 +494,7 @@ def dia_sddmm_pallas(
     batched), zero on ignored slots and on diagonals outside the matrix.
     """
     m, n = shape
-    _check_offsets(offsets)
-    if g.ndim not in (2, 3) or g.shape[-2] != m:
-        raise ValueError(f"{g.shape=} must be (m, k) or (B, m, k) for {shape=}")
-    if x.ndim not in (2, 3) or x.shape[-2:] != (n, g.shape[-1]):
-        raise ValueError(f"{x.shape=} must be (n, k) or (B, n, k) for {shape=} and {g.shape=}")
-    if g.ndim == x.ndim == 3 and g.shape[0] != x.shape[0]:
-        raise ValueError(f"{g.shape=} and {x.shape=} must have one batch size")
-    if g.dtype != x.dtype:
-        raise ValueError(f"{g.dtype=} and {x.dtype=} must match")
+    check_sddmm(g, x, offsets, shape)
     lead = g.shape[:-2] or x.shape[:-2]
     k = x.shape[-1]
     active_index, active_offsets = active_diagonals(offsets, shape)
@@ -600,23 +584,6 @@ def _sddmm_unrolled(g, x, offsets, shape, platform, block_sizes, interpret):
         name="dia_sddmm",
     )(g_padded, x_padded)
     return jnp.swapaxes(gradient_t, -1, -2)
-
-
-def _check_product(data, operand, name, offsets, shape, operand_rows) -> tuple:
-    """Check a product's arguments (`data` and a dense operand of `operand_rows` rows, each
-    optionally batched); returns the batch shape, `()` or `(B,)`."""
-    n = shape[1]
-    if data.ndim not in (2, 3) or data.shape[-2:] != (len(offsets), n):
-        raise ValueError(
-            f"{data.shape=} must be (len(offsets), n) or (B, len(offsets), n) for {shape=}"
-        )
-    if operand.ndim not in (2, 3) or operand.shape[-2] != operand_rows:
-        raise ValueError(f"{name}.shape={operand.shape} must be ({operand_rows}, k) for {shape=}")
-    if operand.ndim == 3 and operand.shape[0] != (data.shape[0] if data.ndim == 3 else None):
-        raise ValueError(f"a batched {name}.shape={operand.shape} needs data of its batch size")
-    if data.dtype != operand.dtype:
-        raise ValueError(f"{data.dtype=} and {name}.dtype={operand.dtype} must match")
-    return data.shape[:-2]
 
 
 def _each(function, data, **params):

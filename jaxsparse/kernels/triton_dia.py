@@ -48,6 +48,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
 from .._dia_layout import active_diagonals, unrolls_diagonals
+from ._dia_checks import check_product, check_sddmm
 from ._precision import accumulation_dtype
 from .pallas_dia import BlockSizes
 
@@ -166,7 +167,7 @@ def _rows_product(data, operand, *, offsets, shape, transposed, interpret, platf
     """`A @ x` (or `A^T @ g` if `transposed`) for the `dia_matmul_triton` family."""
     m, n = shape
     out_rows, in_rows = (n, m) if transposed else (m, n)
-    _check_product(data, operand, offsets, shape, in_rows)
+    check_product(data, operand, "g" if transposed else "x", offsets, shape, in_rows)
     lead = data.shape[:-2]
     k = operand.shape[-1]
     if k == 0 or out_rows == 0 or not active_diagonals(offsets, shape)[0]:
@@ -355,7 +356,7 @@ def dia_sddmm_triton(
     argument is batched), zero on ignored slots and on diagonals outside the matrix.
     """
     m, n = shape
-    _check_sddmm(g, x, offsets, shape)
+    check_sddmm(g, x, offsets, shape)
     lead = g.shape[:-2] or x.shape[:-2]
     k = x.shape[-1]
     ndiag = len(offsets)
@@ -398,29 +399,3 @@ def _with_inactive_zeroed(out, offsets, shape, looped):
         return out
     inactive = np.setdiff1d(np.arange(len(offsets)), active)
     return out.at[:, inactive, :].set(0)
-
-
-def _check_product(data, operand, offsets, shape, operand_rows) -> None:
-    ndiag, n = len(offsets), shape[1]
-    if data.ndim not in (2, 3) or data.shape[-2:] != (ndiag, n):
-        raise ValueError(
-            f"{data.shape=} must be (len(offsets), n) or (B, len(offsets), n) for {shape=}"
-        )
-    if operand.ndim not in (2, 3) or operand.shape[-2] != operand_rows:
-        raise ValueError(f"{operand.shape=} must be ({operand_rows}, k) for {shape=}")
-    if operand.ndim == 3 and (data.ndim != 3 or operand.shape[0] != data.shape[0]):
-        raise ValueError(f"a batched {operand.shape=} needs data of its batch size")
-    if data.dtype != operand.dtype:
-        raise ValueError(f"{data.dtype=} and {operand.dtype=} must match")
-
-
-def _check_sddmm(g, x, offsets, shape) -> None:
-    m, n = shape
-    if g.ndim not in (2, 3) or g.shape[-2] != m:
-        raise ValueError(f"{g.shape=} must be (m, k) or (B, m, k) for {shape=}")
-    if x.ndim not in (2, 3) or x.shape[-2:] != (n, g.shape[-1]):
-        raise ValueError(f"{x.shape=} must be (n, k) or (B, n, k) for {shape=} and {g.shape=}")
-    if g.ndim == x.ndim == 3 and g.shape[0] != x.shape[0]:
-        raise ValueError(f"{g.shape=} and {x.shape=} must have one batch size")
-    if g.dtype != x.dtype:
-        raise ValueError(f"{g.dtype=} and {x.dtype=} must match")
