@@ -53,6 +53,8 @@ from ._precision import accumulation_dtype
 from .pallas_dia import BlockSizes
 
 _PLATFORMS = ("cuda", "rocm", "cpu")
+# The most bytes of values in one product tile (block_rows x block_cols).
+_MAX_TILE_BYTES = 32 * 1024
 
 
 def supports(dtype, platform: str) -> bool:
@@ -62,7 +64,7 @@ def supports(dtype, platform: str) -> bool:
     return platform in _PLATFORMS and jnp.issubdtype(jnp.dtype(dtype), jnp.floating)
 
 
-def default_block_sizes(kernel: str, num_cols: int) -> BlockSizes:
+def default_block_sizes(kernel: str, num_cols: int, itemsize: int = 4) -> BlockSizes:
     """The Triton DIA kernels' default tiles for a dense operand of `num_cols` columns.
 
     Picked from a sweep on an H100 (`benchmarks/gpu_tiles.py`, 2026-11-24, JAX 0.11.2,
@@ -71,19 +73,24 @@ def default_block_sizes(kernel: str, num_cols: int) -> BlockSizes:
     larger `k` (27-point, `k = 8`: 393 us against 806 us with 1024 rows); the data gradient
     with 256 stored columns and 4 warps up to `k = 8` (27-point, `k = 8`: 557 us against
     10.4 ms with 1024) and 32 columns by chunks of 32 beyond (5-point, `k = 64`: 830 us).
+    A product tile holds at most 32 KiB of values: float64 at `k >= 64` takes 64 rows
+    (128 rows spilled 824 bytes of registers per thread in `make gpu-compile`).
 
     **Arguments:**
 
     - `kernel`: `"matmul"` (the product and the transposed product) or `"sddmm"`.
     - `num_cols`: `k`.
+    - `itemsize`: bytes per value.
 
     **Returns:** a `BlockSizes` with every field set.
     """
     cols = pl.next_power_of_2(max(num_cols, 1))
     if kernel == "matmul":
+        block_cols = min(cols, 64)
+        rows = 256 if cols == 1 else 128
         return BlockSizes(
-            block_rows=256 if cols == 1 else 128,
-            block_cols=min(cols, 64),
+            block_rows=max(32, min(rows, _MAX_TILE_BYTES // (block_cols * itemsize))),
+            block_cols=block_cols,
             num_warps=8 if cols <= 8 else 4,
         )
     if cols <= 8:
@@ -91,14 +98,14 @@ def default_block_sizes(kernel: str, num_cols: int) -> BlockSizes:
     return BlockSizes(block_rows=32, block_cols=32, num_warps=8)
 
 
-def _tiles(kernel, platform, interpret, block_sizes, num_cols):
+def _tiles(kernel, platform, interpret, block_sizes, num_cols, itemsize):
     """`(block_rows, block_cols, compiler_params)`: `block_sizes` with `None` fields taken
     from `default_block_sizes`."""
     if platform is None:
         platform = "cpu" if interpret else "cuda"
     if platform not in _PLATFORMS:
         raise ValueError(f"{platform=} must be one of {_PLATFORMS}")
-    default = default_block_sizes(kernel, num_cols)
+    default = default_block_sizes(kernel, num_cols, itemsize)
     block_sizes = block_sizes or default
     block_rows = block_sizes.block_rows or default.block_rows
     block_cols = min(block_sizes.block_cols or default.block_cols, pl.next_power_of_2(num_cols))
@@ -172,7 +179,9 @@ def _rows_product(data, operand, *, offsets, shape, transposed, interpret, platf
     k = operand.shape[-1]
     if k == 0 or out_rows == 0 or not active_diagonals(offsets, shape)[0]:
         return jnp.zeros((*lead, out_rows, k), operand.dtype)
-    block_rows, block_cols, params = _tiles("matmul", platform, interpret, block_sizes, k)
+    block_rows, block_cols, params = _tiles(
+        "matmul", platform, interpret, block_sizes, k, operand.dtype.itemsize
+    )
     batch = lead[0] if lead else 1
     looped = not unrolls_diagonals(offsets, shape)
     kernel = functools.partial(
@@ -363,7 +372,9 @@ def dia_sddmm_triton(
     batch = lead[0] if lead else 1
     if k == 0 or n == 0 or not active_diagonals(offsets, shape)[0]:
         return jnp.zeros((*lead, ndiag, n), x.dtype)
-    block_rows, block_cols, params = _tiles("sddmm", platform, interpret, block_sizes, k)
+    block_rows, block_cols, params = _tiles(
+        "sddmm", platform, interpret, block_sizes, k, x.dtype.itemsize
+    )
     looped = not unrolls_diagonals(offsets, shape)
     kernel = functools.partial(
         _sddmm_kernel,
