@@ -59,7 +59,8 @@ KINDS = (
 )
 
 
-def _median_time(fn, *args) -> float:
+def median_time(fn, *args) -> float:
+    """Median seconds of `REPEATS` calls of `fn(*args)`, after one untimed call."""
     jax.block_until_ready(fn(*args))
     times = []
     for _ in range(REPEATS):
@@ -76,8 +77,8 @@ def _product_times(product, matrix, x) -> dict:
         return lax.fori_loop(0, LOOP, lambda _, y: product(matrix, y), x)
 
     return {
-        "loop_s": _median_time(jax.jit(loop), matrix, x) / LOOP,
-        "single_s": _median_time(jax.jit(product), matrix, x),
+        "loop_s": median_time(jax.jit(loop), matrix, x) / LOOP,
+        "single_s": median_time(jax.jit(product), matrix, x),
     }
 
 
@@ -92,7 +93,7 @@ def _gradient_time(matrix, x, backend) -> float:
         y, pullback = jax.vjp(product, matrix.data, x)
         return y, pullback(cotangent)
 
-    return _median_time(jax.jit(step), matrix, x, x)
+    return median_time(jax.jit(step), matrix, x, x)
 
 
 def _ideal_bytes(fmt, scipy_matrix, k, itemsize=4, index_size=4) -> int:
@@ -168,7 +169,7 @@ def _normalized(matrix):
 def copy_bandwidth(nbytes: int = 2**30) -> float:
     """Device-to-device streaming (`x + 1` over `nbytes`, read and written), GB/s."""
     x = jnp.zeros(nbytes // 4, jnp.float32)
-    seconds = _median_time(jax.jit(lambda x: x + 1), x)
+    seconds = median_time(jax.jit(lambda x: x + 1), x)
     return 2 * nbytes / seconds / 1e9
 
 

@@ -8,7 +8,6 @@ import functools
 import itertools
 import pathlib
 import sys
-import time
 
 import jax
 import jax.numpy as jnp
@@ -16,22 +15,18 @@ import numpy as np
 from jax import lax
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
+import gpu  # noqa: E402
 import matrices  # noqa: E402
 
 from jaxsparse.kernels.pallas_dia import BlockSizes  # noqa: E402
 from jaxsparse.kernels.triton_dia import dia_matmul_triton, dia_sddmm_triton  # noqa: E402
 
-LOOP, REPEATS = 20, 9
+LOOP = gpu.LOOP
 
 
 def _time(fn, *args) -> float:
-    jax.block_until_ready(fn(*args))
-    times = []
-    for _ in range(REPEATS):
-        start = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - start)
-    return float(np.median(times)) / LOOP
+    """Seconds per product of `fn`, a jitted loop of `LOOP` products."""
+    return gpu.median_time(fn, *args) / LOOP
 
 
 def _looped(step):

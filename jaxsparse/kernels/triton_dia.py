@@ -333,6 +333,10 @@ def _sddmm_kernel(*refs, offsets, shape, num_cols, block_rows, block_cols, batch
             active, active_offsets, reduce_over_k(active_offsets), strict=True
         ):
             store(d, off, total)
+        # Diagonals outside the matrix get their zeros here, in the same pass.
+        zeros = jnp.zeros((block_rows,), out_ref.dtype)
+        for d in sorted(set(range(len(offsets))) - set(active)):
+            plgpu.store(out_ref.at[b, d, columns], zeros, mask=column_ok)
         return
 
     def one_diagonal(d, carry):
@@ -398,15 +402,4 @@ def dia_sddmm_triton(
         interpret=interpret,
         name="dia_sddmm",
     )(*_offsets_operand(offsets, looped), g, x)
-    out = _with_inactive_zeroed(out, offsets, shape, looped)
     return out if lead else out[0]
-
-
-def _with_inactive_zeroed(out, offsets, shape, looped):
-    """The unrolled kernel writes only the active diagonals; zero the others (the looping
-    kernel writes every diagonal, masked to zero where it leaves the matrix)."""
-    active = active_diagonals(offsets, shape)[0]
-    if looped or len(active) == len(offsets):
-        return out
-    inactive = np.setdiff1d(np.arange(len(offsets)), active)
-    return out.at[:, inactive, :].set(0)
