@@ -11,10 +11,10 @@ implementation families compute it.
 `shape`, and `backend`. Autodiff, batching and the choice of implementation come from
 `_primitive.product_family`.
 
-The `native` family (`kernels/native_csr.py`: C++ kernels for one matrix at a time) runs
-unbatched calls, and the batched product of a shared vector (`_matmul_native_batch`);
-other batched calls run the XLA family's. A batch of structures (`vmap` over
-whole matrices) is one block-diagonal matrix (`_block_diagonal`).
+Every family takes the batch axis of the product contract; the `native` family
+(`kernels/native_csr.py`, C++) runs a whole batch in one call that reads the structure
+once. A batch of structures (`vmap` over whole matrices) is one block-diagonal matrix
+(`_block_diagonal`).
 """
 
 import jax.numpy as jnp
@@ -24,7 +24,6 @@ from ._backend import KERNEL_FAMILIES
 from ._primitive import product_family
 from .kernels import mosaic_tpu_csr, native_csr, triton_csr
 from .kernels._complex_planes import with_complex_planes
-from .kernels._xla_cpu import outside_ynn_fusions
 from .kernels.mosaic_tpu_csr import (
     csr_matmul_mosaic_tpu,
     csr_matmul_t_mosaic_tpu,
@@ -37,33 +36,6 @@ from .kernels.xla_csr import csr_matmul_t_xla, csr_matmul_xla, csr_sddmm_xla
 
 def _values_shape(indices, indptr, *, shape):
     return indices.shape
-
-
-def _unbatched_or_xla(unbatched, xla, *, first_rank: int):
-    """An implementation running `unbatched` for one matrix and `xla` for a batch (a
-    `first` argument of more than `first_rank` axes, or a 3-D `second`)."""
-
-    def implementation(first, second, indices, indptr, *, shape):
-        if first.ndim == first_rank and second.ndim == 2:
-            return unbatched(first, second, indices, indptr, shape=shape)
-        return outside_ynn_fusions(xla(first, second, indices, indptr, shape=shape))
-
-    return implementation
-
-
-def _matmul_native_batch(data, x, indices, indptr, *, shape):
-    """`A_b @ x` for `B` matrices of one structure (values `(B, nnz)`) and a shared vector,
-    as one native product: `Y[i, b] = sum_p x[indices[p]] * data[b, p]` over the entries
-    of row `i` is the structure with columns `arange(nnz)` and values `x[indices]` times
-    the dense `(nnz, B)` operand `data.T`, so the structure and `x` are read once. Other
-    batches (a batched operand, several columns) run the XLA family's batch axis."""
-    if x.ndim == 3 or x.shape[1] != 1:
-        return csr_matmul_xla(data, x, indices, indptr, shape=shape)
-    m, _ = shape
-    nnz = indices.shape[0]
-    columns = jnp.arange(nnz, dtype=indices.dtype)
-    out = csr_matmul_native(x[indices, 0], data.T, columns, indptr, shape=(m, nnz))
-    return out.T[:, :, None]
 
 
 def _block_diagonal(primitive, args, dims, *, shape, **params):
@@ -122,19 +94,19 @@ IMPLEMENTATIONS, SUPPORTS = with_complex_planes(
     {
         "matmul": {
             "xla": csr_matmul_xla,
-            "native": _unbatched_or_xla(csr_matmul_native, _matmul_native_batch, first_rank=1),
+            "native": csr_matmul_native,
             "triton": csr_matmul_triton,
             "mosaic_tpu": csr_matmul_mosaic_tpu,
         },
         "matmul_t": {
             "xla": csr_matmul_t_xla,
-            "native": _unbatched_or_xla(csr_matmul_t_native, csr_matmul_t_xla, first_rank=1),
+            "native": csr_matmul_t_native,
             "triton": csr_matmul_t_triton,
             "mosaic_tpu": csr_matmul_t_mosaic_tpu,
         },
         "sddmm": {
             "xla": csr_sddmm_xla,
-            "native": _unbatched_or_xla(csr_sddmm_native, csr_sddmm_xla, first_rank=2),
+            "native": csr_sddmm_native,
             "triton": csr_sddmm_triton,
             "mosaic_tpu": csr_sddmm_mosaic_tpu,
         },

@@ -10,15 +10,13 @@ Parameters: the static `offsets` and `shape`, and `backend`. Autodiff, batching 
 choice of implementation come from `_primitive.product_family`.
 
 The `native` family (`kernels/native_dia.py`) takes any number of diagonals (the offsets
-are an attribute of one kernel call) but one matrix at a time; batched calls run the XLA
-family's batch axis.
+are an attribute of one kernel call) and a whole batch in one call.
 """
 
 from ._backend import KERNEL_FAMILIES
 from ._primitive import product_family
 from .kernels import mosaic_gpu_dia, native_dia, pallas_dia, triton_dia
 from .kernels._complex_planes import with_complex_planes
-from .kernels._xla_cpu import outside_ynn_fusions
 from .kernels.mosaic_gpu_dia import (
     dia_matmul_mosaic_gpu,
     dia_matmul_t_mosaic_gpu,
@@ -34,19 +32,6 @@ def _values_shape(*, offsets, shape):
     return (len(offsets), shape[1])
 
 
-def _unbatched_or_xla(unbatched, xla):
-    """An implementation running `unbatched` for one matrix and `xla` for a batch (an
-    argument with a leading batch axis), kept out of its consumer's YNNPACK fusion (64 DIA
-    5-point products with a sum: 552 -> 44 ms, `kernels/_xla_cpu.py`)."""
-
-    def implementation(first, second, *, offsets, shape):
-        if first.ndim == 2 and second.ndim == 2:
-            return unbatched(first, second, offsets=offsets, shape=shape)
-        return outside_ynn_fusions(xla(first, second, offsets=offsets, shape=shape))
-
-    return implementation
-
-
 # The table: member -> implementation family -> function (see `_backend.py` for which
 # family runs where). A new family is one key per member. Kernel families take complex
 # values on real planes (`kernels/_complex_planes.py`).
@@ -54,21 +39,21 @@ IMPLEMENTATIONS, SUPPORTS = with_complex_planes(
     {
         "matmul": {
             "xla": dia_matmul_xla,
-            "native": _unbatched_or_xla(dia_matmul_native, dia_matmul_xla),
+            "native": dia_matmul_native,
             "pallas": dia_matmul_pallas,
             "triton": dia_matmul_triton,
             "mosaic_gpu": dia_matmul_mosaic_gpu,
         },
         "matmul_t": {
             "xla": dia_matmul_t_xla,
-            "native": _unbatched_or_xla(dia_matmul_t_native, dia_matmul_t_xla),
+            "native": dia_matmul_t_native,
             "pallas": dia_matmul_t_pallas,
             "triton": dia_matmul_t_triton,
             "mosaic_gpu": dia_matmul_t_mosaic_gpu,
         },
         "sddmm": {
             "xla": dia_sddmm_xla,
-            "native": _unbatched_or_xla(dia_sddmm_native, dia_sddmm_xla),
+            "native": dia_sddmm_native,
             "pallas": dia_sddmm_pallas,
             "triton": dia_sddmm_triton,
             "mosaic_gpu": dia_sddmm_mosaic_gpu,

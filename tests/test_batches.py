@@ -15,7 +15,7 @@ from helpers import MATRICES, assert_close, random_csr, random_dia, random_value
 from lowering import DIA_KERNEL_CALLS, KERNEL_CALLS, NEEDS_CROSS_LOWERING, lower
 
 import jaxsparse as js
-from jaxsparse.kernels import mosaic_tpu_csr, pallas_dia, triton_csr, triton_dia
+from jaxsparse.kernels import _native_library, mosaic_tpu_csr, pallas_dia, triton_csr, triton_dia
 
 BACKENDS = ["xla", "auto", "interpret"]
 BATCH = 3
@@ -240,15 +240,15 @@ def _batched_product(fmt, backend, k):
     ("fmt", "backend"), [("dia", "xla"), ("dia", "auto"), ("csr", "xla"), ("csr", "auto")]
 )
 def test_lowered_batch_has_no_loop(fmt, backend, k):
-    """One batched product: no `while` in the lowered CPU module (the native CSR family
-    runs a shared vector's batch as one native product, other batches on XLA's batch
-    axis; see `_csr_ops._matmul_native_batch`)."""
+    """One batched product: no `while` in the lowered CPU module, and with `"auto"` one
+    native kernel call for the whole batch."""
     product, avals = _batched_product(fmt, backend, k)
     jaxpr = jax.make_jaxpr(product)(*avals)
     assert [e.primitive.name.startswith("jaxsparse_") for e in jaxpr.eqns].count(True) == 1
     text = lower(product, avals, "cpu")
-    loops = text.count("stablehlo.while")
-    assert loops == 0
+    assert text.count("stablehlo.while") == 0
+    native_calls = text.count(f"jaxsparse_{fmt}_matmul")
+    assert native_calls == (1 if backend == "auto" and _native_library.AVAILABLE else 0)
 
 
 @NEEDS_CROSS_LOWERING

@@ -100,6 +100,35 @@ def test_empty_shapes(shape):
     np.testing.assert_array_equal(native_dia.dia_sddmm_native(g, x, **static), 0)
 
 
+@pytest.mark.parametrize("batch", [0, 2])
+@pytest.mark.parametrize("shape", [(0, 4), (4, 0), (3, 3)], ids=str)
+def test_empty_batches(shape, batch):
+    """A batch of no members, and batches of empty matrices or of no entries (zero DIA
+    values): the right shapes and values."""
+    m, n = shape
+    x, g = jnp.ones((batch, n, 2), jnp.float32), jnp.ones((batch, m, 2), jnp.float32)
+    no_entries = (jnp.zeros(0, jnp.int32), jnp.zeros(m + 1, jnp.int32))
+    data = jnp.zeros((batch, 0), jnp.float32)
+    results = [
+        (native_csr.csr_matmul_native(data, x, *no_entries, shape=shape), (batch, m, 2)),
+        (native_csr.csr_matmul_t_native(data, g, *no_entries, shape=shape), (batch, n, 2)),
+        (native_csr.csr_sddmm_native(g, x, *no_entries, shape=shape), (batch, 0)),
+    ]
+    static = dict(offsets=(-1, 0, 1), shape=shape)
+    diagonals = jnp.zeros((batch, 3, n), jnp.float32)
+    results += [
+        (native_dia.dia_matmul_native(diagonals, x[0] if batch else x, **static), (batch, m, 2)),
+        (native_dia.dia_matmul_t_native(diagonals, g, **static), (batch, n, 2)),
+    ]
+    for result, expected_shape in results:
+        assert result.shape == expected_shape
+        np.testing.assert_array_equal(result, 0)
+    sampled = native_dia.dia_sddmm_native(g, x, **static)
+    assert sampled.shape == (batch, 3, n)
+    expected = jax.vmap(lambda g, x: dia_sddmm_xla(g, x, **static))(g, x)
+    np.testing.assert_array_equal(sampled, expected)
+
+
 @pytest.mark.parametrize("fmt", ["dia", "csr"])
 def test_native_equals_the_xla_reference(fmt):
     """The same products as the XLA path, for one matrix of each format."""
@@ -242,3 +271,67 @@ def test_xla_backend_lowers_without_any_custom_call(fmt):
     xla_text = jax.jit(step("xla")).lower(*args).as_text()
     assert "stablehlo.custom_call" not in xla_text
     assert "jaxsparse_" in jax.jit(step("auto")).lower(*args).as_text()
+
+
+def _batched_kernels(fmt, matrix):
+    """The three native kernels of `fmt` with `matrix`'s structure bound."""
+    if fmt == "dia":
+        static = dict(offsets=matrix.offsets, shape=matrix.shape)
+        kernels = (native_dia.dia_matmul_native, native_dia.dia_matmul_t_native)
+        kernels += (native_dia.dia_sddmm_native,)
+        return [lambda a, b, f=f: f(a, b, **static) for f in kernels]
+    arrays, static = (matrix.indices, matrix.indptr), dict(shape=matrix.shape)
+    kernels = (native_csr.csr_matmul_native, native_csr.csr_matmul_t_native)
+    kernels += (native_csr.csr_sddmm_native,)
+    return [lambda a, b, f=f: f(a, b, *arrays, **static) for f in kernels]
+
+
+def _xla_sddmm(fmt, matrix):
+    """The XLA reference's gradient in the values, `matrix`'s structure bound."""
+    if fmt == "dia":
+        return lambda g, x: dia_sddmm_xla(g, x, offsets=matrix.offsets, shape=matrix.shape)
+    return lambda g, x: csr_sddmm_xla(g, x, matrix.indices, matrix.indptr, shape=matrix.shape)
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["shared-operand", "batched-operand"])
+@pytest.mark.parametrize(("dtype", "index_dtype", "k"), COMBINATIONS, ids=COMBINATION_IDS)
+@pytest.mark.parametrize("fmt", ["dia", "csr"])
+def test_one_call_takes_a_batch_of_values(fmt, dtype, index_dtype, k, shared):
+    """Values `(B, ...)` with a shared or batched operand in one kernel call: each member
+    against scipy, on a matrix large enough (power-law rows, 4 members) that the entries
+    are cut into pieces and walked in chunks shared by the members."""
+    rng = np.random.default_rng(7)
+    batch = 4
+    if fmt == "dia":
+        offsets, shape = (-700, -3, 0, 1, 40), (3000, 2900)
+        data = random_values(rng, (len(offsets), shape[1]), dtype)
+        matrix = js.DIAMatrix(data, offsets, shape)
+    else:
+        twin = _power_law_with_one_long_row(rng, 3000, 2900, 9000)
+        matrix = js.CSRMatrix.from_scipy(twin).astype(dtype)
+        matrix = js.CSRMatrix(
+            matrix.data,
+            matrix.indices.astype(index_dtype),
+            matrix.indptr.astype(index_dtype),
+            matrix.shape,
+        )
+    m, n = matrix.shape
+    values = random_values(rng, (batch, *matrix.data.shape), dtype)
+    xs = random_values(rng, (batch, n, k), dtype)
+    gs = random_values(rng, (batch, m, k), dtype)
+    # Shared: x and g of the products, and x of the sampled product (whose g is batched).
+    x, g = (xs[0], gs[0]) if shared else (xs, gs)
+    matmul, matmul_t, sddmm = _batched_kernels(fmt, matrix)
+    y, yt, gradients = matmul(values, x), matmul_t(values, g), sddmm(gs, x)
+    assert y.shape == (batch, m, k) and yt.shape == (batch, n, k)
+    assert gradients.shape == (batch, *matrix.data.shape)
+    for b in range(batch):
+        member = matrix.with_data(jnp.asarray(as_float64(values[b]))).to_scipy()
+        xb, gb = (as_float64(a if shared else a[b]) for a in (x, g))
+        _close(y[b], member @ xb, dtype, k)
+        _close(yt[b], member.T @ gb, dtype, k)
+        expected = _xla_sddmm(fmt, matrix)(jnp.asarray(as_float64(gs[b])), jnp.asarray(xb))
+        _close(gradients[b], np.asarray(expected), dtype, k)
+    # The batch is bitwise repeatable too.
+    np.testing.assert_array_equal(np.asarray(matmul(values, x)), np.asarray(y))
+    np.testing.assert_array_equal(np.asarray(matmul_t(values, g)), np.asarray(yt))

@@ -1,5 +1,4 @@
-"""Workarounds for XLA CPU on the XLA path: column sums as adds, and a product's result
-kept out of its consumer's YNNPACK fusion.
+"""A workaround for XLA CPU on the XLA path: column sums as adds.
 
 A reduction over the `k` columns (`jnp.sum(products, axis=1)`) becomes a YNNPACK fusion
 on XLA CPU (JAX 0.10), far slower than adding the columns in XLA's own loop. Measured,
@@ -11,8 +10,6 @@ would grow with `k`, so the sum stays a reduction there.
 """
 
 import jax.numpy as jnp
-import numpy as np
-from jax import lax
 
 UNROLLED_COLUMNS = 64
 
@@ -26,12 +23,3 @@ def sum_over_columns(products):
     for c in range(1, k):
         total = total + products[:, c]
     return total
-
-
-def outside_ynn_fusions(y):
-    """`y`, through a `select` XLA CPU's YNNPACK fusions cannot take: without it a
-    consumer's reduction pulls the product into one YNNPACK fusion. Measured for 64 DIA
-    5-point products at 2^16 rows, k = 1 (ms): the batched product 11.9, `jnp.sum(product
-    * w)` 552 without the select, 44 with it. The mask is always true."""
-    rows = lax.broadcasted_iota(np.int32, y.shape, 0)
-    return jnp.where(rows < y.shape[0], y, 0)

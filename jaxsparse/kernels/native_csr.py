@@ -9,6 +9,11 @@ out-of-bounds read. float32, float64, complex64 and complex128 values, int32 or 
 indices; half precision stays on the XLA path. The transposed product scatters into one
 buffer per thread (at most 8, and at most twice the entries), added in a fixed order,
 rather than building the transposed structure.
+
+Batches follow the product contract (`_primitive.py`, "Batches"): values `(B, nnz)` and
+dense operands `(B, rows, k)`, or shared without the leading axis; one kernel call runs
+the whole batch and reads the structure once, a chunk of entries at a time for every
+member.
 """
 
 import jax
@@ -28,17 +33,27 @@ def _call(target: str, out_shape, *args):
     return jax.ffi.ffi_call(target, jax.ShapeDtypeStruct(out_shape, args[0].dtype))(*args)
 
 
+def _batch(first, first_rank: int, second) -> tuple[int, ...]:
+    """The leading batch axis of a call, `(B,)`, or `()` for one matrix."""
+    if first.ndim > first_rank:
+        return first.shape[:1]
+    return second.shape[:1] if second.ndim == 3 else ()
+
+
 def csr_matmul_native(data, x, indices, indptr, *, shape: tuple[int, int]) -> jax.Array:
-    """`A @ x`, `(m, k)`."""
-    return _call("jaxsparse_csr_matmul", (shape[0], x.shape[1]), data, x, indices, indptr)
+    """`A @ x`, `(m, k)` (batched: `(B, m, k)`)."""
+    out_shape = (*_batch(data, 1, x), shape[0], x.shape[-1])
+    return _call("jaxsparse_csr_matmul", out_shape, data, x, indices, indptr)
 
 
 def csr_matmul_t_native(data, g, indices, indptr, *, shape: tuple[int, int]) -> jax.Array:
-    """`A^T @ g`, `(n, k)`."""
-    return _call("jaxsparse_csr_matmul_t", (shape[1], g.shape[1]), data, g, indices, indptr)
+    """`A^T @ g`, `(n, k)` (batched: `(B, n, k)`)."""
+    out_shape = (*_batch(data, 1, g), shape[1], g.shape[-1])
+    return _call("jaxsparse_csr_matmul_t", out_shape, data, g, indices, indptr)
 
 
 def csr_sddmm_native(g, x, indices, indptr, *, shape: tuple[int, int]) -> jax.Array:
-    """`out[p] = g[row(p)] . x[indices[p]]`, `(nnz,)`."""
+    """`out[p] = g[row(p)] . x[indices[p]]`, `(nnz,)` (batched: `(B, nnz)`)."""
     del shape
-    return _call("jaxsparse_csr_sddmm", indices.shape, g, x, indices, indptr)
+    out_shape = (*_batch(g, 2, x), indices.shape[0])
+    return _call("jaxsparse_csr_sddmm", out_shape, g, x, indices, indptr)

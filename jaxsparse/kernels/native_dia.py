@@ -5,6 +5,10 @@ the compiled program is one call whatever the number of diagonals (no unrolling)
 are split evenly over XLA's intra-op threads and walked in blocks whose output stays in
 the L1 cache while every diagonal adds into it. float32, float64, complex64 and
 complex128; half precision stays on the XLA path.
+
+Batches follow the product contract (`_primitive.py`, "Batches"): values
+`(B, ndiag, n)` and dense operands `(B, rows, k)`, or shared without the leading axis; one
+kernel call runs the whole batch, every member over a row block before the next block.
 """
 
 import jax
@@ -25,16 +29,26 @@ def _call(target: str, out_shape, first, second, offsets):
     return jax.ffi.ffi_call(target, out)(first, second, offsets=np.asarray(offsets, np.int64))
 
 
+def _batch(first, second) -> tuple[int, ...]:
+    """The leading batch axis of a call, `(B,)`, or `()` for one matrix (every unbatched
+    argument of the DIA products has two axes)."""
+    return next((a.shape[:1] for a in (first, second) if a.ndim == 3), ())
+
+
 def dia_matmul_native(data, x, *, offsets, shape) -> jax.Array:
-    """`A @ x`, `(m, k)`."""
-    return _call("jaxsparse_dia_matmul", (shape[0], x.shape[1]), data, x, offsets)
+    """`A @ x`, `(m, k)` (batched: `(B, m, k)`)."""
+    out_shape = (*_batch(data, x), shape[0], x.shape[-1])
+    return _call("jaxsparse_dia_matmul", out_shape, data, x, offsets)
 
 
 def dia_matmul_t_native(data, g, *, offsets, shape) -> jax.Array:
-    """`A^T @ g`, `(n, k)`."""
-    return _call("jaxsparse_dia_matmul_t", (shape[1], g.shape[1]), data, g, offsets)
+    """`A^T @ g`, `(n, k)` (batched: `(B, n, k)`)."""
+    out_shape = (*_batch(data, g), shape[1], g.shape[-1])
+    return _call("jaxsparse_dia_matmul_t", out_shape, data, g, offsets)
 
 
 def dia_sddmm_native(g, x, *, offsets, shape) -> jax.Array:
-    """`out[d, j] = g[j - offsets[d]] . x[j]` inside the matrix, else 0; `(ndiag, n)`."""
-    return _call("jaxsparse_dia_sddmm", (len(offsets), shape[1]), g, x, offsets)
+    """`out[d, j] = g[j - offsets[d]] . x[j]` inside the matrix, else 0; `(ndiag, n)`
+    (batched: `(B, ndiag, n)`)."""
+    out_shape = (*_batch(g, x), len(offsets), shape[1])
+    return _call("jaxsparse_dia_sddmm", out_shape, g, x, offsets)

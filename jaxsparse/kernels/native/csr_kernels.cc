@@ -1,6 +1,6 @@
 // CSR kernels for CPU: the product A @ X, the transposed product A^T @ G and the sampled
 // product (the gradient in the values), for float32/float64/complex64/complex128 values
-// with int32 or int64 indices.
+// with int32 or int64 indices, for one matrix or a batch of matrices sharing a structure.
 //
 // Row i holds the entries p in [indptr[i], indptr[i + 1]). Work is split by stored
 // entries, not rows (parallel.h), so a power-law row is shared by several threads: a row
@@ -8,20 +8,31 @@
 // all pieces finish. Every kernel checks the structure it reads: the index pointer before
 // use, each column index as it is read; a bad structure is an InvalidArgument error, and
 // an out-of-range column is never read.
+//
+// Batches (the contract of `_primitive.py`): values `(B, nnz)`, dense operands
+// `(B, rows, k)`, results `(B, ...)`; an operand without the leading axis is shared by
+// the batch. A piece of work walks its entries in chunks of kChunkEntries and runs every
+// batch member over a chunk before the next, so the structure is read from memory once
+// for the whole batch; with one shared vector, groups of members also share each entry's
+// column and vector value (SharedVectorRows).
 
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <cstring>
 #include <string>
 #include <vector>
 
+#include "arrays.h"
 #include "dispatch.h"
 #include "handlers.h"
 #include "parallel.h"
 
 namespace jaxsparse {
 namespace {
+
+// Entries per chunk of a batched call: their indices stay in the L1 cache while every
+// member of the batch reads them.
+constexpr int64_t kChunkEntries = 8192;
 
 // Checks indptr[0] == 0, indptr[m] == nnz and that indptr never decreases (in pieces over
 // the pool: it is a pass over m + 1 values before the kernel may trust any of them).
@@ -77,52 +88,122 @@ int64_t FirstRowFrom(const I* indptr, int64_t m, int64_t p) {
 // Column `indices[p]`, and whether it is outside [0, n). An outside column reads column
 // 0 instead (without a branch in the inner loop); the caller reports the error.
 template <typename I>
-inline __attribute__((always_inline)) int64_t CheckedColumn(const I* indices, int64_t p,
-                                                             int64_t n, bool& bad) {
+JAXSPARSE_INLINE int64_t CheckedColumn(const I* indices, int64_t p, int64_t n, bool& bad) {
   const int64_t column = indices[p];
   const bool outside = static_cast<uint64_t>(column) >= static_cast<uint64_t>(n);
   bad |= outside;
   return outside ? 0 : column;
 }
 
+// The widest block of columns summed in registers: 128 bytes of values.
+template <typename T>
+constexpr int kWidestBlock = 128 / sizeof(T);
+
+// out[c0:c0 + W] = sum over entries p in [begin, end) of values[p] * x[indices[p], c0:c0 + W]
+// with W a compile-time width, so the W sums stay in registers.
+template <int W, typename T, typename I>
+JAXSPARSE_INLINE void SumColumnBlock(const T* values, const I* indices, const T* x, int64_t n,
+                                     int64_t k, int64_t c0, int64_t begin, int64_t end, T* out,
+                                     bool& bad) {
+  T sums[W] = {};
+  for (int64_t p = begin; p < end; ++p) {
+    const T value = values[p];
+    const T* row = x + CheckedColumn(indices, p, n, bad) * k + c0;
+    for (int c = 0; c < W; ++c) sums[c] += value * row[c];
+  }
+  for (int c = 0; c < W; ++c) out[c0 + c] = sums[c];
+}
+
+// Columns [c0, k) in blocks of W (as many as fit, if W is the widest), then W / 2, ..., 1.
+template <int W, typename T, typename I>
+JAXSPARSE_INLINE void SumColumnsFrom(const T* values, const I* indices, const T* x, int64_t n,
+                                     int64_t k, int64_t c0, int64_t begin, int64_t end, T* out,
+                                     bool& bad) {
+  if constexpr (W == kWidestBlock<T>) {
+    for (; c0 + W <= k; c0 += W) SumColumnBlock<W>(values, indices, x, n, k, c0, begin, end, out, bad);
+  } else if (c0 + W <= k) {
+    SumColumnBlock<W>(values, indices, x, n, k, c0, begin, end, out, bad);
+    c0 += W;
+  }
+  if constexpr (W > 1) SumColumnsFrom<W / 2>(values, indices, x, n, k, c0, begin, end, out, bad);
+}
+
 // out[0:k] = sum of values[p] * x[indices[p]] over p in [begin, end). Inlined: with a few
 // entries per row, a call per row measured slower than the sums themselves.
 template <typename T, typename I>
-inline __attribute__((always_inline)) void RowSum(const T* values, const I* indices, const T* x,
-                                                  int64_t n, int64_t k, int64_t begin, int64_t end,
-                                                  T* out, bool& bad) {
+JAXSPARSE_INLINE void RowSum(const T* values, const I* indices, const T* x, int64_t n, int64_t k,
+                             int64_t begin, int64_t end, T* out, bool& bad) {
   if (k == 1) {
-    T sum = T(0);
-    for (int64_t p = begin; p < end; ++p) sum += values[p] * x[CheckedColumn(indices, p, n, bad)];
-    out[0] = sum;
-    return;
-  }
-  std::fill(out, out + k, T(0));
-  for (int64_t p = begin; p < end; ++p) {
-    const T value = values[p];
-    const T* row = x + CheckedColumn(indices, p, n, bad) * k;
-    for (int64_t c = 0; c < k; ++c) out[c] += value * row[c];
+    SumColumnBlock<1>(values, indices, x, n, k, 0, begin, end, out, bad);
+  } else {
+    SumColumnsFrom<kWidestBlock<T>>(values, indices, x, n, k, 0, begin, end, out, bad);
   }
 }
+
+// Rows [first_row, last_row) of one member's product, entries cut off at `end`.
+template <typename T, typename I>
+JAXSPARSE_INLINE void ProductRows(const T* values, const I* indices, const I* indptr,
+                                  const T* dense, int64_t n, int64_t k, int64_t first_row,
+                                  int64_t last_row, int64_t end, T* out, bool& bad) {
+  if (k == 1) {  // the common SpMV, its row loop written out for the compiler
+    for (int64_t row = first_row; row < last_row; ++row) {
+      const int64_t row_end = std::min<int64_t>(indptr[row + 1], end);
+      T sum = T(0);
+      for (int64_t p = indptr[row]; p < row_end; ++p) {
+        sum += values[p] * dense[CheckedColumn(indices, p, n, bad)];
+      }
+      out[row] = sum;
+    }
+    return;
+  }
+  for (int64_t row = first_row; row < last_row; ++row) {
+    const int64_t row_end = std::min<int64_t>(indptr[row + 1], end);
+    RowSum(values, indices, dense, n, k, indptr[row], row_end, out + row * k, bad);
+  }
+}
+
+// Rows [first_row, last_row) of G members' products with one shared vector (k = 1), entries
+// cut off at `end`: each entry's column and vector value are read once for the G members,
+// whose G sums run side by side (each in the order of a single product).
+template <int G, typename T, typename I>
+JAXSPARSE_INLINE void SharedVectorRows(const T* values, int64_t values_stride, const I* indices,
+                                       const I* indptr, const T* x, int64_t n,
+                                       int64_t first_row, int64_t last_row, int64_t end, T* out,
+                                       int64_t out_stride, bool& bad) {
+  for (int64_t row = first_row; row < last_row; ++row) {
+    const int64_t row_end = std::min<int64_t>(indptr[row + 1], end);
+    T sums[G] = {};
+    for (int64_t p = indptr[row]; p < row_end; ++p) {
+      const T value = x[CheckedColumn(indices, p, n, bad)];
+      for (int j = 0; j < G; ++j) sums[j] += values[j * values_stride + p] * value;
+    }
+    for (int j = 0; j < G; ++j) out[j * out_stride + row] = sums[j];
+  }
+}
+
+// Members per group of SharedVectorRows.
+constexpr int64_t kSharedVectorGroup = 8;
 
 template <typename T, typename I>
 ffi::Error Matmul(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi::AnyBuffer& x,
                   const ffi::AnyBuffer& indices_buffer, const ffi::AnyBuffer& indptr_buffer,
                   ffi::Result<ffi::AnyBuffer>& out_buffer) {
-  const int64_t n = x.dimensions()[0], k = x.dimensions()[1];
-  const int64_t m = indptr_buffer.dimensions()[0] - 1, nnz = data.dimensions()[0];
+  const int64_t n = Trailing(x, 2), k = Trailing(x, 1);
+  const int64_t m = indptr_buffer.dimensions()[0] - 1, nnz = indices_buffer.dimensions()[0];
+  const int64_t batch = BatchOf(*out_buffer, 2);
+  const int64_t values_stride = MemberStride(data, 1), x_stride = MemberStride(x, 2);
   const I* indptr = Data<I>(indptr_buffer);
   if (ffi::Error error = CheckIndptr(pool, indptr, m, nnz); !error.success()) return error;
   const T* values = Data<T>(data);
   const I* indices = Data<I>(indices_buffer);
   const T* dense = Data<T>(x);
   T* out = Data<T>(out_buffer);
-  if (k == 0 || m == 0) return ffi::Error::Success();
+  if (k == 0 || m == 0 || batch == 0) return ffi::Error::Success();
 
-  const int64_t parts = NumParts(pool, (nnz + m) * k);
+  const int64_t parts = NumParts(pool, batch * (nnz + m) * k);
   // Piece t owns the rows starting in its entries; its leading entries belong to a row
   // an earlier piece started, and are summed into carry[t] (row carry_row[t]).
-  std::vector<T> carry(parts * k, T(0));
+  std::vector<T> carry(parts * batch * k, T(0));
   std::vector<int64_t> carry_row(parts, -1);
   std::atomic<bool> ok(true);
   ParallelFor(pool, parts, [&](int64_t part) {
@@ -134,81 +215,141 @@ ffi::Error Matmul(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi::
     const int64_t owned_start = first_row < m ? static_cast<int64_t>(indptr[first_row]) : nnz;
     if (first_row > 0 && begin < std::min(owned_start, end)) {
       carry_row[part] = first_row - 1;
-      RowSum(values, indices, dense, n, k, begin, std::min(owned_start, end),
-             carry.data() + part * k, bad);
+      for (int64_t b = 0; b < batch; ++b) {
+        RowSum(values + b * values_stride, indices, dense + b * x_stride, n, k, begin,
+               std::min(owned_start, end), carry.data() + (part * batch + b) * k, bad);
+      }
     }
-    if (k == 1) {  // the common SpMV, its row loop written out for the compiler
-      for (int64_t row = first_row; row < last_row; ++row) {
-        const int64_t row_end = std::min<int64_t>(indptr[row + 1], end);
-        T sum = T(0);
-        for (int64_t p = indptr[row]; p < row_end; ++p) {
-          sum += values[p] * dense[CheckedColumn(indices, p, n, bad)];
+    // Rows in chunks of about kChunkEntries entries (one chunk for a single matrix).
+    for (int64_t chunk_row = first_row; chunk_row < last_row;) {
+      int64_t chunk_end = last_row;
+      if (batch > 1) {
+        const I* target = indptr + chunk_row + 1;
+        chunk_end = std::lower_bound(target, indptr + last_row,
+                                     static_cast<I>(indptr[chunk_row] + kChunkEntries)) -
+                    indptr;
+      }
+      int64_t b = 0;
+      if (k == 1 && x_stride == 0 && values_stride != 0) {
+        for (; b + kSharedVectorGroup <= batch; b += kSharedVectorGroup) {
+          SharedVectorRows<kSharedVectorGroup>(values + b * values_stride, values_stride, indices,
+                                               indptr, dense, n, chunk_row, chunk_end, end,
+                                               out + b * m, m, bad);
         }
-        out[row] = sum;
       }
-    } else {
-      for (int64_t row = first_row; row < last_row; ++row) {
-        const int64_t row_end = std::min<int64_t>(indptr[row + 1], end);
-        RowSum(values, indices, dense, n, k, indptr[row], row_end, out + row * k, bad);
+      for (; b < batch; ++b) {
+        ProductRows(values + b * values_stride, indices, indptr, dense + b * x_stride, n, k,
+                    chunk_row, chunk_end, end, out + b * m * k, bad);
       }
+      chunk_row = chunk_end;
     }
     if (bad) ok = false;
   });
   for (int64_t part = 1; part < parts; ++part) {
     if (carry_row[part] < 0) continue;
-    T* row = out + carry_row[part] * k;
-    for (int64_t c = 0; c < k; ++c) row[c] += carry[part * k + c];
+    for (int64_t b = 0; b < batch; ++b) {
+      T* row = out + b * m * k + carry_row[part] * k;
+      const T* partial = carry.data() + (part * batch + b) * k;
+      for (int64_t c = 0; c < k; ++c) row[c] += partial[c];
+    }
   }
   return ok ? ffi::Error::Success() : ColumnError(n);
+}
+
+// target[b][indices[p]] += values_b[p] * g_b[row(p)] for entries p in [begin, end) and
+// members b in [first_member, last_member), entries in chunks shared by the members.
+// `target` holds members n * k apart, from member `first_member`.
+template <typename T, typename I>
+void ScatterEntries(const T* values, int64_t values_stride, const T* cotangent, int64_t g_stride,
+                    const I* indices, const I* indptr, int64_t m, int64_t n, int64_t k,
+                    int64_t begin, int64_t end, int64_t first_member, int64_t last_member,
+                    T* target, bool& bad) {
+  const int64_t chunk_size = last_member - first_member > 1 ? kChunkEntries : end - begin;
+  for (int64_t chunk = begin; chunk < end; chunk += chunk_size) {
+    const int64_t chunk_end = std::min(end, chunk + chunk_size);
+    const int64_t chunk_row = RowOf(indptr, m, chunk);
+    for (int64_t b = first_member; b < last_member; ++b) {
+      const T* member_values = values + b * values_stride;
+      const T* member_g = cotangent + b * g_stride;
+      T* member_target = target + (b - first_member) * n * k;
+      for (int64_t row = chunk_row; row < m && indptr[row] < chunk_end; ++row) {
+        const int64_t row_begin = std::max<int64_t>(indptr[row], chunk);
+        const int64_t row_end = std::min<int64_t>(indptr[row + 1], chunk_end);
+        const T* source = member_g + row * k;
+        for (int64_t p = row_begin; p < row_end; ++p) {
+          const int64_t column = CheckedColumn(indices, p, n, bad);
+          // An outside column adds nothing (value 0) where its read was redirected.
+          const bool inside = static_cast<uint64_t>(indices[p]) < static_cast<uint64_t>(n);
+          const T value = inside ? member_values[p] : T(0);
+          T* destination = member_target + column * k;
+          if (k == 1) {
+            destination[0] += value * source[0];
+          } else {
+            for (int64_t c = 0; c < k; ++c) destination[c] += value * source[c];
+          }
+        }
+      }
+    }
+  }
 }
 
 template <typename T, typename I>
 ffi::Error MatmulT(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi::AnyBuffer& g,
                    const ffi::AnyBuffer& indices_buffer, const ffi::AnyBuffer& indptr_buffer,
                    ffi::Result<ffi::AnyBuffer>& out_buffer) {
-  const int64_t m = g.dimensions()[0], k = g.dimensions()[1];
-  const int64_t n = out_buffer->dimensions()[0], nnz = data.dimensions()[0];
+  const int64_t m = Trailing(g, 2), k = Trailing(g, 1);
+  const int64_t n = Trailing(*out_buffer, 2), nnz = indices_buffer.dimensions()[0];
+  const int64_t batch = BatchOf(*out_buffer, 2);
+  const int64_t values_stride = MemberStride(data, 1), g_stride = MemberStride(g, 2);
   const I* indptr = Data<I>(indptr_buffer);
   if (ffi::Error error = CheckIndptr(pool, indptr, m, nnz); !error.success()) return error;
   const T* values = Data<T>(data);
   const I* indices = Data<I>(indices_buffer);
   const T* cotangent = Data<T>(g);
   T* out = Data<T>(out_buffer);
-  std::fill(out, out + n * k, T(0));
-  if (k == 0 || nnz == 0) return ffi::Error::Success();
+  std::fill(out, out + batch * n * k, T(0));
+  if (k == 0 || nnz == 0 || batch == 0) return ffi::Error::Success();
 
-  // Each piece scatters into its own (n, k) buffer (piece 0 into `out`), added in piece
-  // order afterwards: deterministic, and no transposed structure to build. The number of
-  // pieces is capped so the buffers stay within twice the entries.
-  const int64_t max_parts = std::max<int64_t>(1, std::min<int64_t>(8, 1 + 2 * nnz / std::max<int64_t>(n, 1)));
-  const int64_t parts = NumParts(pool, nnz * k, max_parts);
-  std::vector<T> scratch((parts - 1) * n * k, T(0));
   std::atomic<bool> ok(true);
+  const int64_t work = batch * nnz * k;
+  if (batch >= NumParts(pool, work)) {
+    // Enough members for every thread: each piece scatters whole members into their own
+    // outputs, with no partial buffers.
+    const int64_t parts = NumParts(pool, work, batch);
+    ParallelFor(pool, parts, [&](int64_t part) {
+      const int64_t first = PieceStart(batch, parts, part);
+      const int64_t last = PieceStart(batch, parts, part + 1);
+      bool bad = false;
+      ScatterEntries(values, values_stride, cotangent, g_stride, indices, indptr, m, n, k, 0, nnz,
+                     first, last, out + first * n * k, bad);
+      if (bad) ok = false;
+    });
+    return ok ? ffi::Error::Success() : ColumnError(n);
+  }
+  // Each piece of the entries scatters into its own (batch, n, k) buffer (piece 0 into
+  // `out`), added in piece order afterwards: deterministic, and no transposed structure
+  // to build. The number of pieces is capped so the buffers stay within twice the entries.
+  const int64_t max_parts = std::max<int64_t>(1, std::min<int64_t>(8, 1 + 2 * nnz / std::max<int64_t>(n, 1)));
+  const int64_t parts = NumParts(pool, work, max_parts);
+  const int64_t size = batch * n * k;
+  std::vector<T> scratch((parts - 1) * size, T(0));
   ParallelFor(pool, parts, [&](int64_t part) {
     const int64_t begin = PieceStart(nnz, parts, part);
     const int64_t end = PieceStart(nnz, parts, part + 1);
     if (begin >= end) return;
-    T* target = part == 0 ? out : scratch.data() + (part - 1) * n * k;
+    T* target = part == 0 ? out : scratch.data() + (part - 1) * size;
     bool bad = false;
-    int64_t row = RowOf(indptr, m, begin);
-    for (int64_t p = begin; p < end; ++p) {
-      while (p >= indptr[row + 1]) ++row;
-      const int64_t column = CheckedColumn(indices, p, n, bad);
-      // An outside column adds nothing (value 0) where its read was redirected.
-      const T value = static_cast<uint64_t>(indices[p]) < static_cast<uint64_t>(n) ? values[p] : T(0);
-      const T* source = cotangent + row * k;
-      T* destination = target + column * k;
-      for (int64_t c = 0; c < k; ++c) destination[c] += value * source[c];
-    }
+    ScatterEntries(values, values_stride, cotangent, g_stride, indices, indptr, m, n, k, begin, end,
+                   0, batch, target, bad);
     if (bad) ok = false;
   });
   if (parts > 1) {
-    const int64_t reduce_parts = NumParts(pool, n * k * (parts - 1));
+    const int64_t reduce_parts = NumParts(pool, size * (parts - 1));
     ParallelFor(pool, reduce_parts, [&](int64_t piece) {
-      const int64_t begin = PieceStart(n * k, reduce_parts, piece);
-      const int64_t end = PieceStart(n * k, reduce_parts, piece + 1);
+      const int64_t begin = PieceStart(size, reduce_parts, piece);
+      const int64_t end = PieceStart(size, reduce_parts, piece + 1);
       for (int64_t part = 1; part < parts; ++part) {
-        const T* partial = scratch.data() + (part - 1) * n * k;
+        const T* partial = scratch.data() + (part - 1) * size;
         for (int64_t e = begin; e < end; ++e) out[e] += partial[e];
       }
     });
@@ -220,31 +361,48 @@ template <typename T, typename I>
 ffi::Error Sddmm(ffi::ThreadPool& pool, const ffi::AnyBuffer& g, const ffi::AnyBuffer& x,
                  const ffi::AnyBuffer& indices_buffer, const ffi::AnyBuffer& indptr_buffer,
                  ffi::Result<ffi::AnyBuffer>& out_buffer) {
-  const int64_t m = g.dimensions()[0], k = g.dimensions()[1];
-  const int64_t n = x.dimensions()[0], nnz = indices_buffer.dimensions()[0];
+  const int64_t m = Trailing(g, 2), k = Trailing(g, 1);
+  const int64_t n = Trailing(x, 2), nnz = indices_buffer.dimensions()[0];
+  const int64_t batch = BatchOf(*out_buffer, 1);
+  const int64_t g_stride = MemberStride(g, 2), x_stride = MemberStride(x, 2);
   const I* indptr = Data<I>(indptr_buffer);
   if (ffi::Error error = CheckIndptr(pool, indptr, m, nnz); !error.success()) return error;
   const I* indices = Data<I>(indices_buffer);
   const T* cotangent = Data<T>(g);
   const T* dense = Data<T>(x);
   T* out = Data<T>(out_buffer);
-  if (nnz == 0) return ffi::Error::Success();
+  if (nnz == 0 || batch == 0) return ffi::Error::Success();
 
-  const int64_t parts = NumParts(pool, nnz * std::max<int64_t>(k, 1));
+  const int64_t parts = NumParts(pool, batch * nnz * std::max<int64_t>(k, 1));
   std::atomic<bool> ok(true);
   ParallelFor(pool, parts, [&](int64_t part) {
     const int64_t begin = PieceStart(nnz, parts, part);
     const int64_t end = PieceStart(nnz, parts, part + 1);
     if (begin >= end) return;
     bool bad = false;
-    int64_t row = RowOf(indptr, m, begin);
-    for (int64_t p = begin; p < end; ++p) {
-      while (p >= indptr[row + 1]) ++row;
-      const T* left = cotangent + row * k;
-      const T* right = dense + CheckedColumn(indices, p, n, bad) * k;
-      T sum = T(0);
-      for (int64_t c = 0; c < k; ++c) sum += left[c] * right[c];
-      out[p] = sum;
+    const int64_t chunk_size = batch > 1 ? kChunkEntries : end - begin;
+    for (int64_t chunk = begin; chunk < end; chunk += chunk_size) {
+      const int64_t chunk_end = std::min(end, chunk + chunk_size);
+      const int64_t chunk_row = RowOf(indptr, m, chunk);
+      for (int64_t b = 0; b < batch; ++b) {
+        const T* member_g = cotangent + b * g_stride;
+        const T* member_x = dense + b * x_stride;
+        T* member_out = out + b * nnz;
+        for (int64_t row = chunk_row; row < m && indptr[row] < chunk_end; ++row) {
+          const int64_t row_begin = std::max<int64_t>(indptr[row], chunk);
+          const int64_t row_end = std::min<int64_t>(indptr[row + 1], chunk_end);
+          const T* left = member_g + row * k;
+          if (k == 1) {
+            for (int64_t p = row_begin; p < row_end; ++p) {
+              member_out[p] = left[0] * member_x[CheckedColumn(indices, p, n, bad)];
+            }
+            continue;
+          }
+          for (int64_t p = row_begin; p < row_end; ++p) {
+            member_out[p] = Dot(left, member_x + CheckedColumn(indices, p, n, bad) * k, k);
+          }
+        }
+      }
     }
     if (bad) ok = false;
   });

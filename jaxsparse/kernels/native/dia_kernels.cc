@@ -7,11 +7,16 @@
 // and each thread walks its rows in blocks small enough that the block's output stays in
 // the L1 cache while every diagonal adds into it: the output is written to memory once,
 // however many diagonals there are.
+//
+// Batches (the contract of `_primitive.py`): values `(B, ndiag, n)`, dense operands
+// `(B, rows, k)`, results `(B, ...)`; an operand without the leading axis is shared by
+// the batch. Each row block runs every member before the next block.
 
 #include <algorithm>
 #include <cstdint>
 #include <string>
 
+#include "arrays.h"
 #include "dispatch.h"
 #include "handlers.h"
 #include "parallel.h"
@@ -31,17 +36,25 @@ ffi::Error CheckDiagonals(int64_t ndiag, size_t noffsets) {
   return ffi::Error::Success();
 }
 
-// Calls block(first, stop) for consecutive row blocks covering [0, rows), spread over the
-// pool, each block at most kBlockValues / k rows.
+// Calls block(b, first, stop) for consecutive blocks of rows [first, stop) of each member
+// b of a batch of `batch`, covering [0, rows) for every member, spread over the pool with
+// the members one after another (each member's diagonals are read as long streams), each
+// block at most kBlockValues / k rows.
 template <typename F>
-void ForRowBlocks(ffi::ThreadPool& pool, int64_t rows, int64_t k, int64_t work, const F& block) {
+void ForRowBlocks(ffi::ThreadPool& pool, int64_t batch, int64_t rows, int64_t k, int64_t work,
+                  const F& block) {
   const int64_t block_rows = std::max<int64_t>(1, kBlockValues / std::max<int64_t>(k, 1));
   const int64_t parts = NumParts(pool, work);
+  const int64_t total = batch * rows;
   ParallelFor(pool, parts, [&](int64_t part) {
-    const int64_t begin = PieceStart(rows, parts, part);
-    const int64_t end = PieceStart(rows, parts, part + 1);
-    for (int64_t first = begin; first < end; first += block_rows) {
-      block(first, std::min(end, first + block_rows));
+    const int64_t begin = PieceStart(total, parts, part);
+    const int64_t end = PieceStart(total, parts, part + 1);
+    for (int64_t b = begin / std::max<int64_t>(rows, 1); b * rows < end; ++b) {
+      const int64_t stop = std::min(rows, end - b * rows);
+      for (int64_t first = std::max<int64_t>(0, begin - b * rows); first < stop;
+           first += block_rows) {
+        block(b, first, std::min(stop, first + block_rows));
+      }
     }
   });
 }
@@ -67,28 +80,35 @@ template <typename T>
 ffi::Error Product(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi::AnyBuffer& x,
                    ffi::Span<const int64_t> offsets, ffi::Result<ffi::AnyBuffer>& out_buffer,
                    bool transposed) {
-  const int64_t ndiag = data.dimensions()[0], n = data.dimensions()[1];
+  const int64_t ndiag = Trailing(data, 2), n = Trailing(data, 1);
   if (ffi::Error error = CheckDiagonals(ndiag, offsets.size()); !error.success()) return error;
-  const int64_t k = x.dimensions()[1];
-  const int64_t operand_rows = x.dimensions()[0], out_rows = out_buffer->dimensions()[0];
+  const int64_t k = Trailing(x, 1);
+  const int64_t operand_rows = Trailing(x, 2), out_rows = Trailing(*out_buffer, 2);
   const int64_t m = transposed ? operand_rows : out_rows;
+  const int64_t batch = BatchOf(*out_buffer, 2);
+  const int64_t values_stride = MemberStride(data, 2), x_stride = MemberStride(x, 2);
   const T* values = Data<T>(data);
   const T* operand = Data<T>(x);
   T* out = Data<T>(out_buffer);
-  ForRowBlocks(pool, out_rows, k, ndiag * out_rows * k, [&](int64_t first, int64_t stop) {
-    std::fill(out + first * k, out + stop * k, T(0));
+  const int64_t work = batch * ndiag * out_rows * k;
+  ForRowBlocks(pool, batch, out_rows, k, work, [&](int64_t b, int64_t first, int64_t stop) {
+    const T* member_values = values + b * values_stride;
+    const T* member_operand = operand + b * x_stride;
+    T* member_out = out + b * out_rows * k;
+    std::fill(member_out + first * k, member_out + stop * k, T(0));
     for (int64_t d = 0; d < ndiag; ++d) {
       const int64_t off = offsets[d];
       // Output row r pairs with stored column `column(r)` and operand row `source(r)`:
       // A @ x: column = source = r + off, r in [max(0, -off), min(m, n - off)).
       // A^T @ x: column = r, source = r - off, r in [max(0, off), min(n, m + off)).
-      const int64_t valid_lo = transposed ? std::max<int64_t>(0, off) : std::max<int64_t>(0, -off);
+      const int64_t valid_lo =
+          transposed ? std::max<int64_t>(0, off) : std::max<int64_t>(0, -off);
       const int64_t valid_hi = transposed ? std::min(n, m + off) : std::min(m, n - off);
       const int64_t lo = std::max(first, valid_lo), hi = std::min(stop, valid_hi);
       if (hi <= lo) continue;
-      const T* diagonal = values + d * n + (transposed ? 0 : off);
-      const T* source = operand + (transposed ? -off : off) * k;
-      AddShiftedProducts(diagonal, source, k, lo, hi, out);
+      const T* diagonal = member_values + d * n + (transposed ? 0 : off);
+      const T* source = member_operand + (transposed ? -off : off) * k;
+      AddShiftedProducts(diagonal, source, k, lo, hi, member_out);
     }
   });
   return ffi::Error::Success();
@@ -97,31 +117,31 @@ ffi::Error Product(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi:
 template <typename T>
 ffi::Error Sddmm(ffi::ThreadPool& pool, const ffi::AnyBuffer& g, const ffi::AnyBuffer& x,
                  ffi::Span<const int64_t> offsets, ffi::Result<ffi::AnyBuffer>& out_buffer) {
-  const int64_t ndiag = out_buffer->dimensions()[0], n = out_buffer->dimensions()[1];
+  const int64_t ndiag = Trailing(*out_buffer, 2), n = Trailing(*out_buffer, 1);
   if (ffi::Error error = CheckDiagonals(ndiag, offsets.size()); !error.success()) return error;
-  const int64_t m = g.dimensions()[0], k = g.dimensions()[1];
+  const int64_t m = Trailing(g, 2), k = Trailing(g, 1);
+  const int64_t batch = BatchOf(*out_buffer, 2);
+  const int64_t g_stride = MemberStride(g, 2), x_stride = MemberStride(x, 2);
   const T* cotangent = Data<T>(g);
   const T* operand = Data<T>(x);
   T* out = Data<T>(out_buffer);
-  ForRowBlocks(pool, n, k, ndiag * n * std::max<int64_t>(k, 1), [&](int64_t first, int64_t stop) {
+  const int64_t work = batch * ndiag * n * std::max<int64_t>(k, 1);
+  ForRowBlocks(pool, batch, n, k, work, [&](int64_t b, int64_t first, int64_t stop) {
+    const T* member_x = operand + b * x_stride;
     for (int64_t d = 0; d < ndiag; ++d) {
       const int64_t off = offsets[d];
-      T* row = out + d * n;
+      T* row = out + (b * ndiag + d) * n;
       // Column j is inside the matrix when its row j - off lies in [0, m).
       const int64_t lo = std::clamp<int64_t>(off, first, stop);
       const int64_t hi = std::clamp<int64_t>(m + off, lo, stop);
       std::fill(row + first, row + lo, T(0));
       std::fill(row + hi, row + stop, T(0));
-      const T* shifted = cotangent - off * k;
+      const T* shifted = cotangent + b * g_stride - off * k;
       if (k == 1) {
-        for (int64_t j = lo; j < hi; ++j) row[j] = shifted[j] * operand[j];
+        for (int64_t j = lo; j < hi; ++j) row[j] = shifted[j] * member_x[j];
         continue;
       }
-      for (int64_t j = lo; j < hi; ++j) {
-        T sum = T(0);
-        for (int64_t c = 0; c < k; ++c) sum += shifted[j * k + c] * operand[j * k + c];
-        row[j] = sum;
-      }
+      for (int64_t j = lo; j < hi; ++j) row[j] = Dot(shifted + j * k, member_x + j * k, k);
     }
   });
   return ffi::Error::Success();
