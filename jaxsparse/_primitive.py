@@ -41,10 +41,8 @@ argument.) An argument without the axis is shared by the whole batch, and the st
 (CSR's index arrays) never has it: the implementation reads the structure, and a shared
 operand, once for all `B` matrices. Nested `vmap`s merge into the one axis. A batch of
 structures is the format's `batch_structure` rule (CSR: one block-diagonal matrix). An
-implementation tells a batched call by its arguments' ranks. A family whose kernels cannot
-take the axis gets a table entry that sends batched calls elsewhere (the CPU families:
-`_dia_ops.py`, `_csr_ops.py`); the transposes sum a shared argument's cotangent over the
-batch.
+implementation tells a batched call by its arguments' ranks; every family takes the axis.
+The transposes sum a shared argument's cotangent over the batch.
 """
 
 import dataclasses
