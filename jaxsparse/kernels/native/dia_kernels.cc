@@ -24,8 +24,10 @@
 namespace jaxsparse {
 namespace {
 
-// Output values per block: 16 KiB of float32 (32 KiB of float64 / complex64).
-constexpr int64_t kBlockValues = 4096;
+// Output values per block: 4 KiB of float32 (8 KiB of float64 / complex64). Measured
+// against 4096 values, float32, k = 1, single calls: 64 5-point matrices of 2^16 rows
+// 1.8 vs 3.8 ms; one of 10^6 rows 0.37 vs 0.50 ms; a 27-point one 5.4 vs 4.9 ms.
+constexpr int64_t kBlockValues = 1024;
 
 ffi::Error CheckDiagonals(int64_t ndiag, size_t noffsets) {
   if (static_cast<size_t>(ndiag) != noffsets) {
