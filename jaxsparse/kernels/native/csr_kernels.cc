@@ -312,10 +312,9 @@ ffi::Error MatmulT(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi:
 
   std::atomic<bool> ok(true);
   const int64_t work = batch * nnz * k;
-  if (batch >= NumParts(pool, work)) {
+  if (const int64_t parts = NumParts(pool, work); batch >= parts) {
     // Enough members for every thread: each piece scatters whole members into their own
     // outputs, with no partial buffers.
-    const int64_t parts = NumParts(pool, work, batch);
     ParallelFor(pool, parts, [&](int64_t part) {
       const int64_t first = PieceStart(batch, parts, part);
       const int64_t last = PieceStart(batch, parts, part + 1);

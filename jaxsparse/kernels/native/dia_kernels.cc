@@ -10,7 +10,8 @@
 //
 // Batches (the contract of `_primitive.py`): values `(B, ndiag, n)`, dense operands
 // `(B, rows, k)`, results `(B, ...)`; an operand without the leading axis is shared by
-// the batch. Each row block runs every member before the next block.
+// the batch. The members' rows are walked one member after another, in the same row
+// blocks.
 
 #include <algorithm>
 #include <cstdint>
