@@ -83,6 +83,30 @@ def test_dia_kernels_match_scipy(case, dtype, k):
     _close(native_dia.dia_sddmm_native(g, x, **static), expected, dtype, k)
 
 
+# Column counts that reach every path of the kernels with k >= 2: blocks of 64 bytes of
+# columns with each narrower remainder, DIA's row-by-row sums over groups of diagonals
+# (k <= 32) and its diagonal-by-diagonal blocks (k > 32).
+@pytest.mark.parametrize("k", [2, 5, 8, 17, 32, 33, 70])
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.complex128], ids=["float32", "complex128"])
+def test_every_column_path(dtype, k):
+    rng = np.random.default_rng(k)
+    offsets = (-7, -3, -2, -1, 0, 1, 2, 5, 9)
+    m, n = 40, 33
+    diagonals = random_values(rng, (len(offsets), n), dtype)
+    twin = scipy.sparse.dia_array((as_float64(diagonals), offsets), shape=(m, n))
+    x, g = random_values(rng, (n, k), dtype), random_values(rng, (m, k), dtype)
+    x64, g64 = as_float64(x), as_float64(g)
+    static = dict(offsets=offsets, shape=(m, n))
+    _close(native_dia.dia_matmul_native(diagonals, x, **static), twin @ x64, dtype, k)
+    _close(native_dia.dia_matmul_t_native(diagonals, g, **static), twin.T @ g64, dtype, k)
+    csr = scipy.sparse.random_array((m, n), density=0.3, format="csr", rng=rng)
+    data = random_values(rng, (csr.nnz,), dtype)
+    arrays = (jnp.asarray(csr.indices, jnp.int32), jnp.asarray(csr.indptr, jnp.int32))
+    csr_twin = scipy.sparse.csr_array((as_float64(data), csr.indices, csr.indptr), shape=(m, n))
+    product = native_csr.csr_matmul_native(data, x, *arrays, shape=(m, n))
+    _close(product, csr_twin @ x64, dtype, k)
+
+
 @pytest.mark.parametrize("shape", [(0, 4), (4, 0), (0, 0)], ids=str)
 def test_empty_shapes(shape):
     m, n = shape

@@ -4,6 +4,7 @@
 #define JAXSPARSE_NATIVE_ARRAYS_H_
 
 #include <cstdint>
+#include <type_traits>
 
 #include "xla/ffi/api/ffi.h"
 
@@ -32,6 +33,26 @@ inline int64_t BatchOf(const xla::ffi::AnyBuffer& out, size_t rank) {
 inline int64_t Trailing(const xla::ffi::AnyBuffer& buffer, size_t from_end) {
   const auto dims = buffer.dimensions();
   return dims[dims.size() - from_end];
+}
+
+// The widest block of columns a kernel sums in registers: 64 bytes of values. Measured
+// against 128 bytes (float32, in a jitted loop): CSR at k = 64, 10^5 rows, 5-point
+// 1.9 vs 5.4 ms, 27-point 5.7 vs 24 ms; against 32 bytes, random rows 7.6 vs 9.8 ms.
+template <typename T>
+constexpr int kWidestBlock = 64 / sizeof(T);
+
+// Calls block(std::integral_constant<int, W>(), c0) for blocks of columns [c0, c0 + W)
+// covering [c0, k), W a compile-time width so that a block's W sums stay in registers:
+// blocks of the widest W while they fit, then at most one each of W / 2, ..., 1.
+template <typename T, int W = kWidestBlock<T>, typename F>
+JAXSPARSE_INLINE void ForColumnBlocks(int64_t k, int64_t c0, const F& block) {
+  if constexpr (W == kWidestBlock<T>) {
+    for (; c0 + W <= k; c0 += W) block(std::integral_constant<int, W>(), c0);
+  } else if (c0 + W <= k) {
+    block(std::integral_constant<int, W>(), c0);
+    c0 += W;
+  }
+  if constexpr (W > 1) ForColumnBlocks<T, W / 2>(k, c0, block);
 }
 
 // sum of a[c] * b[c] over c in [0, k), in 8 interleaved partial sums added in a fixed

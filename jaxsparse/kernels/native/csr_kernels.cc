@@ -95,10 +95,6 @@ JAXSPARSE_INLINE int64_t CheckedColumn(const I* indices, int64_t p, int64_t n, b
   return outside ? 0 : column;
 }
 
-// The widest block of columns summed in registers: 128 bytes of values.
-template <typename T>
-constexpr int kWidestBlock = 128 / sizeof(T);
-
 // out[c0:c0 + W] = sum over entries p in [begin, end) of values[p] * x[indices[p], c0:c0 + W]
 // with W a compile-time width, so the W sums stay in registers.
 template <int W, typename T, typename I>
@@ -114,20 +110,6 @@ JAXSPARSE_INLINE void SumColumnBlock(const T* values, const I* indices, const T*
   for (int c = 0; c < W; ++c) out[c0 + c] = sums[c];
 }
 
-// Columns [c0, k) in blocks of W (as many as fit, if W is the widest), then W / 2, ..., 1.
-template <int W, typename T, typename I>
-JAXSPARSE_INLINE void SumColumnsFrom(const T* values, const I* indices, const T* x, int64_t n,
-                                     int64_t k, int64_t c0, int64_t begin, int64_t end, T* out,
-                                     bool& bad) {
-  if constexpr (W == kWidestBlock<T>) {
-    for (; c0 + W <= k; c0 += W) SumColumnBlock<W>(values, indices, x, n, k, c0, begin, end, out, bad);
-  } else if (c0 + W <= k) {
-    SumColumnBlock<W>(values, indices, x, n, k, c0, begin, end, out, bad);
-    c0 += W;
-  }
-  if constexpr (W > 1) SumColumnsFrom<W / 2>(values, indices, x, n, k, c0, begin, end, out, bad);
-}
-
 // out[0:k] = sum of values[p] * x[indices[p]] over p in [begin, end). Inlined: with a few
 // entries per row, a call per row measured slower than the sums themselves.
 template <typename T, typename I>
@@ -136,7 +118,9 @@ JAXSPARSE_INLINE void RowSum(const T* values, const I* indices, const T* x, int6
   if (k == 1) {
     SumColumnBlock<1>(values, indices, x, n, k, 0, begin, end, out, bad);
   } else {
-    SumColumnsFrom<kWidestBlock<T>>(values, indices, x, n, k, 0, begin, end, out, bad);
+    ForColumnBlocks<T>(k, 0, [&](auto width, int64_t c0) {
+      SumColumnBlock<decltype(width)::value>(values, indices, x, n, k, c0, begin, end, out, bad);
+    });
   }
 }
 
