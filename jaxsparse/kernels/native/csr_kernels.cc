@@ -30,6 +30,11 @@
 namespace jaxsparse {
 namespace {
 
+// How far ahead (in entries) a product with k >= 2 and scattered columns prefetches
+// operand rows: uniform 8 per row, k = 8, 10^6 rows: 16 entries 29 ms, 64 13.5 ms,
+// 128 10.9 ms, 256 11.4 ms.
+constexpr int64_t kPrefetchEntries = 128;
+
 // Entries per chunk of a batched call: their indices stay in the L1 cache while every
 // member of the batch reads them.
 constexpr int64_t kChunkEntries = 8192;
@@ -128,7 +133,8 @@ JAXSPARSE_INLINE void RowSum(const T* values, const I* indices, const T* x, int6
 template <typename T, typename I>
 JAXSPARSE_INLINE void ProductRows(const T* values, const I* indices, const I* indptr,
                                   const T* dense, int64_t n, int64_t k, int64_t first_row,
-                                  int64_t last_row, int64_t end, T* out, bool& bad) {
+                                  int64_t last_row, int64_t end, bool prefetch, T* out,
+                                  bool& bad) {
   if (k == 1) {  // the common SpMV, its row loop written out for the compiler
     for (int64_t row = first_row; row < last_row; ++row) {
       const int64_t row_end = std::min<int64_t>(indptr[row + 1], end);
@@ -141,8 +147,16 @@ JAXSPARSE_INLINE void ProductRows(const T* values, const I* indices, const I* in
     return;
   }
   for (int64_t row = first_row; row < last_row; ++row) {
+    const int64_t row_begin = indptr[row];
     const int64_t row_end = std::min<int64_t>(indptr[row + 1], end);
-    RowSum(values, indices, dense, n, k, indptr[row], row_end, out + row * k, bad);
+    // Ask for the operand rows of the entries kPrefetchEntries ahead, so that gathers
+    // of rows scattered through memory overlap rather than wait one after another.
+    const int64_t prefetch_end = prefetch ? std::min(row_end + kPrefetchEntries, end) : 0;
+    for (int64_t p = row_begin + kPrefetchEntries; p < prefetch_end; ++p) {
+      const uint64_t column = static_cast<uint64_t>(indices[p]);
+      if (column < static_cast<uint64_t>(n)) __builtin_prefetch(dense + column * k);
+    }
+    RowSum(values, indices, dense, n, k, row_begin, row_end, out + row * k, bad);
   }
 }
 
@@ -165,6 +179,34 @@ JAXSPARSE_INLINE void SharedVectorRows(const T* values, int64_t values_stride, c
   }
 }
 
+// Whether the columns of consecutive rows are scattered, judged on a sample of pairs of
+// rows: a banded or stencil structure, where most entries of a row sit within a few
+// columns of an entry of the row before, is read by the hardware's own prefetching, and
+// software prefetches only cost it time (27-point, k = 8: 22.4 vs 18.9 ms); random
+// columns gain from them (uniform 8 per row, k = 8: 11 vs 65 ms). Reads only `indptr`,
+// already checked, and compares column indices without using them as addresses.
+template <typename I>
+bool ScatteredColumns(const I* indices, const I* indptr, int64_t m) {
+  constexpr int64_t kSampledRows = 256, kSampledEntries = 32, kNear = 4;
+  int64_t near = 0, total = 0;
+  for (int64_t s = 0; s < kSampledRows && m >= 2; ++s) {
+    const int64_t row = (m - 2) * s / kSampledRows;
+    const int64_t above_begin = indptr[row];
+    const int64_t above_end = std::min<int64_t>(indptr[row + 1], above_begin + kSampledEntries);
+    const int64_t below_end = std::min<int64_t>(indptr[row + 2], indptr[row + 1] + kSampledEntries);
+    for (int64_t q = indptr[row + 1]; q < below_end; ++q, ++total) {
+      for (int64_t p = above_begin; p < above_end; ++p) {
+        const int64_t step = static_cast<int64_t>(indices[q]) - static_cast<int64_t>(indices[p]);
+        if (step >= -kNear && step <= kNear) {
+          ++near;
+          break;
+        }
+      }
+    }
+  }
+  return 2 * near < total;
+}
+
 // Members per group of SharedVectorRows.
 constexpr int64_t kSharedVectorGroup = 8;
 
@@ -184,6 +226,7 @@ ffi::Error Matmul(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi::
   T* out = Data<T>(out_buffer);
   if (k == 0 || m == 0 || batch == 0) return ffi::Error::Success();
 
+  const bool prefetch = k >= 2 && ScatteredColumns(indices, indptr, m);
   const int64_t parts = NumParts(pool, batch * (nnz + m) * k);
   // Piece t owns the rows starting in its entries; its leading entries belong to a row
   // an earlier piece started, and are summed into carry[t] (row carry_row[t]).
@@ -223,7 +266,7 @@ ffi::Error Matmul(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi::
       }
       for (; b < batch; ++b) {
         ProductRows(values + b * values_stride, indices, indptr, dense + b * x_stride, n, k,
-                    chunk_row, chunk_end, end, out + b * m * k, bad);
+                    chunk_row, chunk_end, end, prefetch, out + b * m * k, bad);
       }
       chunk_row = chunk_end;
     }
