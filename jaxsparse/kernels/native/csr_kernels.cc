@@ -91,14 +91,20 @@ int64_t FirstRowFrom(const I* indptr, int64_t m, int64_t p) {
   return std::lower_bound(indptr, indptr + m, static_cast<I>(p)) - indptr;
 }
 
-// Column `indices[p]`, and whether it is outside [0, n). An outside column reads column
-// 0 instead (without a branch in the inner loop); the caller reports the error.
+// Column `indices[p]` for a read, clamped into [0, n) (n >= 1), branch-free; `largest`
+// keeps the largest column seen, as unsigned (a negative column counts as huge), and the
+// caller reports an error when it reaches n (ColumnsInRange), so a clamped read never
+// reaches a result.
 template <typename I>
-JAXSPARSE_INLINE int64_t CheckedColumn(const I* indices, int64_t p, int64_t n, bool& bad) {
-  const int64_t column = indices[p];
-  const bool outside = static_cast<uint64_t>(column) >= static_cast<uint64_t>(n);
-  bad |= outside;
-  return outside ? 0 : column;
+JAXSPARSE_INLINE int64_t CheckedColumn(const I* indices, int64_t p, int64_t n, uint64_t& largest) {
+  const uint64_t column = static_cast<uint64_t>(static_cast<int64_t>(indices[p]));
+  largest = std::max(largest, column);
+  return static_cast<int64_t>(std::min(column, static_cast<uint64_t>(n - 1)));
+}
+
+// Whether every column read (their largest, from CheckedColumn) lies in [0, n).
+inline bool ColumnsInRange(uint64_t largest, int64_t n) {
+  return largest < static_cast<uint64_t>(n);
 }
 
 // out[c0:c0 + W] = sum over entries p in [begin, end) of values[p] * x[indices[p], c0:c0 + W]
@@ -106,11 +112,11 @@ JAXSPARSE_INLINE int64_t CheckedColumn(const I* indices, int64_t p, int64_t n, b
 template <int W, typename T, typename I>
 JAXSPARSE_INLINE void SumColumnBlock(const T* values, const I* indices, const T* x, int64_t n,
                                      int64_t k, int64_t c0, int64_t begin, int64_t end, T* out,
-                                     bool& bad) {
+                                     uint64_t& largest) {
   T sums[W] = {};
   for (int64_t p = begin; p < end; ++p) {
     const T value = values[p];
-    const T* row = x + CheckedColumn(indices, p, n, bad) * k + c0;
+    const T* row = x + CheckedColumn(indices, p, n, largest) * k + c0;
     for (int c = 0; c < W; ++c) sums[c] += value * row[c];
   }
   for (int c = 0; c < W; ++c) out[c0 + c] = sums[c];
@@ -120,12 +126,12 @@ JAXSPARSE_INLINE void SumColumnBlock(const T* values, const I* indices, const T*
 // entries per row, a call per row measured slower than the sums themselves.
 template <typename T, typename I>
 JAXSPARSE_INLINE void RowSum(const T* values, const I* indices, const T* x, int64_t n, int64_t k,
-                             int64_t begin, int64_t end, T* out, bool& bad) {
+                             int64_t begin, int64_t end, T* out, uint64_t& largest) {
   if (k == 1) {
-    SumColumnBlock<1>(values, indices, x, n, k, 0, begin, end, out, bad);
+    SumColumnBlock<1>(values, indices, x, n, k, 0, begin, end, out, largest);
   } else {
     ForColumnBlocks<T>(k, 0, [&](auto width, int64_t c0) {
-      SumColumnBlock<decltype(width)::value>(values, indices, x, n, k, c0, begin, end, out, bad);
+      SumColumnBlock<decltype(width)::value>(values, indices, x, n, k, c0, begin, end, out, largest);
     });
   }
 }
@@ -135,13 +141,13 @@ template <typename T, typename I>
 JAXSPARSE_INLINE void ProductRows(const T* values, const I* indices, const I* indptr,
                                   const T* dense, int64_t n, int64_t k, int64_t first_row,
                                   int64_t last_row, int64_t end, bool prefetch, T* out,
-                                  bool& bad) {
+                                  uint64_t& largest) {
   if (k == 1) {  // the common SpMV, its row loop written out for the compiler
     for (int64_t row = first_row; row < last_row; ++row) {
       const int64_t row_end = std::min<int64_t>(indptr[row + 1], end);
       T sum = T(0);
       for (int64_t p = indptr[row]; p < row_end; ++p) {
-        sum += values[p] * dense[CheckedColumn(indices, p, n, bad)];
+        sum += values[p] * dense[CheckedColumn(indices, p, n, largest)];
       }
       out[row] = sum;
     }
@@ -157,7 +163,7 @@ JAXSPARSE_INLINE void ProductRows(const T* values, const I* indices, const I* in
       const uint64_t column = static_cast<uint64_t>(indices[p]);
       if (column < static_cast<uint64_t>(n)) __builtin_prefetch(dense + column * k);
     }
-    RowSum(values, indices, dense, n, k, row_begin, row_end, out + row * k, bad);
+    RowSum(values, indices, dense, n, k, row_begin, row_end, out + row * k, largest);
   }
 }
 
@@ -168,12 +174,12 @@ template <int G, typename T, typename I>
 JAXSPARSE_INLINE void SharedVectorRows(const T* values, int64_t values_stride, const I* indices,
                                        const I* indptr, const T* x, int64_t n,
                                        int64_t first_row, int64_t last_row, int64_t end, T* out,
-                                       int64_t out_stride, bool& bad) {
+                                       int64_t out_stride, uint64_t& largest) {
   for (int64_t row = first_row; row < last_row; ++row) {
     const int64_t row_end = std::min<int64_t>(indptr[row + 1], end);
     T sums[G] = {};
     for (int64_t p = indptr[row]; p < row_end; ++p) {
-      const T value = x[CheckedColumn(indices, p, n, bad)];
+      const T value = x[CheckedColumn(indices, p, n, largest)];
       for (int j = 0; j < G; ++j) sums[j] += values[j * values_stride + p] * value;
     }
     for (int j = 0; j < G; ++j) out[j * out_stride + row] = sums[j];
@@ -221,6 +227,7 @@ ffi::Error Matmul(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi::
   const int64_t values_stride = MemberStride(data, 1), x_stride = MemberStride(x, 2);
   const I* indptr = Data<I>(indptr_buffer);
   if (ffi::Error error = CheckIndptr(pool, indptr, m, nnz); !error.success()) return error;
+  if (n == 0 && nnz > 0) return ColumnError(n);  // no column to read, nor to clamp into
   const T* values = Data<T>(data);
   const I* indices = Data<I>(indices_buffer);
   const T* dense = Data<T>(x);
@@ -239,13 +246,13 @@ ffi::Error Matmul(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi::
     const int64_t end = PieceStart(nnz, parts, part + 1);
     const int64_t first_row = part == 0 ? 0 : FirstRowFrom(indptr, m, begin);
     const int64_t last_row = part == parts - 1 ? m : FirstRowFrom(indptr, m, end);
-    bool bad = false;
+    uint64_t largest = 0;
     const int64_t owned_start = first_row < m ? static_cast<int64_t>(indptr[first_row]) : nnz;
     if (first_row > 0 && begin < std::min(owned_start, end)) {
       carry_row[part] = first_row - 1;
       for (int64_t b = 0; b < batch; ++b) {
         RowSum(values + b * values_stride, indices, dense + b * x_stride, n, k, begin,
-               std::min(owned_start, end), carry.data() + (part * batch + b) * k, bad);
+               std::min(owned_start, end), carry.data() + (part * batch + b) * k, largest);
       }
     }
     // Rows in chunks of about kChunkEntries entries (one chunk for a single matrix).
@@ -262,16 +269,16 @@ ffi::Error Matmul(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi::
         for (; b + kSharedVectorGroup <= batch; b += kSharedVectorGroup) {
           SharedVectorRows<kSharedVectorGroup>(values + b * values_stride, values_stride, indices,
                                                indptr, dense, n, chunk_row, chunk_end, end,
-                                               out + b * m, m, bad);
+                                               out + b * m, m, largest);
         }
       }
       for (; b < batch; ++b) {
         ProductRows(values + b * values_stride, indices, indptr, dense + b * x_stride, n, k,
-                    chunk_row, chunk_end, end, prefetch, out + b * m * k, bad);
+                    chunk_row, chunk_end, end, prefetch, out + b * m * k, largest);
       }
       chunk_row = chunk_end;
     }
-    if (bad) ok = false;
+    if (!ColumnsInRange(largest, n)) ok = false;
   });
   for (int64_t part = 1; part < parts; ++part) {
     if (carry_row[part] < 0) continue;
@@ -291,7 +298,7 @@ template <typename T, typename I>
 void ScatterEntries(const T* values, int64_t values_stride, const T* cotangent, int64_t g_stride,
                     const I* indices, const I* indptr, int64_t m, int64_t n, int64_t k,
                     int64_t begin, int64_t end, int64_t first_member, int64_t last_member,
-                    T* target, bool& bad) {
+                    T* target, uint64_t& largest) {
   const int64_t chunk_size = last_member - first_member > 1 ? kChunkEntries : end - begin;
   for (int64_t chunk = begin; chunk < end; chunk += chunk_size) {
     const int64_t chunk_end = std::min(end, chunk + chunk_size);
@@ -305,11 +312,8 @@ void ScatterEntries(const T* values, int64_t values_stride, const T* cotangent, 
         const int64_t row_end = std::min<int64_t>(indptr[row + 1], chunk_end);
         const T* source = member_g + row * k;
         for (int64_t p = row_begin; p < row_end; ++p) {
-          const int64_t column = CheckedColumn(indices, p, n, bad);
-          // An outside column adds nothing (value 0) where its read was redirected.
-          const bool inside = static_cast<uint64_t>(indices[p]) < static_cast<uint64_t>(n);
-          const T value = inside ? member_values[p] : T(0);
-          T* destination = member_target + column * k;
+          const T value = member_values[p];
+          T* destination = member_target + CheckedColumn(indices, p, n, largest) * k;
           if (k == 1) {
             destination[0] += value * source[0];
           } else {
@@ -340,6 +344,7 @@ ffi::Error MatmulT(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi:
   const int64_t values_stride = MemberStride(data, 1), g_stride = MemberStride(g, 2);
   const I* indptr = Data<I>(indptr_buffer);
   if (ffi::Error error = CheckIndptr(pool, indptr, m, nnz); !error.success()) return error;
+  if (n == 0 && nnz > 0) return ColumnError(n);  // no column to read, nor to clamp into
   const T* values = Data<T>(data);
   const I* indices = Data<I>(indices_buffer);
   const T* cotangent = Data<T>(g);
@@ -355,10 +360,10 @@ ffi::Error MatmulT(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi:
     ParallelFor(pool, parts, [&](int64_t part) {
       const int64_t first = PieceStart(batch, parts, part);
       const int64_t last = PieceStart(batch, parts, part + 1);
-      bool bad = false;
+      uint64_t largest = 0;
       ScatterEntries(values, values_stride, cotangent, g_stride, indices, indptr, m, n, k, 0, nnz,
-                     first, last, out + first * n * k, bad);
-      if (bad) ok = false;
+                     first, last, out + first * n * k, largest);
+      if (!ColumnsInRange(largest, n)) ok = false;
     });
     return ok ? ffi::Error::Success() : ColumnError(n);
   }
@@ -376,10 +381,10 @@ ffi::Error MatmulT(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi:
     T* target = part == 0 ? out : scratch.get() + (part - 1) * size;
     if (part > 0) std::fill(target, target + size, T(0));
     if (begin >= end) return;
-    bool bad = false;
+    uint64_t largest = 0;
     ScatterEntries(values, values_stride, cotangent, g_stride, indices, indptr, m, n, k, begin, end,
-                   0, batch, target, bad);
-    if (bad) ok = false;
+                   0, batch, target, largest);
+    if (!ColumnsInRange(largest, n)) ok = false;
   });
   if (parts > 1) {
     const int64_t reduce_parts = NumParts(pool, size * (parts - 1));
@@ -405,6 +410,7 @@ ffi::Error Sddmm(ffi::ThreadPool& pool, const ffi::AnyBuffer& g, const ffi::AnyB
   const int64_t g_stride = MemberStride(g, 2), x_stride = MemberStride(x, 2);
   const I* indptr = Data<I>(indptr_buffer);
   if (ffi::Error error = CheckIndptr(pool, indptr, m, nnz); !error.success()) return error;
+  if (n == 0 && nnz > 0) return ColumnError(n);  // no column to read, nor to clamp into
   const I* indices = Data<I>(indices_buffer);
   const T* cotangent = Data<T>(g);
   const T* dense = Data<T>(x);
@@ -417,7 +423,7 @@ ffi::Error Sddmm(ffi::ThreadPool& pool, const ffi::AnyBuffer& g, const ffi::AnyB
     const int64_t begin = PieceStart(nnz, parts, part);
     const int64_t end = PieceStart(nnz, parts, part + 1);
     if (begin >= end) return;
-    bool bad = false;
+    uint64_t largest = 0;
     const int64_t chunk_size = batch > 1 ? kChunkEntries : end - begin;
     for (int64_t chunk = begin; chunk < end; chunk += chunk_size) {
       const int64_t chunk_end = std::min(end, chunk + chunk_size);
@@ -432,17 +438,17 @@ ffi::Error Sddmm(ffi::ThreadPool& pool, const ffi::AnyBuffer& g, const ffi::AnyB
           const T* left = member_g + row * k;
           if (k == 1) {
             for (int64_t p = row_begin; p < row_end; ++p) {
-              member_out[p] = left[0] * member_x[CheckedColumn(indices, p, n, bad)];
+              member_out[p] = left[0] * member_x[CheckedColumn(indices, p, n, largest)];
             }
             continue;
           }
           for (int64_t p = row_begin; p < row_end; ++p) {
-            member_out[p] = Dot(left, member_x + CheckedColumn(indices, p, n, bad) * k, k);
+            member_out[p] = Dot(left, member_x + CheckedColumn(indices, p, n, largest) * k, k);
           }
         }
       }
     }
-    if (bad) ok = false;
+    if (!ColumnsInRange(largest, n)) ok = false;
   });
   return ok ? ffi::Error::Success() : ColumnError(n);
 }
