@@ -83,10 +83,10 @@ def test_dia_kernels_match_scipy(case, dtype, k):
     _close(native_dia.dia_sddmm_native(g, x, **static), expected, dtype, k)
 
 
-# Column counts that reach every path of the kernels with k >= 2: blocks of 64 bytes of
-# columns with each narrower remainder, DIA's row-by-row sums over groups of diagonals
-# (k <= 32) and its diagonal-by-diagonal blocks (k > 32).
-@pytest.mark.parametrize("k", [2, 5, 8, 17, 32, 33, 70])
+# Column counts that reach every path of the kernels: DIA's groups of four diagonals at
+# k = 1, blocks of 64 bytes of columns with each narrower remainder, DIA's row-by-row sums
+# over groups of diagonals (k <= 32) and its diagonal-by-diagonal blocks (k > 32).
+@pytest.mark.parametrize("k", [1, 2, 5, 8, 17, 32, 33, 70])
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.complex128], ids=["float32", "complex128"])
 def test_every_column_path(dtype, k):
     rng = np.random.default_rng(k)
@@ -218,6 +218,21 @@ def test_invalid_csr_structure_fails_under_jit_with_its_message(indices, indptr,
         run(
             *arrays, jnp.array(indices, jnp.int32), jnp.array(indptr, jnp.int32)
         ).block_until_ready()
+
+
+@pytest.mark.parametrize("member", ["matmul", "sddmm"])
+def test_entries_without_columns_fail(member):
+    """A structure with an entry but no column at all (shape (3, 0)) has nothing to read:
+    the call fails rather than read outside the operand. (`A^T @ g` has an empty result
+    there, and XLA makes no call for it.)"""
+    indices, indptr = jnp.array([0], jnp.int32), jnp.array([0, 1, 1, 1], jnp.int32)
+    data, x, g = jnp.ones(1), jnp.ones((0, 2)), jnp.ones((3, 2))
+    calls = {
+        "matmul": lambda: native_csr.csr_matmul_native(data, x, indices, indptr, shape=(3, 0)),
+        "sddmm": lambda: native_csr.csr_sddmm_native(g, x, indices, indptr, shape=(3, 0)),
+    }
+    with pytest.raises(Exception, match=r"column index out of range.*\[0, 0\)"):
+        jax.block_until_ready(calls[member]())
 
 
 def _power_law_with_one_long_row(rng, m, n, long_row_length):

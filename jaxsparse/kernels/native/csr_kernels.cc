@@ -102,9 +102,10 @@ JAXSPARSE_INLINE int64_t CheckedColumn(const I* indices, int64_t p, int64_t n, u
   return static_cast<int64_t>(std::min(column, static_cast<uint64_t>(n - 1)));
 }
 
-// Whether every column read (their largest, from CheckedColumn) lies in [0, n).
+// Whether every column read (their largest, from CheckedColumn) lies in [0, n); with no
+// column (n = 0) the kernels have refused any entry, so nothing was read.
 inline bool ColumnsInRange(uint64_t largest, int64_t n) {
-  return largest < static_cast<uint64_t>(n);
+  return n == 0 || largest < static_cast<uint64_t>(n);
 }
 
 // out[c0:c0 + W] = sum over entries p in [begin, end) of values[p] * x[indices[p], c0:c0 + W]

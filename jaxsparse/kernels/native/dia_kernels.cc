@@ -173,7 +173,39 @@ ffi::Error Product(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi:
     ForRowBlocks(pool, batch, out_rows, k, work, [&](int64_t b, int64_t first, int64_t stop) {
       T* member_out = out + b * out_rows * k;
       std::fill(member_out + first * k, member_out + stop * k, T(0));
-      for (int64_t d = 0; d < ndiag; ++d) {
+      int64_t d = 0;
+      if (k == 1) {
+        // Four diagonals in one pass where all four cover the rows, each row's sum in
+        // the same order as one diagonal at a time.
+        for (; d + 4 <= ndiag; d += 4) {
+          const ShiftedDiagonal<T> group[4] = {shifted(b, d), shifted(b, d + 1),
+                                               shifted(b, d + 2), shifted(b, d + 3)};
+          int64_t lo = first, hi = stop;
+          for (const ShiftedDiagonal<T>& diagonal : group) {
+            lo = std::max(lo, diagonal.lo);
+            hi = std::min(hi, diagonal.hi);
+          }
+          hi = std::max(lo, hi);
+          for (const ShiftedDiagonal<T>& diagonal : group) {
+            const int64_t below = std::max(first, diagonal.lo), above = std::min(stop, diagonal.hi);
+            if (std::min(above, lo) > below) {
+              AddShiftedProducts(diagonal.values, diagonal.source, 1, below, std::min(above, lo),
+                                 member_out);
+            }
+            if (above > std::max(below, hi)) {
+              AddShiftedProducts(diagonal.values, diagonal.source, 1, std::max(below, hi), above,
+                                 member_out);
+            }
+          }
+          for (int64_t i = lo; i < hi; ++i) {
+            member_out[i] = (((member_out[i] + group[0].values[i] * group[0].source[i]) +
+                              group[1].values[i] * group[1].source[i]) +
+                             group[2].values[i] * group[2].source[i]) +
+                            group[3].values[i] * group[3].source[i];
+          }
+        }
+      }
+      for (; d < ndiag; ++d) {
         const ShiftedDiagonal<T> diagonal = shifted(b, d);
         const int64_t lo = std::max(first, diagonal.lo), hi = std::min(stop, diagonal.hi);
         if (hi > lo) AddShiftedProducts(diagonal.values, diagonal.source, k, lo, hi, member_out);
