@@ -8,6 +8,10 @@
 
 #include "xla/ffi/api/ffi.h"
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #define JAXSPARSE_INLINE inline __attribute__((always_inline))
 
 namespace jaxsparse {
@@ -53,6 +57,33 @@ JAXSPARSE_INLINE void ForColumnBlocks(int64_t k, int64_t c0, const F& block) {
     c0 += W;
   }
   if constexpr (W > 1) ForColumnBlocks<T, W / 2>(k, c0, block);
+}
+
+// out[0:W] = values[0:W], written past the cache where the CPU can (SSE2) and the block
+// is whole aligned 16-byte pieces: a kernel writing rows of at least a cache line once
+// saves reading each line before writing it. Callers end with StreamFence().
+template <int W, typename T>
+JAXSPARSE_INLINE void StreamStore(T* out, const T* values) {
+#if defined(__SSE2__)
+  if constexpr (W * sizeof(T) % 16 == 0) {
+    if (reinterpret_cast<uintptr_t>(out) % 16 == 0) {
+      for (size_t byte = 0; byte < W * sizeof(T); byte += 16) {
+        _mm_stream_si128(reinterpret_cast<__m128i*>(reinterpret_cast<char*>(out) + byte),
+                         _mm_loadu_si128(reinterpret_cast<const __m128i*>(
+                             reinterpret_cast<const char*>(values) + byte)));
+      }
+      return;
+    }
+  }
+#endif
+  for (int c = 0; c < W; ++c) out[c] = values[c];
+}
+
+// Orders the stores of StreamStore before the kernel returns.
+inline void StreamFence() {
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
 }
 
 // sum of a[c] * b[c] over c in [0, W), W a power of 2 known at compile time: the

@@ -120,7 +120,11 @@ JAXSPARSE_INLINE void SumColumnBlock(const T* values, const I* indices, const T*
     const T* row = x + CheckedColumn(indices, p, n, largest) * k + c0;
     for (int c = 0; c < W; ++c) sums[c] += value * row[c];
   }
-  for (int c = 0; c < W; ++c) out[c0 + c] = sums[c];
+  if constexpr (W * sizeof(T) >= 64) {
+    StreamStore<W>(out + c0, sums);
+  } else {
+    for (int c = 0; c < W; ++c) out[c0 + c] = sums[c];
+  }
 }
 
 // out[0:k] = sum of values[p] * x[indices[p]] over p in [begin, end). Inlined: with a few
@@ -280,6 +284,7 @@ ffi::Error Matmul(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi::
       chunk_row = chunk_end;
     }
     if (!ColumnsInRange(largest, n)) ok = false;
+    StreamFence();
   });
   for (int64_t part = 1; part < parts; ++part) {
     if (carry_row[part] < 0) continue;
