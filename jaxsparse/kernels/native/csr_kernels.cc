@@ -6,8 +6,11 @@
 // entries, not rows (parallel.h), so a power-law row is shared by several threads: a row
 // cut by a piece boundary gets each later piece's partial sum added in piece order after
 // all pieces finish. Every kernel checks the structure it reads: the index pointer before
-// use, each column index as it is read; a bad structure is an InvalidArgument error, and
-// an out-of-range column is never read.
+// use, each column index as it is read (clamped into range for the read, the largest one
+// kept and tested after the loop); a bad structure is an InvalidArgument error, and an
+// out-of-range column is never read. Products with k >= 2 on scattered columns prefetch
+// operand rows ahead (ScatteredColumns), and rows of 64 bytes or more are written past
+// the cache (StreamStore).
 //
 // Batches (the contract of `_primitive.py`): values `(B, nnz)`, dense operands
 // `(B, rows, k)`, results `(B, ...)`; an operand without the leading axis is shared by
@@ -108,6 +111,20 @@ inline bool ColumnsInRange(uint64_t largest, int64_t n) {
   return n == 0 || largest < static_cast<uint64_t>(n);
 }
 
+// Asks for the rows `rows + indices[p] * k` of the entries p kPrefetchEntries after the
+// entries [begin, end) being summed (up to `limit`), so that accesses to rows scattered
+// through memory overlap rather than wait one after another. Only columns in [0, n) are
+// asked for.
+template <typename T, typename I>
+JAXSPARSE_INLINE void PrefetchAhead(const T* rows, const I* indices, int64_t begin, int64_t end,
+                                    int64_t limit, int64_t n, int64_t k) {
+  const int64_t stop = std::min(end + kPrefetchEntries, limit);
+  for (int64_t p = begin + kPrefetchEntries; p < stop; ++p) {
+    const uint64_t column = static_cast<uint64_t>(indices[p]);
+    if (column < static_cast<uint64_t>(n)) __builtin_prefetch(rows + column * k);
+  }
+}
+
 // out[c0:c0 + W] = sum over entries p in [begin, end) of values[p] * x[indices[p], c0:c0 + W]
 // with W a compile-time width, so the W sums stay in registers.
 template <int W, typename T, typename I>
@@ -161,13 +178,7 @@ JAXSPARSE_INLINE void ProductRows(const T* values, const I* indices, const I* in
   for (int64_t row = first_row; row < last_row; ++row) {
     const int64_t row_begin = indptr[row];
     const int64_t row_end = std::min<int64_t>(indptr[row + 1], end);
-    // Ask for the operand rows of the entries kPrefetchEntries ahead, so that gathers
-    // of rows scattered through memory overlap rather than wait one after another.
-    const int64_t prefetch_end = prefetch ? std::min(row_end + kPrefetchEntries, end) : 0;
-    for (int64_t p = row_begin + kPrefetchEntries; p < prefetch_end; ++p) {
-      const uint64_t column = static_cast<uint64_t>(indices[p]);
-      if (column < static_cast<uint64_t>(n)) __builtin_prefetch(dense + column * k);
-    }
+    if (prefetch) PrefetchAhead(dense, indices, row_begin, row_end, end, n, k);
     RowSum(values, indices, dense, n, k, row_begin, row_end, out + row * k, largest);
   }
 }
@@ -304,7 +315,7 @@ template <typename T, typename I>
 void ScatterEntries(const T* values, int64_t values_stride, const T* cotangent, int64_t g_stride,
                     const I* indices, const I* indptr, int64_t m, int64_t n, int64_t k,
                     int64_t begin, int64_t end, int64_t first_member, int64_t last_member,
-                    T* target, uint64_t& largest) {
+                    bool prefetch, T* target, uint64_t& largest) {
   const int64_t chunk_size = last_member - first_member > 1 ? kChunkEntries : end - begin;
   for (int64_t chunk = begin; chunk < end; chunk += chunk_size) {
     const int64_t chunk_end = std::min(end, chunk + chunk_size);
@@ -317,6 +328,7 @@ void ScatterEntries(const T* values, int64_t values_stride, const T* cotangent, 
         const int64_t row_begin = std::max<int64_t>(indptr[row], chunk);
         const int64_t row_end = std::min<int64_t>(indptr[row + 1], chunk_end);
         const T* source = member_g + row * k;
+        if (prefetch) PrefetchAhead(member_target, indices, row_begin, row_end, chunk_end, n, k);
         for (int64_t p = row_begin; p < row_end; ++p) {
           const T value = member_values[p];
           T* destination = member_target + CheckedColumn(indices, p, n, largest) * k;
@@ -359,6 +371,7 @@ ffi::Error MatmulT(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi:
   if (k == 0 || nnz == 0 || batch == 0) return ffi::Error::Success();
 
   std::atomic<bool> ok(true);
+  const bool prefetch = k >= 2 && ScatteredColumns(indices, indptr, m);
   const int64_t work = batch * nnz * k;
   if (const int64_t parts = NumParts(pool, work); batch >= parts) {
     // Enough members for every thread: each piece scatters whole members into their own
@@ -368,7 +381,7 @@ ffi::Error MatmulT(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi:
       const int64_t last = PieceStart(batch, parts, part + 1);
       uint64_t largest = 0;
       ScatterEntries(values, values_stride, cotangent, g_stride, indices, indptr, m, n, k, 0, nnz,
-                     first, last, out + first * n * k, largest);
+                     first, last, prefetch, out + first * n * k, largest);
       if (!ColumnsInRange(largest, n)) ok = false;
     });
     return ok ? ffi::Error::Success() : ColumnError(n);
@@ -389,7 +402,7 @@ ffi::Error MatmulT(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi:
     if (begin >= end) return;
     uint64_t largest = 0;
     ScatterEntries(values, values_stride, cotangent, g_stride, indices, indptr, m, n, k, begin, end,
-                   0, batch, target, largest);
+                   0, batch, prefetch, target, largest);
     if (!ColumnsInRange(largest, n)) ok = false;
   });
   if (parts > 1) {
@@ -424,6 +437,7 @@ ffi::Error Sddmm(ffi::ThreadPool& pool, const ffi::AnyBuffer& g, const ffi::AnyB
   if (nnz == 0 || batch == 0) return ffi::Error::Success();
 
   const int64_t parts = NumParts(pool, batch * nnz * std::max<int64_t>(k, 1));
+  const bool prefetch = k >= 2 && ScatteredColumns(indices, indptr, m);
   std::atomic<bool> ok(true);
   ParallelFor(pool, parts, [&](int64_t part) {
     const int64_t begin = PieceStart(nnz, parts, part);
@@ -448,6 +462,7 @@ ffi::Error Sddmm(ffi::ThreadPool& pool, const ffi::AnyBuffer& g, const ffi::AnyB
             }
             continue;
           }
+          if (prefetch) PrefetchAhead(member_x, indices, row_begin, row_end, chunk_end, n, k);
           for (int64_t p = row_begin; p < row_end; ++p) {
             member_out[p] = Dot(left, member_x + CheckedColumn(indices, p, n, largest) * k, k);
           }
