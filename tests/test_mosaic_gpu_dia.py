@@ -69,7 +69,9 @@ def _assert_matches_reference(member, args, offsets, shape):
     np.testing.assert_allclose(
         np.asarray(actual.astype(jnp.float64)), expected, rtol=0, atol=4 * tolerance(dtype) * scale
     )
-    if get_races is not None:
+    # With no diagonal inside the matrix the kernels return zeros without a launch, and
+    # the interpreter may have no race record yet in this process.
+    if get_races is not None and mosaic_gpu_dia.active_diagonals(offsets, shape)[0]:
         assert not get_races().races_found
 
 
@@ -214,7 +216,9 @@ def test_vjp_of_the_product_matches_xla(dtype):
             rtol=0,
             atol=4 * tolerance(dtype) * scale,
         )
-    if get_races is not None:
+    # With no diagonal inside the matrix the kernels return zeros without a launch, and
+    # the interpreter may have no race record yet in this process.
+    if get_races is not None and mosaic_gpu_dia.active_diagonals(offsets, shape)[0]:
         assert not get_races().races_found
 
 
