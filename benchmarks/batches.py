@@ -17,7 +17,7 @@ import matrices
 import numpy as np
 import timing
 from jax import lax
-from systems import LOOP_PRODUCTS
+from systems import LOOP_PRODUCTS, next_operand
 
 import jaxsparse as js
 
@@ -66,10 +66,12 @@ def _in_loop(batched_product):
     previous result, so none is hoisted out of the loop."""
 
     def loop(values, x, *structure):
+        first = x[0, 0]
+
         def body(_, carry):
             x, total = carry
             y = batched_product(values, x, *structure)
-            return x.at[0, 0].add(y[0, 0, 0] * 0), total + y[-1, -1, -1]
+            return next_operand(x, first, y[0, 0, 0]), total + y[-1, -1, -1]
 
         return lax.fori_loop(0, LOOP_PRODUCTS, body, (x, jnp.zeros((), x.dtype)))[1]
 

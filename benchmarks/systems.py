@@ -22,6 +22,15 @@ DENSE_LIMIT_BYTES = 1_000_000_000
 LOOP_PRODUCTS = 20
 
 
+def next_operand(x, first, entry):
+    """The operand of the next product in a loop: `x` with `x[0, 0]` set to `first` (its
+    value before the loop) plus `entry * 0`, an entry of this product. The dependence keeps
+    XLA from hoisting the product out of the loop; setting the entry to a value that does
+    not read `x` lets XLA write that one element in place (`x.at[0, 0].add(...)` made it
+    copy all of `x`, 32 MB per product at 10^6 rows and k = 8)."""
+    return x.at[0, 0].set(first + entry * 0)
+
+
 class System:
     """One way of computing the product: `forward()` and `gradient()` return callables
     that run to completion and return `Y`, and `(Y, dX)` for the gradient step; `loop()`
@@ -66,11 +75,7 @@ def _jax_system(name, build_matrix, values, structure, x, w):
         def body(_, carry):
             x, _ = carry
             y = build_matrix(values, *structure) @ x
-            # The next product reads one entry of this one, so none is hoisted out of the
-            # loop. The update sets x[0, 0] to a value that does not read x, so XLA writes
-            # that one element in place (`x.at[0, 0].add(...)` made it copy all of x,
-            # 32 MB per product at 10^6 rows and k = 8).
-            return x.at[0, 0].set(first + y[0, 0] * 0), y
+            return next_operand(x, first, y[0, 0]), y
 
         y = jnp.zeros((build_matrix(values, *structure).shape[0], x.shape[1]), x.dtype)
         return lax.fori_loop(0, LOOP_PRODUCTS, body, (x, y))[1]

@@ -149,13 +149,9 @@ JAXSPARSE_INLINE void SumColumnBlock(const T* values, const I* indices, const T*
 template <typename T, typename I>
 JAXSPARSE_INLINE void RowSum(const T* values, const I* indices, const T* x, int64_t n, int64_t k,
                              int64_t begin, int64_t end, T* out, uint64_t& largest) {
-  if (k == 1) {
-    SumColumnBlock<1>(values, indices, x, n, k, 0, begin, end, out, largest);
-  } else {
-    ForColumnBlocks<T>(k, 0, [&](auto width, int64_t c0) {
-      SumColumnBlock<decltype(width)::value>(values, indices, x, n, k, c0, begin, end, out, largest);
-    });
-  }
+  ForColumnBlocks<T>(k, 0, [&](auto width, int64_t c0) {
+    SumColumnBlock<decltype(width)::value>(values, indices, x, n, k, c0, begin, end, out, largest);
+  });
 }
 
 // Rows [first_row, last_row) of one member's product, entries cut off at `end`.

