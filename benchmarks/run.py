@@ -139,6 +139,9 @@ def run_cases(args) -> tuple[list[dict], list[str]]:
                         ops.append(("loop", system.loop(), y_ref, systems.LOOP_PRODUCTS))
                     if with_gradient and system.gradient() is not None:
                         ops.append(("gradient", system.gradient(), dx_ref, 1))
+                    if with_gradient and system.gradient_loop() is not None:
+                        gradient_loop = system.gradient_loop()
+                        ops.append(("gradient_loop", gradient_loop, dx_ref, systems.LOOP_PRODUCTS))
                     for op, fn, reference, products in ops:
                         record = {**case, "system": system.name, "op": op}
                         record.update(measure(fn, reference, budget, products))

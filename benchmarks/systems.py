@@ -35,13 +35,15 @@ class System:
     """One way of computing the product: `forward()` and `gradient()` return callables
     that run to completion and return `Y`, and `(Y, dX)` for the gradient step; `loop()`
     one that runs `LOOP_PRODUCTS` products in a jitted `lax.fori_loop` and returns the
-    last `Y` (None for systems outside JAX)."""
+    last `Y`, and `gradient_loop()` one that runs as many gradient steps so and returns
+    the last `(Y, dX)` (None for systems outside JAX)."""
 
-    def __init__(self, name, forward, gradient=None, loop=None):
+    def __init__(self, name, forward, gradient=None, loop=None, gradient_loop=None):
         self.name = name
         self._forward = forward
         self._gradient = gradient
         self._loop = loop
+        self._gradient_loop = gradient_loop
 
     def forward(self):
         return self._forward
@@ -52,6 +54,9 @@ class System:
     def loop(self):
         return self._loop
 
+    def gradient_loop(self):
+        return self._gradient_loop
+
 
 def _jax_system(name, build_matrix, values, structure, x, w):
     """A jax system from `build_matrix(values, *structure) -> matrix supporting @`."""
@@ -60,13 +65,28 @@ def _jax_system(name, build_matrix, values, structure, x, w):
     def forward(values, structure, x):
         return build_matrix(values, *structure) @ x
 
-    @jax.jit
-    def forward_and_backward(values, x, structure, w):
+    def step(values, x, structure, w):
         def product(values, x):
             return build_matrix(values, *structure) @ x
 
         y, pullback = jax.vjp(product, values, x)
         return y, pullback(w)
+
+    forward_and_backward = jax.jit(step)
+
+    @jax.jit
+    def steps_in_loop(values, structure, x, w):
+        first = x[0, 0]
+
+        def body(_, carry):
+            x, _ = carry
+            y, (d_values, dx) = step(values, x, structure, w)
+            entry = y[0, 0] + jnp.ravel(d_values)[0] + dx[0, 0]
+            return next_operand(x, first, entry), (y, dx)
+
+        m, n = build_matrix(values, *structure).shape
+        out = (jnp.zeros((m, x.shape[1]), x.dtype), jnp.zeros((n, x.shape[1]), x.dtype))
+        return lax.fori_loop(0, LOOP_PRODUCTS, body, (x, out))[1]
 
     @jax.jit
     def products_in_loop(values, structure, x):
@@ -90,7 +110,10 @@ def _jax_system(name, build_matrix, values, structure, x, w):
         y, (_, dx) = jax.block_until_ready(forward_and_backward(values, x, structure, w))
         return y, dx
 
-    return System(name, run_forward, run_gradient, run_loop)
+    def run_gradient_loop():
+        return jax.block_until_ready(steps_in_loop(values, structure, x, w))
+
+    return System(name, run_forward, run_gradient, run_loop, run_gradient_loop)
 
 
 def systems_for(dia, csr, x: np.ndarray, w: np.ndarray, fmt: str) -> list[System]:

@@ -11,6 +11,9 @@ implementation families compute it.
 `shape`, and `backend`. Autodiff, batching and the choice of implementation come from
 `_primitive.product_family`.
 
+The gradient step of `A @ x` in `data` and `x` together is one `pullback` primitive, which
+the `native` family computes in one pass over the entries (`csr_matmul_pullback_native`).
+
 Every family takes the batch axis of the product contract; the `native` family
 (`kernels/native_csr.py`, C++) runs a whole batch in one call that reads the structure
 once. A batch of structures (`vmap` over whole matrices) is one block-diagonal matrix
@@ -29,7 +32,12 @@ from .kernels.mosaic_tpu_csr import (
     csr_matmul_t_mosaic_tpu,
     csr_sddmm_mosaic_tpu,
 )
-from .kernels.native_csr import csr_matmul_native, csr_matmul_t_native, csr_sddmm_native
+from .kernels.native_csr import (
+    csr_matmul_native,
+    csr_matmul_pullback_native,
+    csr_matmul_t_native,
+    csr_sddmm_native,
+)
 from .kernels.triton_csr import csr_matmul_t_triton, csr_matmul_triton, csr_sddmm_triton
 from .kernels.xla_csr import csr_matmul_t_xla, csr_matmul_xla, csr_sddmm_xla
 
@@ -125,6 +133,7 @@ CSR_PRODUCTS = product_family(
     implementations=IMPLEMENTATIONS,
     supports=SUPPORTS,
     batch_structure=_block_diagonal,
+    fused_pullbacks={"matmul": {"native": csr_matmul_pullback_native}},
 )
 csr_matmul_p = CSR_PRODUCTS.matmul
 csr_matmul_t_p = CSR_PRODUCTS.matmul_t

@@ -10,7 +10,12 @@ Parameters: the static `offsets` and `shape`, and `backend`. Autodiff, batching 
 choice of implementation come from `_primitive.product_family`.
 
 The `native` family (`kernels/native_dia.py`) takes any number of diagonals (the offsets
-are an attribute of one kernel call) and a whole batch in one call.
+are an attribute of one kernel call) and a whole batch in one call. The gradient step in
+`data` and `x` together (the `pullback` primitive) runs the sampled and the transposed
+kernels one after the other: a kernel doing both in one pass over the diagonals measured
+slower (forward and gradient step in a jitted loop, 5-point, k = 1, 4 * 10^6 rows: 11.3
+vs 10.3 ms; 27-point, k = 8, 10^6 rows: 43.6 vs 36.2 ms), since the streams it saves are
+small next to the diagonals read and the gradient written.
 """
 
 from ._backend import KERNEL_FAMILIES

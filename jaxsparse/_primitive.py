@@ -24,6 +24,17 @@ stays sparse. `product_family` registers, for the three members at once:
 
 Every primitive also carries a `backend` parameter, which the implementations do not see.
 
+**Gradient steps in one pass.** The JVP of a member `P(a, b)` whose two tangents are both
+nonzero is one `tangent` primitive, `tangent(da, db, a, b) = P(da, b) + P(a, db)` (static
+parameter `member`), linear in `(da, db)` together. Its transpose, where both are being
+transposed (`jax.grad` in the values and the operand), is one `pullback` primitive,
+`pullback(ct, a, b) = (cotangent of a, cotangent of b)`: the two transposes of the table
+above in one call, which an implementation family may compute in one pass over the
+structure (`fused_pullbacks`; the native CPU kernels do for `matmul`). Families without a
+fused pullback compute the two transposes one after the other, and `tangent` is always
+the two products. Their JVPs and batching rules are those of the two members they stand
+for, and `pullback` transposes back to `tangent`'s two products.
+
 **Batches.** The batching rule never maps a product sequentially. A batch of dense operands alone
 (`x` of `matmul`, `g` of `matmul_t`) is folded into columns: one wider product. Any other
 batch becomes one leading batch axis on the two bilinear arguments, and every
@@ -59,14 +70,29 @@ from ._backend import PLATFORMS, choose_implementation
 
 MEMBERS = ("matmul", "matmul_t", "sddmm")
 
+# The transposes of each member, in its first argument and in its second:
+# (ct, first, second) -> (member, its first argument, its second argument); the
+# structure and parameters follow unchanged.
+TRANSPOSES = {
+    "matmul": (lambda ct, a, x: ("sddmm", ct, x), lambda ct, a, x: ("matmul_t", a, ct)),
+    "matmul_t": (lambda ct, a, g: ("sddmm", g, ct), lambda ct, a, g: ("matmul", a, ct)),
+    "sddmm": (lambda ct, g, x: ("matmul", ct, x), lambda ct, g, x: ("matmul_t", ct, g)),
+}
+
 
 @dataclasses.dataclass(frozen=True)
 class ProductFamily:
-    """The three product primitives of one format (see the module docstring)."""
+    """The product primitives of one format (see the module docstring): the three
+    members, and the `tangent` and `pullback` of a gradient step."""
 
     matmul: Primitive
     matmul_t: Primitive
     sddmm: Primitive
+    tangent: Primitive
+    pullback: Primitive
+
+    def member(self, name: str) -> Primitive:
+        return getattr(self, name)
 
 
 def product_family(
@@ -76,13 +102,15 @@ def product_family(
     implementations: Mapping[str, Mapping[str, Callable]],
     supports: Mapping[str, Callable],
     batch_structure: Callable | None = None,
+    fused_pullbacks: Mapping[str, Mapping[str, Callable]] | None = None,
 ) -> ProductFamily:
     """Build and register the product primitives of one format.
 
     **Arguments:**
 
     - `format_name`: e.g. `"dia"`; the primitives are named `jaxsparse_dia_matmul`,
-      `jaxsparse_dia_matmul_t` and `jaxsparse_dia_sddmm`.
+      `jaxsparse_dia_matmul_t`, `jaxsparse_dia_sddmm`, `jaxsparse_dia_tangent` and
+      `jaxsparse_dia_pullback`.
     - `values_shape`: `(*structure_avals, **params) -> shape` of the stored values, the
       result of `sddmm`.
     - `implementations`: member (`"matmul"`, `"matmul_t"`, `"sddmm"`) -> implementation
@@ -92,45 +120,69 @@ def product_family(
       kernels take; families not listed take every dtype.
     - `batch_structure`: for formats with structure arguments, `(primitive, args, dims,
       **params) -> (out, out_dim)`, the batching rule when the structure is batched.
+    - `fused_pullbacks`: member -> family -> function `(ct, first, second, *structure,
+      **params) -> (cotangent of first, cotangent of second)` computing both transposes of
+      the member in one pass; a family without one computes them one after the other.
 
     **Returns:** the `ProductFamily`.
     """
     if set(implementations) != set(MEMBERS):
         raise ValueError(f"`implementations` must have exactly the members {MEMBERS}.")
-    family = ProductFamily(
-        *(
-            _product_primitive(
-                f"jaxsparse_{format_name}_{member}",
-                abstract_eval=functools.partial(_abstract_eval, member, values_shape),
-                implementations=implementations[member],
-                supports=supports,
-            )
-            for member in MEMBERS
+    fused_pullbacks = fused_pullbacks or {}
+    members = [
+        _product_primitive(
+            f"jaxsparse_{format_name}_{member}",
+            abstract_eval=functools.partial(_abstract_eval, member, values_shape),
+            implementations=implementations[member],
+            supports=supports,
         )
+        for member in MEMBERS
+    ]
+    # The gradient step's primitives run in every family that has all three members.
+    families = set.intersection(*(set(implementations[member]) for member in MEMBERS))
+    by_family = {f: {member: implementations[member][f] for member in MEMBERS} for f in families}
+    tangent = _product_primitive(
+        f"jaxsparse_{format_name}_tangent",
+        abstract_eval=functools.partial(_tangent_abstract_eval, values_shape),
+        implementations={
+            f: functools.partial(_tangent_of, by_family[f].__getitem__) for f in families
+        },
+        supports=supports,
     )
-    # (transpose in the first argument, transpose in the second): (ct, first, second) ->
-    # (member, its first argument, its second argument); structure and params follow.
-    transposes = {
-        family.matmul: (
-            lambda ct, a, x: (family.sddmm, ct, x),
-            lambda ct, a, x: (family.matmul_t, a, ct),
-        ),
-        family.matmul_t: (
-            lambda ct, a, g: (family.sddmm, g, ct),
-            lambda ct, a, g: (family.matmul, a, ct),
-        ),
-        family.sddmm: (
-            lambda ct, g, x: (family.matmul, ct, x),
-            lambda ct, g, x: (family.matmul_t, ct, g),
-        ),
-    }
-    for primitive, rules in transposes.items():
-        ad.primitive_jvps[primitive] = functools.partial(_bilinear_jvp, primitive)
-        ad.primitive_transposes[primitive] = functools.partial(_bilinear_transpose, rules)
+    pullback = _product_primitive(
+        f"jaxsparse_{format_name}_pullback",
+        abstract_eval=functools.partial(_pullback_abstract_eval, values_shape),
+        implementations={
+            f: functools.partial(
+                _pullback_of,
+                by_family[f].__getitem__,
+                {m: fused[f] for m, fused in fused_pullbacks.items() if f in fused},
+            )
+            for f in families
+        },
+        supports=supports,
+        multiple_results=True,
+    )
+    family = ProductFamily(*members, tangent, pullback)
+
+    def bound(member):  # the rules compose the primitives themselves
+        return family.member(member).bind
+
     for member in MEMBERS:
-        batching.primitive_batchers[getattr(family, member)] = functools.partial(
-            _batch, getattr(family, member), member, values_shape, batch_structure
+        primitive = family.member(member)
+        ad.primitive_jvps[primitive] = functools.partial(_bilinear_jvp, family, member)
+        ad.primitive_transposes[primitive] = functools.partial(_member_transpose, family, member)
+        batching.primitive_batchers[primitive] = functools.partial(
+            _batch, primitive, member, values_shape, batch_structure
         )
+    for primitive, composition, bilinear in (
+        (tangent, functools.partial(_tangent_of, bound), 4),
+        (pullback, functools.partial(_pullback_of, bound, {}), 3),
+    ):
+        ad.primitive_jvps[primitive] = functools.partial(_jvp_of_composition, composition, bilinear)
+        batching.primitive_batchers[primitive] = functools.partial(_batch_composition, composition)
+    ad.primitive_transposes[tangent] = functools.partial(_tangent_transpose, family)
+    ad.primitive_transposes[pullback] = functools.partial(_pullback_transpose, family)
     return family
 
 
@@ -150,6 +202,45 @@ def _abstract_eval(member, values_shape, first, second, *structure, shape, backe
     return ShapedArray((*batch, *values), second.dtype)
 
 
+def _tangent_abstract_eval(
+    values_shape, d_first, d_second, first, second, *structure, member, **params
+):
+    return _abstract_eval(member, values_shape, first, second, *structure, **params)
+
+
+def _pullback_abstract_eval(values_shape, ct, first, second, *structure, member, **params):
+    return [
+        _abstract_eval(name, values_shape, a, b, *structure, **params)
+        for name, a, b in _transposed(member, ct, first, second)
+    ]
+
+
+def _transposed(member, ct, first, second) -> list[tuple]:
+    """The member's two transposes (cotangent of `first`, of `second`), each as
+    `(member, first argument, second argument)`."""
+    return [rule(ct, first, second) for rule in TRANSPOSES[member]]
+
+
+def _tangent_of(product_of, d_first, d_second, first, second, *structure, member, **params):
+    """`P(da, b) + P(a, db)` for the member `P`, with `product_of(member)` the callable
+    computing a member (an implementation, or a primitive's `bind`)."""
+    product = product_of(member)
+    return product(d_first, second, *structure, **params) + product(
+        first, d_second, *structure, **params
+    )
+
+
+def _pullback_of(product_of, fused, ct, first, second, *structure, member, **params):
+    """Both transposes of the member along `ct`: `fused[member]` in one call where the
+    family has one, else the two products of `_transposed`."""
+    if member in fused:
+        return tuple(fused[member](ct, first, second, *structure, **params))
+    return tuple(
+        product_of(name)(a, b, *structure, **params)
+        for name, a, b in _transposed(member, ct, first, second)
+    )
+
+
 def _batch_shape(member, *arrays_and_ranks) -> tuple:
     """`(B,)` if one of the bilinear arguments has the leading batch axis, else `()`."""
     sizes = {a.shape[0] for a, rank in arrays_and_ranks if a.ndim == rank + 1}
@@ -159,8 +250,11 @@ def _batch_shape(member, *arrays_and_ranks) -> tuple:
     return tuple(sizes)
 
 
-def _product_primitive(name, *, abstract_eval, implementations, supports) -> Primitive:
+def _product_primitive(
+    name, *, abstract_eval, implementations, supports, multiple_results=False
+) -> Primitive:
     primitive = Primitive(name)
+    primitive.multiple_results = multiple_results
     primitive.def_abstract_eval(abstract_eval)
     primitive.def_impl(functools.partial(_apply_compiled, primitive))
 
@@ -181,7 +275,7 @@ def _product_primitive(name, *, abstract_eval, implementations, supports) -> Pri
             ),
         )
         function = functools.partial(implementation, **params)
-        return mlir.lower_fun(function, multiple_results=False)(ctx, *args)
+        return mlir.lower_fun(function, multiple_results=multiple_results)(ctx, *args)
 
     for platform in PLATFORMS:
         mlir.register_lowering(
@@ -200,33 +294,93 @@ def _compiled_primitive(primitive: Primitive, params: tuple) -> Callable:
     return jax.jit(functools.partial(primitive.bind, **dict(params)))
 
 
-def _bilinear_jvp(primitive, primals, tangents, **params):
-    """`d(f(a, b)) = f(da, b) + f(a, db)`: JAX calls this only when a tangent is nonzero,
-    and the integer structure's tangents are always zero."""
+def _bilinear_jvp(family, member, primals, tangents, **params):
+    """`d(P(a, b)) = P(da, b) + P(a, db)`: one product where a tangent is zero (JAX calls
+    this only when one is not, and the integer structure's tangents are always zero), else
+    one `tangent` primitive, whose transpose is one `pullback`."""
+    primitive = family.member(member)
+    first, second, *structure = primals
+    d_first, d_second = tangents[:2]
     out = primitive.bind(*primals, **params)
-    terms = []
-    for position in (0, 1):
-        if type(tangents[position]) is not ad.Zero:
-            args = list(primals)
-            args[position] = tangents[position]
-            terms.append(primitive.bind(*args, **params))
-    return out, sum(terms[1:], start=terms[0])
+    if type(d_first) is ad.Zero:
+        return out, primitive.bind(first, d_second, *structure, **params)
+    if type(d_second) is ad.Zero:
+        return out, primitive.bind(d_first, second, *structure, **params)
+    return out, family.tangent.bind(
+        d_first, d_second, first, second, *structure, member=member, **params
+    )
 
 
-def _bilinear_transpose(rules, ct, first, second, *structure, **params):
-    """The cotangent of whichever of the two bilinear arguments is being transposed; an
+def _member_transpose(family, member, ct, *args, **params):
+    return _transpose_terms(family, [[(member, 0, 1)]], [ct], args, 2, params)
+
+
+def _tangent_transpose(family, ct, *args, member, **params):
+    """`P(da, b) + P(a, db)` transposed: one `pullback` when both tangents are being
+    transposed (a gradient in the values and the operand), else term by term."""
+    d_first, d_second, first, second, *structure = args
+    linear = [ad.is_undefined_primal(a) for a in args[:4]]
+    if type(ct) is not ad.Zero and linear == [True, True, False, False]:
+        of_first, of_second = family.pullback.bind(
+            ct, first, second, *structure, member=member, **params
+        )
+        return [_unbatched(of_first, d_first), _unbatched(of_second, d_second)] + [None] * (
+            len(args) - 2
+        )
+    terms = [[(member, 0, 3), (member, 2, 1)]]
+    return _transpose_terms(family, terms, [ct], args, 4, params)
+
+
+def _pullback_transpose(family, cts, *args, member, **params):
+    """Each output of `pullback` is one member of `(ct, first, second)` (positions 0-2)."""
+    terms = [[(name, i, j)] for name, i, j in _transposed(member, 0, 1, 2)]
+    return _transpose_terms(family, terms, cts, args, 3, params)
+
+
+def _transpose_terms(family, outputs, cts, args, bilinear, params):
+    """The cotangents of `args` for outputs that are sums of member products: `outputs[o]`
+    lists output `o`'s terms `(member, i, j)`, each `member(args[i], args[j], *structure)`
+    with the structure after the first `bilinear` arguments. A term adds, to whichever of
+    its two arguments is being transposed, the member's transpose along `cts[o]`; an
     argument shared by a batch (no batch axis) gets the sum over the batch."""
-    cotangents = [None] * (2 + len(structure))
-    if type(ct) is ad.Zero:
-        return cotangents
-    position = 0 if ad.is_undefined_primal(first) else 1
-    member, new_first, new_second = rules[position](ct, first, second)
-    cotangent = member.bind(new_first, new_second, *structure, **params)
-    primal_rank = (first, second)[position].aval.ndim
-    if cotangent.ndim == primal_rank + 1:
-        cotangent = jnp.sum(cotangent, axis=0)
-    cotangents[position] = cotangent
+    structure = args[bilinear:]
+    cotangents = [None] * len(args)
+    for ct, terms in zip(cts, outputs, strict=True):
+        if type(ct) is ad.Zero:
+            continue
+        for member, i, j in terms:
+            for position, slot in enumerate((i, j)):
+                if not ad.is_undefined_primal(args[slot]):
+                    continue
+                name, first, second = TRANSPOSES[member][position](ct, args[i], args[j])
+                cotangent = _unbatched(
+                    family.member(name).bind(first, second, *structure, **params), args[slot]
+                )
+                previous = cotangents[slot]
+                cotangents[slot] = cotangent if previous is None else previous + cotangent
     return cotangents
+
+
+def _unbatched(cotangent, primal):
+    """`cotangent`, summed over its batch axis where `primal` (an argument being
+    transposed) has none: the argument was shared by the batch."""
+    if cotangent.ndim == primal.aval.ndim + 1:
+        return jnp.sum(cotangent, axis=0)
+    return cotangent
+
+
+def _jvp_of_composition(composition, bilinear, primals, tangents, *, member, **params):
+    """The JVP of `tangent` or `pullback`: that of the member products it stands for
+    (`composition`), with the integer structure (after the first `bilinear` arguments)
+    held."""
+    floats, structure = primals[:bilinear], primals[bilinear:]
+
+    def function(*floats):
+        return composition(*floats, *structure, member=member, **params)
+
+    return jax.jvp(
+        function, tuple(floats), tuple(ad.instantiate_zeros(t) for t in tangents[:bilinear])
+    )
 
 
 def _batch(primitive, member, values_shape, batch_structure, args, dims, **params):
@@ -261,6 +415,15 @@ def _batch(primitive, member, values_shape, batch_structure, args, dims, **param
     out = primitive.bind(*merged, *structure, **params)
     if any(inner):
         out = out.reshape(size, inner_size, *out.shape[1:])
+    return out, 0
+
+
+def _batch_composition(composition, args, dims, **params):
+    """The batching rule of `tangent` and `pullback`: the member products they stand for
+    (`composition`), each batched by its own rule."""
+    out = jax.vmap(functools.partial(composition, **params), in_axes=tuple(dims))(*args)
+    if isinstance(out, tuple):
+        return out, (0,) * len(out)
     return out, 0
 
 

@@ -1,7 +1,9 @@
 """Autodiff through the products: grad, jvp, jacobians, vmap and higher orders.
 
-Every rule is checked on the XLA path and on the Pallas kernels in interpret mode, against
-dense `jnp` math and numerical differences (`jax.test_util.check_grads`).
+Every rule is checked on the native CPU kernels (`"auto"` on this CPU), on the XLA path and
+on the Pallas kernels in interpret mode, against dense `jnp` math and numerical
+differences (`jax.test_util.check_grads`). A gradient in the values and the operand
+together is one `pullback` (one fused kernel call on the native path).
 """
 
 import equinox as eqx
@@ -14,7 +16,7 @@ from jax.test_util import check_grads
 
 import jaxsparse as js
 
-BACKENDS = ["xla", "interpret"]
+BACKENDS = ["auto", "xla", "interpret"]
 FORMATS = ["dia", "csr"]
 
 
@@ -164,6 +166,13 @@ def test_vmap_over_operand_and_over_values(fmt, backend):
         values, operands
     )
     np.testing.assert_allclose(per_example, dense_per_example, atol=1e-10)
+    # ... and in the values and the operand together (the batched `pullback`).
+    both_grads = jax.vmap(jax.grad(lambda d, x: jnp.sum(product(d, x) ** 2), argnums=(0, 1)))
+    dense_both = jax.vmap(
+        jax.grad(lambda d, x: jnp.sum((dense_of(matrix, d) @ x) ** 2), argnums=(0, 1))
+    )
+    for got, want in zip(both_grads(values, operands), dense_both(values, operands), strict=True):
+        np.testing.assert_allclose(got, want, atol=1e-10)
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -195,3 +204,27 @@ def test_structure_gets_no_gradient(fmt):
     if fmt == "csr":
         assert filtered.indices is None and filtered.indptr is None
         assert with_ints.indices.dtype == jax.dtypes.float0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_gradient_step_is_one_pullback_whose_transpose_is_the_jvp(fmt, backend):
+    """`jax.vjp` in the values and the operand pulls back through one `pullback`
+    primitive (no separate sampled and transposed products); transposing that pullback
+    (`jax.linear_transpose`) gives the JVP back."""
+    rng = np.random.default_rng(9)
+    matrix = make_matrix(fmt, rng, shape=(9, 6))
+    x = jnp.asarray(random_values(rng, (6, 3), jnp.float64))
+    ct = jnp.asarray(random_values(rng, (9, 3), jnp.float64))
+
+    def product(data, x):
+        return js.matmul(rebuild(matrix, data), x, backend=backend)
+
+    _, pullback = jax.vjp(product, matrix.data, x)
+    names = [eqn.primitive.name for eqn in jax.make_jaxpr(pullback)(ct).eqns]
+    assert names.count(f"jaxsparse_{fmt}_pullback") == 1
+    assert not {f"jaxsparse_{fmt}_sddmm", f"jaxsparse_{fmt}_matmul_t"} & set(names)
+    tangents = (jnp.asarray(random_values(rng, matrix.data.shape, jnp.float64)), x[::-1])
+    transposed = jax.linear_transpose(pullback, ct)(tangents)
+    (expected,) = jax.tree.leaves(jax.jvp(product, (matrix.data, x), tangents)[1])
+    np.testing.assert_allclose(transposed[0], expected, atol=1e-12)

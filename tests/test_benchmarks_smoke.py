@@ -28,7 +28,9 @@ def test_quick_benchmark_writes_checked_results(tmp_path):
     assert {"jaxsparse", "scipy-dia", "scipy-csr", "jax-bcsr", "jax-bcoo", "dense-jnp"} <= systems
     ours = [r for r in records if r["system"] == "jaxsparse"]
     assert {(r["format"], r["op"]) for r in ours} == {
-        (fmt, op) for fmt in ("dia", "csr") for op in ("forward", "loop", "gradient")
+        (fmt, op)
+        for fmt in ("dia", "csr")
+        for op in ("forward", "loop", "gradient", "gradient_loop")
     }
     for record in ours:
         assert record["ok"], record

@@ -61,6 +61,9 @@ def test_csr_kernels_match_scipy(case, dtype, index_dtype, k):
     rows = np.repeat(np.arange(m), np.diff(twin.indptr))
     expected = np.sum(g64[rows] * x64[twin.indices], axis=1)
     _close(native_csr.csr_sddmm_native(g, x, *arrays, **static), expected, dtype, k)
+    d_data, d_x = native_csr.csr_matmul_pullback_native(g, matrix.data, x, *arrays, **static)
+    _close(d_data, expected, dtype, k)
+    _close(d_x, twin.T @ g64, dtype, k)
 
 
 @pytest.mark.parametrize(("dtype", "k"), [c[::2] for c in COMBINATIONS], ids=COMBINATION_IDS)
@@ -105,6 +108,42 @@ def test_every_column_path(dtype, k):
     csr_twin = scipy.sparse.csr_array((as_float64(data), csr.indices, csr.indptr), shape=(m, n))
     product = native_csr.csr_matmul_native(data, x, *arrays, shape=(m, n))
     _close(product, csr_twin @ x64, dtype, k)
+    _assert_pullback_is_its_two_kernels(g, data, x, *arrays, shape=(m, n))
+
+
+def _assert_pullback_is_its_two_kernels(g, data, x, indices, indptr, *, shape):
+    """The CSR gradient step's one call gives each gradient the bits of its own kernel."""
+    arrays = (indices, indptr)
+    fused = native_csr.csr_matmul_pullback_native(g, data, x, *arrays, shape=shape)
+    separate = (
+        native_csr.csr_sddmm_native(g, x, *arrays, shape=shape),
+        native_csr.csr_matmul_t_native(data, g, *arrays, shape=shape),
+    )
+    for got, want in zip(fused, separate, strict=True):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+@pytest.mark.parametrize("k", [1, 3, 16])
+def test_gradient_step_in_one_pass_on_a_stencil(k):
+    """A 5-point stencil's columns sit near those of the row before, so the CSR gradient
+    step takes its one-pass path, cut into pieces by entries: against scipy, and bit for
+    bit the two kernels on their own."""
+    rng = np.random.default_rng(k)
+    grid = scipy.sparse.diags_array([-1.0, 2.0, -1.0], offsets=[-1, 0, 1], shape=(150, 150))
+    twin = scipy.sparse.csr_array(scipy.sparse.kronsum(grid, grid, format="csr"))
+    twin.data = rng.standard_normal(twin.nnz)
+    matrix = js.CSRMatrix.from_scipy(twin).astype(jnp.float32)
+    m, n = matrix.shape
+    x = jnp.asarray(rng.standard_normal((n, k)), jnp.float32)
+    g = jnp.asarray(rng.standard_normal((m, k)), jnp.float32)
+    arrays, static = (matrix.indices, matrix.indptr), dict(shape=matrix.shape)
+    d_data, d_x = native_csr.csr_matmul_pullback_native(g, matrix.data, x, *arrays, **static)
+    x64, g64 = np.asarray(x, np.float64), np.asarray(g, np.float64)
+    rows = np.repeat(np.arange(m), np.diff(twin.indptr))
+    expected = np.sum(g64[rows] * x64[twin.indices], axis=1)
+    np.testing.assert_allclose(d_data, expected, rtol=1e-4, atol=1e-4 * k)
+    np.testing.assert_allclose(d_x, twin.T @ g64, rtol=1e-4, atol=1e-4 * k)
+    _assert_pullback_is_its_two_kernels(g, matrix.data, x, *arrays, **static)
 
 
 @pytest.mark.parametrize("shape", [(0, 4), (4, 0), (0, 0)], ids=str)
@@ -192,7 +231,7 @@ BAD_STRUCTURES = [
 ]
 
 
-@pytest.mark.parametrize("member", ["matmul", "matmul_t", "sddmm"])
+@pytest.mark.parametrize("member", ["matmul", "matmul_t", "sddmm", "pullback"])
 @pytest.mark.parametrize(
     ("indices", "indptr", "message"),
     [case[1:] for case in BAD_STRUCTURES],
@@ -209,7 +248,13 @@ def test_invalid_csr_structure_fails_under_jit_with_its_message(indices, indptr,
             return matrix @ x
         if member == "matmul_t":
             return x.T @ matrix
-        return jax.grad(lambda d: jnp.sum(matrix.with_data(d) @ x))(data)
+        if member == "sddmm":
+            return jax.grad(lambda d: jnp.sum(matrix.with_data(d) @ x))(data)
+        # The gradient step in the values and the operand: one fused call.
+        d_data, d_x = jax.grad(lambda d, x: jnp.sum(matrix.with_data(d) @ x), argnums=(0, 1))(
+            data, x
+        )
+        return jnp.concatenate([d_data, d_x.ravel()])
 
     arrays = (jnp.ones(3, jnp.float32), jnp.ones((3, 2), jnp.float32))
     good = run(*arrays, jnp.array(GOOD_INDICES, jnp.int32), jnp.array(GOOD_INDPTR, jnp.int32))
@@ -263,6 +308,15 @@ def test_long_rows_split_over_threads_add_up_and_repeat_bit_for_bit():
     second = step(matrix.data, x, g)
     for a, b in zip(first, second, strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    # The gradient step's one call (a `pullback`) against the two kernels on their own.
+    _assert_pullback_is_its_two_kernels(
+        g, matrix.data, x, matrix.indices, matrix.indptr, shape=matrix.shape
+    )
+    pullback_bits = native_csr.csr_matmul_pullback_native(
+        g, matrix.data, x, matrix.indices, matrix.indptr, shape=matrix.shape
+    )
+    for a, b in zip(first[1:], pullback_bits, strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     x64, g64 = np.asarray(x, np.float64), np.asarray(g, np.float64)
     np.testing.assert_allclose(first[0], twin @ x64, rtol=1e-4, atol=1e-2)
     np.testing.assert_allclose(first[2], twin.T @ g64, rtol=1e-4, atol=1e-2)
@@ -309,7 +363,10 @@ def test_xla_backend_lowers_without_any_custom_call(fmt):
     args = (matrix, jnp.ones((n, 3), jnp.float32), jnp.ones((2, m), jnp.float32))
     xla_text = jax.jit(step("xla")).lower(*args).as_text()
     assert "stablehlo.custom_call" not in xla_text
-    assert "jaxsparse_" in jax.jit(step("auto")).lower(*args).as_text()
+    auto_text = jax.jit(step("auto")).lower(*args).as_text()
+    assert "@jaxsparse_" in auto_text
+    # The CSR gradient of `A @ x` in the values and `x` is one call.
+    assert auto_text.count("@jaxsparse_csr_matmul_pullback") == (fmt == "csr")
 
 
 def _batched_kernels(fmt, matrix):

@@ -10,6 +10,13 @@ indices; half precision stays on the XLA path. The transposed product scatters i
 buffer per thread (at most 8, and at most twice the entries), added in a fixed order,
 rather than building the transposed structure.
 
+The gradient step of `A @ x` in the values and `x` (`csr_matmul_pullback_native`, the
+`pullback` of `_primitive.py`) is one kernel call for one matrix, each gradient with the
+same bits as its own kernel: one pass over the entries for both where columns sit near
+those of the row before (banded and stencil structures), the two kernels' passes one after
+the other on scattered columns (measured in `native/csr_kernels.cc`). A batch runs the two
+kernels.
+
 Batches follow the product contract (`_primitive.py`, "Batches"): values `(B, nnz)` and
 dense operands `(B, rows, k)`, or shared without the leading axis; one kernel call runs
 the whole batch and reads the structure once, a chunk of entries at a time for every
@@ -57,3 +64,18 @@ def csr_sddmm_native(g, x, indices, indptr, *, shape: tuple[int, int]) -> jax.Ar
     del shape
     out_shape = (*_batch(g, 2, x), indices.shape[0])
     return _call("jaxsparse_csr_sddmm", out_shape, g, x, indices, indptr)
+
+
+def csr_matmul_pullback_native(g, data, x, indices, indptr, *, shape: tuple[int, int]):
+    """`(csr_sddmm(g, x), A^T @ g)`, the gradients of `A @ x` in `data` and in `x` along
+    the cotangent `g`: one call for one matrix, the two kernels for a batch."""
+    if data.ndim > 1 or x.ndim > 2 or g.ndim > 2:
+        return (
+            csr_sddmm_native(g, x, indices, indptr, shape=shape),
+            csr_matmul_t_native(data, g, indices, indptr, shape=shape),
+        )
+    out = (
+        jax.ShapeDtypeStruct(indices.shape, data.dtype),
+        jax.ShapeDtypeStruct((shape[1], g.shape[-1]), data.dtype),
+    )
+    return jax.ffi.ffi_call("jaxsparse_csr_matmul_pullback", out)(g, data, x, indices, indptr)

@@ -348,6 +348,44 @@ void ParallelZero(ffi::ThreadPool& pool, T* out, int64_t size) {
   });
 }
 
+// Runs scatter(begin, end, target, largest) over pieces of the entries [0, nnz), each piece
+// into its own buffer of `size` values (piece 0 into `out`, which the caller zeroed; the
+// others zeroed on their own threads), and adds the buffers into `out` in piece order
+// afterwards: deterministic, and no transposed structure to build. The number of pieces
+// is capped so the buffers stay within twice the entries. Returns whether every column
+// read was in range (`largest` of each piece).
+template <typename T, typename F>
+bool ScatterInPieces(ffi::ThreadPool& pool, int64_t nnz, int64_t n, int64_t size, int64_t work,
+                     T* out, const F& scatter) {
+  const int64_t max_parts =
+      std::max<int64_t>(1, std::min<int64_t>(8, 1 + 2 * nnz / std::max<int64_t>(n, 1)));
+  const int64_t parts = NumParts(pool, work, max_parts);
+  std::unique_ptr<T[]> scratch(new T[(parts - 1) * size]);
+  std::atomic<bool> ok(true);
+  ParallelFor(pool, parts, [&](int64_t part) {
+    const int64_t begin = PieceStart(nnz, parts, part);
+    const int64_t end = PieceStart(nnz, parts, part + 1);
+    T* target = part == 0 ? out : scratch.get() + (part - 1) * size;
+    if (part > 0) std::fill(target, target + size, T(0));
+    if (begin >= end) return;
+    uint64_t largest = 0;
+    scatter(begin, end, target, largest);
+    if (!ColumnsInRange(largest, n)) ok = false;
+  });
+  if (parts > 1) {
+    const int64_t reduce_parts = NumParts(pool, size * (parts - 1));
+    ParallelFor(pool, reduce_parts, [&](int64_t piece) {
+      const int64_t begin = PieceStart(size, reduce_parts, piece);
+      const int64_t end = PieceStart(size, reduce_parts, piece + 1);
+      for (int64_t part = 1; part < parts; ++part) {
+        const T* partial = scratch.get() + (part - 1) * size;
+        for (int64_t e = begin; e < end; ++e) out[e] += partial[e];
+      }
+    });
+  }
+  return ok;
+}
+
 template <typename T, typename I>
 ffi::Error MatmulT(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi::AnyBuffer& g,
                    const ffi::AnyBuffer& indices_buffer, const ffi::AnyBuffer& indptr_buffer,
@@ -382,37 +420,13 @@ ffi::Error MatmulT(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi:
     });
     return ok ? ffi::Error::Success() : ColumnError(n);
   }
-  // Each piece of the entries scatters into its own (batch, n, k) buffer (piece 0 into
-  // `out`), added in piece order afterwards: deterministic, and no transposed structure
-  // to build. The number of pieces is capped so the buffers stay within twice the entries.
-  const int64_t max_parts = std::max<int64_t>(1, std::min<int64_t>(8, 1 + 2 * nnz / std::max<int64_t>(n, 1)));
-  const int64_t parts = NumParts(pool, work, max_parts);
-  const int64_t size = batch * n * k;
-  // Each piece zeroes its own buffer, on its own thread.
-  std::unique_ptr<T[]> scratch(new T[(parts - 1) * size]);
-  ParallelFor(pool, parts, [&](int64_t part) {
-    const int64_t begin = PieceStart(nnz, parts, part);
-    const int64_t end = PieceStart(nnz, parts, part + 1);
-    T* target = part == 0 ? out : scratch.get() + (part - 1) * size;
-    if (part > 0) std::fill(target, target + size, T(0));
-    if (begin >= end) return;
-    uint64_t largest = 0;
-    ScatterEntries(values, values_stride, cotangent, g_stride, indices, indptr, m, n, k, begin, end,
-                   0, batch, prefetch, target, largest);
-    if (!ColumnsInRange(largest, n)) ok = false;
-  });
-  if (parts > 1) {
-    const int64_t reduce_parts = NumParts(pool, size * (parts - 1));
-    ParallelFor(pool, reduce_parts, [&](int64_t piece) {
-      const int64_t begin = PieceStart(size, reduce_parts, piece);
-      const int64_t end = PieceStart(size, reduce_parts, piece + 1);
-      for (int64_t part = 1; part < parts; ++part) {
-        const T* partial = scratch.get() + (part - 1) * size;
-        for (int64_t e = begin; e < end; ++e) out[e] += partial[e];
-      }
-    });
-  }
-  return ok ? ffi::Error::Success() : ColumnError(n);
+  const bool in_range = ScatterInPieces(
+      pool, nnz, n, batch * n * k, work, out,
+      [&](int64_t begin, int64_t end, T* target, uint64_t& largest) {
+        ScatterEntries(values, values_stride, cotangent, g_stride, indices, indptr, m, n, k,
+                       begin, end, 0, batch, prefetch, target, largest);
+      });
+  return in_range ? ffi::Error::Success() : ColumnError(n);
 }
 
 template <typename T, typename I>
@@ -470,6 +484,72 @@ ffi::Error Sddmm(ffi::ThreadPool& pool, const ffi::AnyBuffer& g, const ffi::AnyB
   return ok ? ffi::Error::Success() : ColumnError(n);
 }
 
+// The gradient step of A @ X along the cotangent G, one matrix: the values' gradient
+// dvalues[p] = G[row(p)] . X[indices[p]] and the operand's dX = A^T @ G. Where columns
+// sit near those of the row before (a banded or stencil structure), one pass over the
+// entries reads each entry's column, value and cotangent row once for both (5-point,
+// k = 1, 10^6 rows, forward and gradient step in a jitted loop: 6.7 vs 7.9 ms). On
+// scattered columns (ScatteredColumns) it runs Sddmm and then MatmulT: there one pass
+// makes two random accesses per entry, whose misses overlap worse than one per pass
+// (uniform 8 per row, k = 8: 129 vs 86 ms). Each output gets the same sums, in the same
+// order, as Sddmm and MatmulT.
+template <typename T, typename I>
+ffi::Error MatmulPullback(ffi::ThreadPool& pool, const ffi::AnyBuffer& g, const ffi::AnyBuffer& data,
+                          const ffi::AnyBuffer& x, const ffi::AnyBuffer& indices_buffer,
+                          const ffi::AnyBuffer& indptr_buffer,
+                          ffi::Result<ffi::AnyBuffer>& dvalues_buffer,
+                          ffi::Result<ffi::AnyBuffer>& dx_buffer) {
+  if (data.dimensions().size() != 1) {
+    return ffi::Error::InvalidArgument("the CSR gradient step takes one matrix, not a batch");
+  }
+  const int64_t m = Trailing(g, 2), k = Trailing(g, 1);
+  const int64_t n = Trailing(x, 2), nnz = indices_buffer.dimensions()[0];
+  const I* indptr = Data<I>(indptr_buffer);
+  if (ffi::Error error = CheckIndptr(pool, indptr, m, nnz); !error.success()) return error;
+  if (ScatteredColumns(Data<I>(indices_buffer), indptr, m)) {
+    if (ffi::Error error = Sddmm<T, I>(pool, g, x, indices_buffer, indptr_buffer, dvalues_buffer);
+        !error.success()) {
+      return error;
+    }
+    return MatmulT<T, I>(pool, data, g, indices_buffer, indptr_buffer, dx_buffer);
+  }
+  if (n == 0 && nnz > 0) return ColumnError(n);  // no column to read, nor to clamp into
+  const T* values = Data<T>(data);
+  const I* indices = Data<I>(indices_buffer);
+  const T* cotangent = Data<T>(g);
+  const T* dense = Data<T>(x);
+  T* dvalues = Data<T>(dvalues_buffer);
+  T* dx = Data<T>(dx_buffer);
+  ParallelZero(pool, dx, n * k);
+  if (nnz == 0) return ffi::Error::Success();
+
+  const bool in_range = ScatterInPieces(
+      pool, nnz, n, n * k, nnz * k, dx,
+      [&](int64_t begin, int64_t end, T* target, uint64_t& largest) {
+        for (int64_t row = RowOf(indptr, m, begin); row < m && indptr[row] < end; ++row) {
+          const int64_t row_begin = std::max<int64_t>(indptr[row], begin);
+          const int64_t row_end = std::min<int64_t>(indptr[row + 1], end);
+          const T* left = cotangent + row * k;
+          if (k == 1) {
+            for (int64_t p = row_begin; p < row_end; ++p) {
+              const int64_t column = CheckedColumn(indices, p, n, largest);
+              dvalues[p] = left[0] * dense[column];
+              target[column] += values[p] * left[0];
+            }
+            continue;
+          }
+          for (int64_t p = row_begin; p < row_end; ++p) {
+            const int64_t column = CheckedColumn(indices, p, n, largest);
+            dvalues[p] = Dot(left, dense + column * k, k);
+            const T value = values[p];
+            T* destination = target + column * k;
+            for (int64_t c = 0; c < k; ++c) destination[c] += value * left[c];
+          }
+        }
+      });
+  return in_range ? ffi::Error::Success() : ColumnError(n);
+}
+
 ffi::Error CsrMatmulImpl(ffi::ThreadPool pool, ffi::AnyBuffer data, ffi::AnyBuffer x,
                          ffi::AnyBuffer indices, ffi::AnyBuffer indptr,
                          ffi::Result<ffi::AnyBuffer> out) {
@@ -500,6 +580,18 @@ ffi::Error CsrSddmmImpl(ffi::ThreadPool pool, ffi::AnyBuffer g, ffi::AnyBuffer x
   });
 }
 
+ffi::Error CsrMatmulPullbackImpl(ffi::ThreadPool pool, ffi::AnyBuffer g, ffi::AnyBuffer data,
+                                 ffi::AnyBuffer x, ffi::AnyBuffer indices, ffi::AnyBuffer indptr,
+                                 ffi::Result<ffi::AnyBuffer> dvalues,
+                                 ffi::Result<ffi::AnyBuffer> dx) {
+  return WithValueType(data.element_type(), "CSR values", [&](auto value) {
+    return WithIndexType(indices.element_type(), [&](auto index) {
+      return MatmulPullback<decltype(value), decltype(index)>(pool, g, data, x, indices, indptr,
+                                                               dvalues, dx);
+    });
+  });
+}
+
 }  // namespace
 }  // namespace jaxsparse
 
@@ -515,3 +607,13 @@ ffi::Error CsrSddmmImpl(ffi::ThreadPool pool, ffi::AnyBuffer g, ffi::AnyBuffer x
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxsparseCsrMatmul, jaxsparse::CsrMatmulImpl, JAXSPARSE_CSR_BINDING);
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxsparseCsrMatmulT, jaxsparse::CsrMatmulTImpl, JAXSPARSE_CSR_BINDING);
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxsparseCsrSddmm, jaxsparse::CsrSddmmImpl, JAXSPARSE_CSR_BINDING);
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxsparseCsrMatmulPullback, jaxsparse::CsrMatmulPullbackImpl,
+                              xla::ffi::Ffi::Bind()
+                                  .Ctx<xla::ffi::ThreadPool>()
+                                  .Arg<xla::ffi::AnyBuffer>()
+                                  .Arg<xla::ffi::AnyBuffer>()
+                                  .Arg<xla::ffi::AnyBuffer>()
+                                  .Arg<xla::ffi::AnyBuffer>()
+                                  .Arg<xla::ffi::AnyBuffer>()
+                                  .Ret<xla::ffi::AnyBuffer>()
+                                  .Ret<xla::ffi::AnyBuffer>());

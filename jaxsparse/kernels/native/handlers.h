@@ -13,6 +13,8 @@ XLA_FFI_Error* JaxsparseCsrMatmul(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* JaxsparseCsrMatmulT(XLA_FFI_CallFrame* call_frame);
 // (g, x, indices, indptr) -> out[p] = g[row(p)] . x[indices[p]]
 XLA_FFI_Error* JaxsparseCsrSddmm(XLA_FFI_CallFrame* call_frame);
+// (g, data, x, indices, indptr) -> (sddmm(g, x), A^T @ g): the gradient step of A @ x
+XLA_FFI_Error* JaxsparseCsrMatmulPullback(XLA_FFI_CallFrame* call_frame);
 // (data, x; offsets) -> A @ x
 XLA_FFI_Error* JaxsparseDiaMatmul(XLA_FFI_CallFrame* call_frame);
 // (data, g; offsets) -> A^T @ g

@@ -17,6 +17,7 @@ constexpr Target kTargets[] = {
     {"jaxsparse_csr_matmul", JaxsparseCsrMatmul},
     {"jaxsparse_csr_matmul_t", JaxsparseCsrMatmulT},
     {"jaxsparse_csr_sddmm", JaxsparseCsrSddmm},
+    {"jaxsparse_csr_matmul_pullback", JaxsparseCsrMatmulPullback},
     {"jaxsparse_dia_matmul", JaxsparseDiaMatmul},
     {"jaxsparse_dia_matmul_t", JaxsparseDiaMatmulT},
     {"jaxsparse_dia_sddmm", JaxsparseDiaSddmm},
