@@ -76,17 +76,19 @@ def _jax_system(name, build_matrix, values, structure, x, w):
 
     @jax.jit
     def steps_in_loop(values, structure, x, w):
-        first = x[0, 0]
+        first, first_w = x[0, 0], w[0, 0]
 
         def body(_, carry):
-            x, _ = carry
+            # Both X and W change from step to step, so that no part of the step (such as
+            # A^T @ W) is the same in every step and could be hoisted out of the loop.
+            x, w, _ = carry
             y, (d_values, dx) = step(values, x, structure, w)
             entry = y[0, 0] + jnp.ravel(d_values)[0] + dx[0, 0]
-            return next_operand(x, first, entry), (y, dx)
+            return next_operand(x, first, entry), next_operand(w, first_w, entry), (y, dx)
 
         m, n = build_matrix(values, *structure).shape
         out = (jnp.zeros((m, x.shape[1]), x.dtype), jnp.zeros((n, x.shape[1]), x.dtype))
-        return lax.fori_loop(0, LOOP_PRODUCTS, body, (x, out))[1]
+        return lax.fori_loop(0, LOOP_PRODUCTS, body, (x, w, out))[2]
 
     @jax.jit
     def products_in_loop(values, structure, x):

@@ -2,7 +2,14 @@
 XLA reference and scipy over every value dtype, index dtype and registry matrix (empty,
 non-square, one row, one column, unsorted and repeated columns, power-law rows); each
 invalid CSR structure fails with its message under `jit`; runs are bitwise repeatable;
-pieces of work that cut a long row add up; the `"xla"` backend holds no custom call."""
+pieces of work that cut a long row add up; the `"xla"` backend holds no custom call; the
+build for this CPU is the one loaded, and the baseline build computes the same."""
+
+import importlib.util
+import os
+import subprocess
+import sys
+import textwrap
 
 import jax
 import jax.numpy as jnp
@@ -431,3 +438,52 @@ def test_one_call_takes_a_batch_of_values(fmt, dtype, index_dtype, k, shared):
     # The batch is bitwise repeatable too.
     np.testing.assert_array_equal(np.asarray(matmul(values, x)), np.asarray(y))
     np.testing.assert_array_equal(np.asarray(matmul_t(values, g)), np.asarray(yt))
+
+
+def test_the_build_for_this_cpu_is_loaded():
+    """The AVX2 and FMA build runs wherever the CPU has both and it was built (x86-64)."""
+    from jaxsparse.kernels import _native_ffi
+
+    avx2_built = importlib.util.find_spec("jaxsparse.kernels._native_ffi_avx2") is not None
+    expected = "avx2+fma" if _native_ffi.cpu_has_avx2_fma() and avx2_built else "baseline"
+    assert _native_library.INSTRUCTION_SET == expected
+
+
+BASELINE_CHECK = textwrap.dedent(
+    """
+    import jax, jax.numpy as jnp, numpy as np, scipy.sparse
+    import jaxsparse as js
+    from jaxsparse.kernels import _native_library
+    assert _native_library.INSTRUCTION_SET == "baseline", _native_library.INSTRUCTION_SET
+    rng = np.random.default_rng(0)
+    twin = scipy.sparse.random_array((300, 200), density=0.05, format="csr", rng=rng)
+    diagonals = scipy.sparse.dia_array(
+        (rng.standard_normal((27, 200)), np.arange(-13, 14) * 3), shape=(300, 200)
+    )
+    for matrix, dense in ((js.CSRMatrix.from_scipy(twin), twin.toarray()),
+                          (js.DIAMatrix.from_scipy(diagonals), diagonals.toarray())):
+        for k in (1, 8, 64):
+            x = jnp.asarray(rng.standard_normal((200, k)))
+            g = jnp.asarray(rng.standard_normal((300, k)))
+            out, pullback = jax.vjp(lambda a, x: a @ x, matrix, x)
+            np.testing.assert_allclose(out, dense @ np.asarray(x), atol=1e-10)
+            np.testing.assert_allclose(pullback(g)[1], dense.T @ np.asarray(g), atol=1e-10)
+    print("baseline ok")
+    """
+)
+
+
+def test_the_baseline_build_computes_the_same():
+    """The build for any CPU (chosen here by `JAXSPARSE_NATIVE_BUILD=baseline`, in a fresh
+    process): products and gradients of both formats at k = 1, 8, 64 against scipy."""
+    environment = {**os.environ, _native_library.BUILD_ENV_VAR: "baseline"}
+    environment["JAX_ENABLE_X64"] = "1"
+    result = subprocess.run(
+        [sys.executable, "-c", BASELINE_CHECK],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "baseline ok" in result.stdout

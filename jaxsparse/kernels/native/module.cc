@@ -1,10 +1,20 @@
-// The Python extension module `jaxsparse.kernels._native_ffi`: one PyCapsule per XLA FFI
-// handler, in the dict `targets` (target name -> capsule), for
-// `jax.ffi.register_ffi_target(name, capsule, platform="cpu")`.
+// The Python extension module `jaxsparse.kernels.<JAXSPARSE_MODULE>` (setup.py builds it as
+// `_native_ffi` for any CPU and, on x86-64, as `_native_ffi_avx2` with AVX2 and FMA): one
+// PyCapsule per XLA FFI handler, in the dict `targets` (target name -> capsule), for
+// `jax.ffi.register_ffi_target(name, capsule, platform="cpu")`, and `cpu_has_avx2_fma()`,
+// whether this CPU runs the second build.
 
 #include <Python.h>
 
 #include "handlers.h"
+
+#ifndef JAXSPARSE_MODULE
+#define JAXSPARSE_MODULE _native_ffi
+#endif
+#define JAXSPARSE_STRING_(name) #name
+#define JAXSPARSE_STRING(name) JAXSPARSE_STRING_(name)
+#define JAXSPARSE_INIT_(name) PyInit_##name
+#define JAXSPARSE_INIT(name) JAXSPARSE_INIT_(name)
 
 namespace {
 
@@ -23,12 +33,28 @@ constexpr Target kTargets[] = {
     {"jaxsparse_dia_sddmm", JaxsparseDiaSddmm},
 };
 
-PyModuleDef kModule = {PyModuleDef_HEAD_INIT, "_native_ffi",
-                       "jaxsparse's native CPU kernels as XLA FFI handlers.", -1, nullptr};
+// Whether this CPU (and its operating system) runs AVX2 and FMA instructions.
+PyObject* CpuHasAvx2Fma(PyObject*, PyObject*) {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  return PyBool_FromLong(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"));
+#else
+  Py_RETURN_FALSE;
+#endif
+}
+
+PyMethodDef kMethods[] = {
+    {"cpu_has_avx2_fma", CpuHasAvx2Fma, METH_NOARGS,
+     "Whether this CPU runs AVX2 and FMA instructions (the `_native_ffi_avx2` build)."},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+PyModuleDef kModule = {PyModuleDef_HEAD_INIT, JAXSPARSE_STRING(JAXSPARSE_MODULE),
+                       "jaxsparse's native CPU kernels as XLA FFI handlers.", -1, kMethods};
 
 }  // namespace
 
-PyMODINIT_FUNC PyInit__native_ffi(void) {
+PyMODINIT_FUNC JAXSPARSE_INIT(JAXSPARSE_MODULE)(void) {
   PyObject* module = PyModule_Create(&kModule);
   if (module == nullptr) return nullptr;
   PyObject* targets = PyDict_New();
