@@ -60,6 +60,9 @@ def test_check_grads_orders_1_and_2(fmt, backend, side):
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_vjp_matches_dense_math(fmt, backend):
+    """`jax.vjp` in the values and the operand against dense math, pulled back through one
+    `pullback` primitive (no separate sampled and transposed products), whose transpose
+    (`jax.linear_transpose`) gives the JVP back."""
     rng = np.random.default_rng(1)
     matrix = make_matrix(fmt, rng, shape=(9, 6))
     x = jnp.asarray(random_values(rng, (6, 4), jnp.float64))
@@ -76,6 +79,12 @@ def test_vjp_matches_dense_math(fmt, backend):
     np.testing.assert_allclose(out, expected_out, atol=1e-12)
     for got, want in zip(vjp(cotangent), expected_vjp(cotangent), strict=True):
         np.testing.assert_allclose(got, want, atol=1e-12)
+    names = [eqn.primitive.name for eqn in jax.make_jaxpr(vjp)(cotangent).eqns]
+    assert names.count(f"jaxsparse_{fmt}_pullback") == 1
+    assert not {f"jaxsparse_{fmt}_sddmm", f"jaxsparse_{fmt}_matmul_t"} & set(names)
+    tangents = (jnp.asarray(random_values(rng, matrix.data.shape, jnp.float64)), x[::-1])
+    (transposed,) = jax.linear_transpose(vjp, cotangent)(tangents)
+    np.testing.assert_allclose(transposed, jax.jvp(sparse, (matrix.data, x), tangents)[1])
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -204,27 +213,3 @@ def test_structure_gets_no_gradient(fmt):
     if fmt == "csr":
         assert filtered.indices is None and filtered.indptr is None
         assert with_ints.indices.dtype == jax.dtypes.float0
-
-
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("fmt", FORMATS)
-def test_gradient_step_is_one_pullback_whose_transpose_is_the_jvp(fmt, backend):
-    """`jax.vjp` in the values and the operand pulls back through one `pullback`
-    primitive (no separate sampled and transposed products); transposing that pullback
-    (`jax.linear_transpose`) gives the JVP back."""
-    rng = np.random.default_rng(9)
-    matrix = make_matrix(fmt, rng, shape=(9, 6))
-    x = jnp.asarray(random_values(rng, (6, 3), jnp.float64))
-    ct = jnp.asarray(random_values(rng, (9, 3), jnp.float64))
-
-    def product(data, x):
-        return js.matmul(rebuild(matrix, data), x, backend=backend)
-
-    _, pullback = jax.vjp(product, matrix.data, x)
-    names = [eqn.primitive.name for eqn in jax.make_jaxpr(pullback)(ct).eqns]
-    assert names.count(f"jaxsparse_{fmt}_pullback") == 1
-    assert not {f"jaxsparse_{fmt}_sddmm", f"jaxsparse_{fmt}_matmul_t"} & set(names)
-    tangents = (jnp.asarray(random_values(rng, matrix.data.shape, jnp.float64)), x[::-1])
-    transposed = jax.linear_transpose(pullback, ct)(tangents)
-    (expected,) = jax.tree.leaves(jax.jvp(product, (matrix.data, x), tangents)[1])
-    np.testing.assert_allclose(transposed[0], expected, atol=1e-12)
