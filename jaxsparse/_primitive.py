@@ -30,7 +30,8 @@ parameter `member`), linear in `(da, db)` together. Its transpose, where both ar
 transposed (`jax.grad` in the values and the operand), is one `pullback` primitive,
 `pullback(ct, a, b) = (cotangent of a, cotangent of b)`: the two transposes of the table
 above in one call, which an implementation family may compute in one pass over the
-structure (`fused_pullbacks`; the native CPU kernels do for `matmul`). Families without a
+structure (`fused_pullbacks`: the native CSR kernel does for `matmul` where the columns are
+banded, see `kernels/native_csr.py`). Families without a
 fused pullback compute the two transposes one after the other, and `tangent` is always
 the two products. Their JVPs and batching rules are those of the two members they stand
 for, and `pullback` transposes back to `tangent`'s two products.
@@ -122,7 +123,7 @@ def product_family(
       **params) -> (out, out_dim)`, the batching rule when the structure is batched.
     - `fused_pullbacks`: member -> family -> function `(ct, first, second, *structure,
       **params) -> (cotangent of first, cotangent of second)` computing both transposes of
-      the member in one pass; a family without one computes them one after the other.
+      the member in one call; a family without one computes them one after the other.
 
     **Returns:** the `ProductFamily`.
     """
