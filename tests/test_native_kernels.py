@@ -119,7 +119,8 @@ def test_every_column_path(dtype, k):
 
 
 def _assert_pullback_is_its_two_kernels(g, data, x, indices, indptr, *, shape):
-    """The CSR gradient step's one call gives each gradient the bits of its own kernel."""
+    """The CSR gradient step's one call gives each gradient the bits of its own kernel;
+    returns that call's gradients."""
     arrays = (indices, indptr)
     fused = native_csr.csr_matmul_pullback_native(g, data, x, *arrays, shape=shape)
     separate = (
@@ -128,6 +129,7 @@ def _assert_pullback_is_its_two_kernels(g, data, x, indices, indptr, *, shape):
     )
     for got, want in zip(fused, separate, strict=True):
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    return fused
 
 
 @pytest.mark.parametrize("k", [1, 3, 16])
@@ -316,10 +318,7 @@ def test_long_rows_split_over_threads_add_up_and_repeat_bit_for_bit():
     for a, b in zip(first, second, strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     # The gradient step's one call (a `pullback`) against the two kernels on their own.
-    _assert_pullback_is_its_two_kernels(
-        g, matrix.data, x, matrix.indices, matrix.indptr, shape=matrix.shape
-    )
-    pullback_bits = native_csr.csr_matmul_pullback_native(
+    pullback_bits = _assert_pullback_is_its_two_kernels(
         g, matrix.data, x, matrix.indices, matrix.indptr, shape=matrix.shape
     )
     for a, b in zip(first[1:], pullback_bits, strict=True):
