@@ -24,6 +24,7 @@ def native_extension(module: str, flags: list[str]) -> Extension:
     return Extension(
         f"jaxsparse.kernels.{module}",
         sources=sorted(str(path) for path in NATIVE.glob("*.cc")),
+        depends=sorted(str(path) for path in NATIVE.glob("*.h")),  # rebuilt when one changes
         include_dirs=[str(JAXLIB_INCLUDE)],
         define_macros=[("JAXSPARSE_MODULE", module)],
         extra_compile_args=["-std=c++17", "-O3", *flags],

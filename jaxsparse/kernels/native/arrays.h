@@ -6,6 +6,7 @@
 #define JAXSPARSE_NATIVE_ARRAYS_H_
 
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "xla/ffi/api/ffi.h"
@@ -59,6 +60,80 @@ JAXSPARSE_INLINE void ForColumnBlocks(int64_t k, int64_t c0, const F& block) {
     c0 += W;
   }
   if constexpr (W > 1) ForColumnBlocks<T, W / 2>(k, c0, block);
+}
+
+// Bytes of the widest vector register the build may use.
+#if defined(__AVX__)
+constexpr int kVectorBytes = 32;
+#else
+constexpr int kVectorBytes = 16;
+#endif
+
+// L values of T (float or double) as one vector of the GCC/Clang vector extension:
+// arithmetic on it compiles to whole-register instructions.
+template <typename T, int L>
+struct VectorOf {
+  typedef T type __attribute__((vector_size(L * sizeof(T))));
+};
+
+// Whether W values of T are handled as vectors of one register each (below).
+template <int W, typename T>
+constexpr bool kVectorRows = std::is_floating_point_v<T> && (W > 1);
+
+// Values per vector register, for W values of T.
+template <int W, typename T>
+constexpr int kLanes = W * sizeof(T) < kVectorBytes ? W : kVectorBytes / sizeof(T);
+
+// W running sums held in registers, `Add(scale, row)` adding scale * row[0:W]. For float
+// and double the sums are whole vector registers, so each row added is one broadcast and
+// W / lanes multiply-adds; left to itself the compiler mixed scalar and two-wide
+// multiply-adds for W = 8 (CSR, 5-point, k = 8, 10^6 rows, in a jitted loop: 3.2 vs
+// 5.4 ms).
+template <int W, typename T, bool kVector = kVectorRows<W, T>>
+struct RowAccumulator {
+  T sums[W] = {};
+
+  JAXSPARSE_INLINE void Load(const T* row) {
+    for (int c = 0; c < W; ++c) sums[c] = row[c];
+  }
+  JAXSPARSE_INLINE void Add(T scale, const T* row) {
+    for (int c = 0; c < W; ++c) sums[c] += scale * row[c];
+  }
+  JAXSPARSE_INLINE void CopyTo(T* out) const {
+    for (int c = 0; c < W; ++c) out[c] = sums[c];
+  }
+};
+
+template <int W, typename T>
+struct RowAccumulator<W, T, true> {
+  static constexpr int L = kLanes<W, T>;
+  using Vector = typename VectorOf<T, L>::type;
+  Vector sums[W / L] = {};
+
+  JAXSPARSE_INLINE void Load(const T* row) { std::memcpy(sums, row, sizeof sums); }
+  JAXSPARSE_INLINE void Add(T scale, const T* row) {
+    for (int q = 0; q < W / L; ++q) {
+      Vector part;
+      std::memcpy(&part, row + q * L, sizeof part);
+      sums[q] += scale * part;
+    }
+  }
+  JAXSPARSE_INLINE void CopyTo(T* out) const { std::memcpy(out, sums, sizeof sums); }
+};
+
+// row[0:k] += scale * source[0:k]: for float and double in blocks of whole vectors.
+template <typename T>
+JAXSPARSE_INLINE void AddScaled(T* row, T scale, const T* source, int64_t k) {
+  if constexpr (std::is_floating_point_v<T>) {
+    ForColumnBlocks<T>(k, 0, [&](auto width, int64_t c0) {
+      RowAccumulator<decltype(width)::value, T> block;
+      block.Load(row + c0);
+      block.Add(scale, source + c0);
+      block.CopyTo(row + c0);
+    });
+  } else {
+    for (int64_t c = 0; c < k; ++c) row[c] += scale * source[c];
+  }
 }
 
 // out[0:W] = values[0:W], written past the cache where the CPU can (SSE2) and the block

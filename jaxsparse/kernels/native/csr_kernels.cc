@@ -7,10 +7,12 @@
 // cut by a piece boundary gets each later piece's partial sum added in piece order after
 // all pieces finish. Every kernel checks the structure it reads: the index pointer before
 // use, each column index as it is read (clamped into range for the read, the largest one
-// kept and tested after the loop); a bad structure is an InvalidArgument error, and an
-// out-of-range column is never read. Products with k >= 2 on scattered columns prefetch
-// operand rows ahead (ScatteredColumns), and rows of 64 bytes or more are written past
-// the cache (StreamStore).
+// kept and tested after the loop) or, in the product on banded columns, a chunk of column
+// indices at a time just before the chunk is read; a bad structure is an InvalidArgument
+// error, and an out-of-range column is never read. Products with k >= 2 on scattered
+// columns prefetch operand rows ahead (ScatteredColumns), and rows of 64 bytes or more are
+// written past the cache (StreamStore). Rows of float or double sums are whole vector
+// registers (RowAccumulator).
 //
 // Batches (the contract of `_primitive.py`): values `(B, nnz)`, dense operands
 // `(B, rows, k)`, results `(B, ...)`; an operand without the leading axis is shared by
@@ -22,6 +24,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -42,6 +45,10 @@ constexpr int64_t kPrefetchEntries = 128;
 // Entries per chunk of a batched call: their indices stay in the L1 cache while every
 // member of the batch reads them.
 constexpr int64_t kChunkEntries = 8192;
+
+// Entries per chunk of a product on banded columns, whose columns are checked in one pass
+// just before the product reads them again from the L1 cache (ChunkColumnsInRange).
+constexpr int64_t kCheckedChunkEntries = 256;
 
 // Checks indptr[0] == 0, indptr[m] == nnz and that indptr never decreases (in pieces over
 // the pool: it is a pass over m + 1 values before the kernel may trust any of them).
@@ -111,6 +118,31 @@ inline bool ColumnsInRange(uint64_t largest, int64_t n) {
   return n == 0 || largest < static_cast<uint64_t>(n);
 }
 
+// Whether the columns of the entries [begin, end) all lie in [0, n), in one pass the
+// compiler vectorizes. As unsigned, a negative column is at least 2^(bits - 1), beyond any
+// column its type can name.
+template <typename I>
+JAXSPARSE_INLINE bool ChunkColumnsInRange(const I* indices, int64_t begin, int64_t end,
+                                          int64_t n) {
+  using U = std::make_unsigned_t<I>;
+  U largest = 0;
+  for (int64_t p = begin; p < end; ++p) largest = std::max(largest, static_cast<U>(indices[p]));
+  const uint64_t limit =
+      std::min<uint64_t>(n, static_cast<uint64_t>(std::numeric_limits<I>::max()) + 1);
+  return begin == end || static_cast<uint64_t>(largest) < limit;
+}
+
+// The column of entry p for a read: clamped and recorded by CheckedColumn (kChecked), or as
+// stored where the caller has checked the entry's chunk with ChunkColumnsInRange.
+template <bool kChecked, typename I>
+JAXSPARSE_INLINE int64_t ReadColumn(const I* indices, int64_t p, int64_t n, uint64_t& largest) {
+  if constexpr (kChecked) {
+    return CheckedColumn(indices, p, n, largest);
+  } else {
+    return static_cast<int64_t>(indices[p]);
+  }
+}
+
 // Asks for the rows `rows + indices[p] * k` of the entries p kPrefetchEntries after the
 // entries [begin, end) being summed (up to `limit`), so that accesses to rows scattered
 // through memory overlap rather than wait one after another. Only columns in [0, n) are
@@ -127,16 +159,16 @@ JAXSPARSE_INLINE void PrefetchAhead(const T* rows, const I* indices, int64_t beg
 
 // out[c0:c0 + W] = sum over entries p in [begin, end) of values[p] * x[indices[p], c0:c0 + W]
 // with W a compile-time width, so the W sums stay in registers.
-template <int W, typename T, typename I>
+template <int W, bool kChecked, typename T, typename I>
 JAXSPARSE_INLINE void SumColumnBlock(const T* values, const I* indices, const T* x, int64_t n,
                                      int64_t k, int64_t c0, int64_t begin, int64_t end, T* out,
                                      uint64_t& largest) {
-  T sums[W] = {};
+  RowAccumulator<W, T> accumulator;
   for (int64_t p = begin; p < end; ++p) {
-    const T value = values[p];
-    const T* row = x + CheckedColumn(indices, p, n, largest) * k + c0;
-    for (int c = 0; c < W; ++c) sums[c] += value * row[c];
+    accumulator.Add(values[p], x + ReadColumn<kChecked>(indices, p, n, largest) * k + c0);
   }
+  T sums[W];
+  accumulator.CopyTo(sums);
   if constexpr (W * sizeof(T) >= 64) {
     StreamStore<W>(out + c0, sums);
   } else {
@@ -146,16 +178,17 @@ JAXSPARSE_INLINE void SumColumnBlock(const T* values, const I* indices, const T*
 
 // out[0:k] = sum of values[p] * x[indices[p]] over p in [begin, end). Inlined: with a few
 // entries per row, a call per row measured slower than the sums themselves.
-template <typename T, typename I>
+template <bool kChecked, typename T, typename I>
 JAXSPARSE_INLINE void RowSum(const T* values, const I* indices, const T* x, int64_t n, int64_t k,
                              int64_t begin, int64_t end, T* out, uint64_t& largest) {
   ForColumnBlocks<T>(k, 0, [&](auto width, int64_t c0) {
-    SumColumnBlock<decltype(width)::value>(values, indices, x, n, k, c0, begin, end, out, largest);
+    SumColumnBlock<decltype(width)::value, kChecked>(values, indices, x, n, k, c0, begin, end,
+                                                     out, largest);
   });
 }
 
 // Rows [first_row, last_row) of one member's product, entries cut off at `end`.
-template <typename T, typename I>
+template <bool kChecked, typename T, typename I>
 JAXSPARSE_INLINE void ProductRows(const T* values, const I* indices, const I* indptr,
                                   const T* dense, int64_t n, int64_t k, int64_t first_row,
                                   int64_t last_row, int64_t end, bool prefetch, T* out,
@@ -170,7 +203,7 @@ JAXSPARSE_INLINE void ProductRows(const T* values, const I* indices, const I* in
       T sum = T(0);
       uint64_t row_largest = 0;
       for (int64_t p = indptr[row]; p < row_end; ++p) {
-        sum += values[p] * dense[CheckedColumn(indices, p, n, row_largest)];
+        sum += values[p] * dense[ReadColumn<kChecked>(indices, p, n, row_largest)];
       }
       out[row] = sum;
       largest = std::max(largest, row_largest);
@@ -181,14 +214,14 @@ JAXSPARSE_INLINE void ProductRows(const T* values, const I* indices, const I* in
     const int64_t row_begin = indptr[row];
     const int64_t row_end = std::min<int64_t>(indptr[row + 1], end);
     if (prefetch) PrefetchAhead(dense, indices, row_begin, row_end, end, n, k);
-    RowSum(values, indices, dense, n, k, row_begin, row_end, out + row * k, largest);
+    RowSum<kChecked>(values, indices, dense, n, k, row_begin, row_end, out + row * k, largest);
   }
 }
 
 // Rows [first_row, last_row) of G members' products with one shared vector (k = 1), entries
 // cut off at `end`: each entry's column and vector value are read once for the G members,
 // whose G sums run side by side (each in the order of a single product).
-template <int G, typename T, typename I>
+template <int G, bool kChecked, typename T, typename I>
 JAXSPARSE_INLINE void SharedVectorRows(const T* values, int64_t values_stride, const I* indices,
                                        const I* indptr, const T* x, int64_t n,
                                        int64_t first_row, int64_t last_row, int64_t end, T* out,
@@ -197,7 +230,7 @@ JAXSPARSE_INLINE void SharedVectorRows(const T* values, int64_t values_stride, c
     const int64_t row_end = std::min<int64_t>(indptr[row + 1], end);
     T sums[G] = {};
     for (int64_t p = indptr[row]; p < row_end; ++p) {
-      const T value = x[CheckedColumn(indices, p, n, largest)];
+      const T value = x[ReadColumn<kChecked>(indices, p, n, largest)];
       for (int j = 0; j < G; ++j) sums[j] += values[j * values_stride + p] * value;
     }
     for (int j = 0; j < G; ++j) out[j * out_stride + row] = sums[j];
@@ -252,7 +285,12 @@ ffi::Error Matmul(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi::
   T* out = Data<T>(out_buffer);
   if (k == 0 || m == 0 || batch == 0) return ffi::Error::Success();
 
-  const bool prefetch = k >= 2 && ScatteredColumns(indices, indptr, m);
+  // Scattered columns are checked as they are read; banded ones a chunk at a time before
+  // the product reads them, which leaves the product's loop only the arithmetic (10^6
+  // rows, in a jitted loop: 5-point k = 1 2.30 -> 1.75 ms, k = 8 5.56 -> 4.83 ms). On
+  // scattered columns the same measured slower (power-law, k = 1: 8.4 vs 12.5 ms).
+  const bool scattered = ScatteredColumns(indices, indptr, m);
+  const bool prefetch = k >= 2 && scattered;
   const int64_t parts = NumParts(pool, batch * (nnz + m) * k);
   // Piece t owns the rows starting in its entries; its leading entries belong to a row
   // an earlier piece started, and are summed into carry[t] (row carry_row[t]).
@@ -264,39 +302,55 @@ ffi::Error Matmul(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi::
     const int64_t end = PieceStart(nnz, parts, part + 1);
     const int64_t first_row = part == 0 ? 0 : FirstRowFrom(indptr, m, begin);
     const int64_t last_row = part == parts - 1 ? m : FirstRowFrom(indptr, m, end);
-    uint64_t largest = 0;
     const int64_t owned_start = first_row < m ? static_cast<int64_t>(indptr[first_row]) : nnz;
-    if (first_row > 0 && begin < std::min(owned_start, end)) {
-      carry_row[part] = first_row - 1;
-      for (int64_t b = 0; b < batch; ++b) {
-        RowSum(values + b * values_stride, indices, dense + b * x_stride, n, k, begin,
-               std::min(owned_start, end), carry.data() + (part * batch + b) * k, largest);
-      }
-    }
-    // Rows in chunks of about kChunkEntries entries (one chunk for a single matrix).
-    for (int64_t chunk_row = first_row; chunk_row < last_row;) {
-      int64_t chunk_end = last_row;
-      if (batch > 1) {
-        const I* target = indptr + chunk_row + 1;
-        chunk_end = std::lower_bound(target, indptr + last_row,
-                                     static_cast<I>(indptr[chunk_row] + kChunkEntries)) -
-                    indptr;
-      }
-      int64_t b = 0;
-      if (k == 1 && x_stride == 0 && values_stride != 0) {
-        for (; b + kSharedVectorGroup <= batch; b += kSharedVectorGroup) {
-          SharedVectorRows<kSharedVectorGroup>(values + b * values_stride, values_stride, indices,
-                                               indptr, dense, n, chunk_row, chunk_end, end,
-                                               out + b * m, m, largest);
+    const int64_t carried_end = std::min(owned_start, end);
+    // Whether every column read was in range.
+    auto piece = [&](auto checked) {
+      constexpr bool kChecked = decltype(checked)::value;
+      uint64_t largest = 0;
+      if (first_row > 0 && begin < carried_end) {
+        if (!kChecked && !ChunkColumnsInRange(indices, begin, carried_end, n)) return false;
+        carry_row[part] = first_row - 1;
+        for (int64_t b = 0; b < batch; ++b) {
+          RowSum<kChecked>(values + b * values_stride, indices, dense + b * x_stride, n, k, begin,
+                           carried_end, carry.data() + (part * batch + b) * k, largest);
         }
       }
-      for (; b < batch; ++b) {
-        ProductRows(values + b * values_stride, indices, indptr, dense + b * x_stride, n, k,
-                    chunk_row, chunk_end, end, prefetch, out + b * m * k, largest);
+      // Rows in chunks of about `chunk_entries` entries, at most as many rows (a single
+      // chunk for one matrix whose columns are checked as read).
+      const int64_t chunk_entries =
+          batch > 1 ? kChunkEntries : (kChecked ? nnz + 1 : kCheckedChunkEntries);
+      for (int64_t chunk_row = first_row; chunk_row < last_row;) {
+        const int64_t chunk_end =
+            chunk_entries > nnz
+                ? last_row
+                : std::lower_bound(indptr + chunk_row + 1,
+                                   indptr + std::min(last_row, chunk_row + chunk_entries),
+                                   static_cast<int64_t>(indptr[chunk_row]) + chunk_entries,
+                                   [](I start, int64_t bound) { return start < bound; }) -
+                      indptr;
+        if (!kChecked && !ChunkColumnsInRange(indices, indptr[chunk_row],
+                                              std::min<int64_t>(indptr[chunk_end], end), n)) {
+          return false;
+        }
+        int64_t b = 0;
+        if (k == 1 && x_stride == 0 && values_stride != 0) {
+          for (; b + kSharedVectorGroup <= batch; b += kSharedVectorGroup) {
+            SharedVectorRows<kSharedVectorGroup, kChecked>(
+                values + b * values_stride, values_stride, indices, indptr, dense, n, chunk_row,
+                chunk_end, end, out + b * m, m, largest);
+          }
+        }
+        for (; b < batch; ++b) {
+          ProductRows<kChecked>(values + b * values_stride, indices, indptr,
+                                dense + b * x_stride, n, k, chunk_row, chunk_end, end, prefetch,
+                                out + b * m * k, largest);
+        }
+        chunk_row = chunk_end;
       }
-      chunk_row = chunk_end;
-    }
-    if (!ColumnsInRange(largest, n)) ok = false;
+      return ColumnsInRange(largest, n);
+    };
+    if (!(scattered ? piece(std::true_type()) : piece(std::false_type()))) ok = false;
     StreamFence();
   });
   for (int64_t part = 1; part < parts; ++part) {
@@ -337,7 +391,7 @@ void ScatterEntries(const T* values, int64_t values_stride, const T* cotangent, 
           if (k == 1) {
             destination[0] += value * source[0];
           } else {
-            for (int64_t c = 0; c < k; ++c) destination[c] += value * source[c];
+            AddScaled(destination, value, source, k);
           }
         }
       }
@@ -498,7 +552,8 @@ ffi::Error Sddmm(ffi::ThreadPool& pool, const ffi::AnyBuffer& g, const ffi::AnyB
 // scattered columns (ScatteredColumns) it runs Sddmm and then MatmulT: there one pass
 // makes two random accesses per entry, whose misses overlap worse than one per pass
 // (uniform 8 per row, k = 8: 129 vs 86 ms). Each output gets the same sums, in the same
-// order, as Sddmm and MatmulT.
+// order, as Sddmm and MatmulT (the same bits for real values; see native_csr.py for
+// complex ones).
 template <typename T, typename I>
 ffi::Error MatmulPullback(ffi::ThreadPool& pool, const ffi::AnyBuffer& g, const ffi::AnyBuffer& data,
                           const ffi::AnyBuffer& x, const ffi::AnyBuffer& indices_buffer,
@@ -547,9 +602,7 @@ ffi::Error MatmulPullback(ffi::ThreadPool& pool, const ffi::AnyBuffer& g, const 
           for (int64_t p = row_begin; p < row_end; ++p) {
             const int64_t column = CheckedColumn(indices, p, n, largest);
             dvalues[p] = Dot(left, dense + column * k, k);
-            const T value = values[p];
-            T* destination = target + column * k;
-            for (int64_t c = 0; c < k; ++c) destination[c] += value * left[c];
+            AddScaled(target + column * k, values[p], left, k);
           }
         }
       });

@@ -91,10 +91,7 @@ void AddShiftedProducts(const T* diagonal, const T* operand, int64_t k, int64_t 
     for (int64_t i = lo; i < hi; ++i) out[i] += diagonal[i] * operand[i];
     return;
   }
-  for (int64_t i = lo; i < hi; ++i) {
-    const T value = diagonal[i];
-    for (int64_t c = 0; c < k; ++c) out[i * k + c] += value * operand[i * k + c];
-  }
+  for (int64_t i = lo; i < hi; ++i) AddScaled(out + i * k, diagonal[i], operand + i * k, k);
 }
 
 // out[i] += the four diagonals' products for rows i in [first, stop) (k = 1), added in
@@ -135,16 +132,14 @@ JAXSPARSE_INLINE void SumDiagonalRows(const ShiftedDiagonal<T>* diagonals, int64
                                       int64_t k, int64_t c0, int64_t first, int64_t stop, T* out) {
   for (int64_t r = first; r < stop; ++r) {
     T* out_row = out + r * k + c0;
-    T sums[W];
-    for (int c = 0; c < W; ++c) sums[c] = Accumulate ? out_row[c] : T(0);
+    RowAccumulator<W, T> sums;
+    if (Accumulate) sums.Load(out_row);
     for (int64_t d = 0; d < ndiag; ++d) {
       const ShiftedDiagonal<T>& diagonal = diagonals[d];
       if (Checked && (r < diagonal.lo || r >= diagonal.hi)) continue;
-      const T value = diagonal.values[r];
-      const T* row = diagonal.source + r * k + c0;
-      for (int c = 0; c < W; ++c) sums[c] += value * row[c];
+      sums.Add(diagonal.values[r], diagonal.source + r * k + c0);
     }
-    for (int c = 0; c < W; ++c) out_row[c] = sums[c];
+    sums.CopyTo(out_row);
   }
 }
 
