@@ -587,23 +587,56 @@ ffi::Error MatmulPullback(ffi::ThreadPool& pool, const ffi::AnyBuffer& g, const 
   const bool in_range = ScatterInPieces(
       pool, nnz, n, n * k, nnz * k, dx,
       [&](int64_t begin, int64_t end, T* target, uint64_t& largest) {
-        for (int64_t row = RowOf(indptr, m, begin); row < m && indptr[row] < end; ++row) {
-          const int64_t row_begin = std::max<int64_t>(indptr[row], begin);
-          const int64_t row_end = std::min<int64_t>(indptr[row + 1], end);
-          const T* left = cotangent + row * k;
-          if (k == 1) {
+        // k = 1 checks each column as it reads it, the cotangent's value held in a register
+        // (tridiagonal, 10^6 rows, forward and gradient step in a jitted loop: 3.7 ms; 4.4
+        // ms in one loop with k >= 2 choosing column blocks per entry, 6.9 ms through the
+        // chunked loop below).
+        if (k == 1) {
+          for (int64_t row = RowOf(indptr, m, begin); row < m && indptr[row] < end; ++row) {
+            const int64_t row_begin = std::max<int64_t>(indptr[row], begin);
+            const int64_t row_end = std::min<int64_t>(indptr[row + 1], end);
+            const T left = cotangent[row];
             for (int64_t p = row_begin; p < row_end; ++p) {
               const int64_t column = CheckedColumn(indices, p, n, largest);
-              dvalues[p] = left[0] * dense[column];
-              target[column] += values[p] * left[0];
+              dvalues[p] = left * dense[column];
+              target[column] += values[p] * left;
             }
-            continue;
           }
-          for (int64_t p = row_begin; p < row_end; ++p) {
-            const int64_t column = CheckedColumn(indices, p, n, largest);
-            dvalues[p] = Dot(left, dense + column * k, k);
-            AddScaled(target + column * k, values[p], left, k);
+          return;
+        }
+        // k >= 2: chunks of entries whose columns are checked just before the pass reads
+        // them; in each row, one block of columns at a time (ForColumnBlocks), so the block
+        // widths are chosen once a row rather than once an entry, dvalues[p] adding the
+        // blocks' dot products in Dot's order. 10^6 rows, forward and gradient step in a
+        // jitted loop, against a column check and block choice per entry: 27-point k = 8
+        // 48 vs 63 ms, 5-point 13.2-14.2 vs 14.5-15.8 ms.
+        int64_t row = RowOf(indptr, m, begin);
+        for (int64_t chunk = begin; chunk < end;) {
+          const int64_t chunk_end = std::min(end, chunk + kCheckedChunkEntries);
+          if (!ChunkColumnsInRange(indices, chunk, chunk_end, n)) {
+            largest = std::numeric_limits<uint64_t>::max();
+            return;
           }
+          while (indptr[row + 1] <= chunk) ++row;
+          for (int64_t r = row; r < m && indptr[r] < chunk_end; ++r) {
+            const int64_t row_begin = std::max<int64_t>(indptr[r], chunk);
+            const int64_t row_end = std::min<int64_t>(indptr[r + 1], chunk_end);
+            const T* left = cotangent + r * k;
+            if (k == 0) std::fill(dvalues + row_begin, dvalues + row_end, T(0));
+            ForColumnBlocks<T>(k, 0, [&](auto width, int64_t c0) {
+              constexpr int W = decltype(width)::value;
+              for (int64_t p = row_begin; p < row_end; ++p) {
+                T* destination = target + indices[p] * k + c0;
+                const T part = FixedDot<W>(left + c0, dense + indices[p] * k + c0);
+                dvalues[p] = (c0 == 0 ? T(0) : dvalues[p]) + part;
+                RowAccumulator<W, T> sums;
+                sums.Load(destination);
+                sums.Add(values[p], left + c0);
+                sums.CopyTo(destination);
+              }
+            });
+          }
+          chunk = chunk_end;
         }
       });
   return in_range ? ffi::Error::Success() : ColumnError(n);
