@@ -76,10 +76,6 @@ struct VectorOf {
   typedef T type __attribute__((vector_size(L * sizeof(T))));
 };
 
-// Whether W values of T are handled as vectors of one register each (below).
-template <int W, typename T>
-constexpr bool kVectorRows = std::is_floating_point_v<T> && (W > 1);
-
 // Values per vector register, for W values of T.
 template <int W, typename T>
 constexpr int kLanes = W * sizeof(T) < kVectorBytes ? W : kVectorBytes / sizeof(T);
@@ -89,7 +85,7 @@ constexpr int kLanes = W * sizeof(T) < kVectorBytes ? W : kVectorBytes / sizeof(
 // W / lanes multiply-adds; left to itself the compiler mixed scalar and two-wide
 // multiply-adds for W = 8 (CSR, 5-point, k = 8, 10^6 rows, in a jitted loop: 3.2 vs
 // 5.4 ms).
-template <int W, typename T, bool kVector = kVectorRows<W, T>>
+template <int W, typename T, bool kVector = std::is_floating_point_v<T> && (W > 1)>
 struct RowAccumulator {
   T sums[W] = {};
 
@@ -121,19 +117,21 @@ struct RowAccumulator<W, T, true> {
   JAXSPARSE_INLINE void CopyTo(T* out) const { std::memcpy(out, sums, sizeof sums); }
 };
 
-// row[0:k] += scale * source[0:k]: for float and double in blocks of whole vectors.
+// row[0:W] += scale * source[0:W] (whole vectors for float and double).
+template <int W, typename T>
+JAXSPARSE_INLINE void AddScaledBlock(T* row, T scale, const T* source) {
+  RowAccumulator<W, T> block;
+  block.Load(row);
+  block.Add(scale, source);
+  block.CopyTo(row);
+}
+
+// row[0:k] += scale * source[0:k], in the blocks of ForColumnBlocks.
 template <typename T>
 JAXSPARSE_INLINE void AddScaled(T* row, T scale, const T* source, int64_t k) {
-  if constexpr (std::is_floating_point_v<T>) {
-    ForColumnBlocks<T>(k, 0, [&](auto width, int64_t c0) {
-      RowAccumulator<decltype(width)::value, T> block;
-      block.Load(row + c0);
-      block.Add(scale, source + c0);
-      block.CopyTo(row + c0);
-    });
-  } else {
-    for (int64_t c = 0; c < k; ++c) row[c] += scale * source[c];
-  }
+  ForColumnBlocks<T>(k, 0, [&](auto width, int64_t c0) {
+    AddScaledBlock<decltype(width)::value>(row + c0, scale, source + c0);
+  });
 }
 
 // out[0:W] = values[0:W], written past the cache where the CPU can (SSE2) and the block

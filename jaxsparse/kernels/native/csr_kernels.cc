@@ -318,11 +318,11 @@ ffi::Error Matmul(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi::
       }
       // Rows in chunks of about `chunk_entries` entries, at most as many rows (a single
       // chunk for one matrix whose columns are checked as read).
-      const int64_t chunk_entries =
-          batch > 1 ? kChunkEntries : (kChecked ? nnz + 1 : kCheckedChunkEntries);
+      const bool one_chunk = kChecked && batch == 1;
+      const int64_t chunk_entries = batch > 1 ? kChunkEntries : kCheckedChunkEntries;
       for (int64_t chunk_row = first_row; chunk_row < last_row;) {
         const int64_t chunk_end =
-            chunk_entries > nnz
+            one_chunk
                 ? last_row
                 : std::lower_bound(indptr + chunk_row + 1,
                                    indptr + std::min(last_row, chunk_row + chunk_entries),
@@ -626,13 +626,10 @@ ffi::Error MatmulPullback(ffi::ThreadPool& pool, const ffi::AnyBuffer& g, const 
             ForColumnBlocks<T>(k, 0, [&](auto width, int64_t c0) {
               constexpr int W = decltype(width)::value;
               for (int64_t p = row_begin; p < row_end; ++p) {
-                T* destination = target + indices[p] * k + c0;
-                const T part = FixedDot<W>(left + c0, dense + indices[p] * k + c0);
+                const int64_t offset = static_cast<int64_t>(indices[p]) * k + c0;
+                const T part = FixedDot<W>(left + c0, dense + offset);
                 dvalues[p] = (c0 == 0 ? T(0) : dvalues[p]) + part;
-                RowAccumulator<W, T> sums;
-                sums.Load(destination);
-                sums.Add(values[p], left + c0);
-                sums.CopyTo(destination);
+                AddScaledBlock<W>(target + offset, values[p], left + c0);
               }
             });
           }
