@@ -163,6 +163,60 @@ def test_gradient_step_in_one_pass_on_a_stencil(k):
     _assert_pullback_is_its_two_kernels(g, matrix.data, x, *arrays, **static)
 
 
+def _banded(m, n, columns_of_row):
+    """A float32 CSR matrix whose row i holds the columns `columns_of_row(i)` (an array
+    of near columns, so the kernels treat it as banded), with random values."""
+    rows = [np.asarray(columns_of_row(i)) for i in range(m)]
+    indptr = np.concatenate([[0], np.cumsum([len(r) for r in rows])]).astype(np.int32)
+    indices = np.concatenate(rows).astype(np.int32)
+    values = np.random.default_rng(m).standard_normal(len(indices)).astype(np.float32)
+    return scipy.sparse.csr_array((values, indices, indptr), shape=(m, n))
+
+
+_ROWS = 30000
+_GAP = 5000
+# Structures whose pieces of rows (cut by entries) reach column spans that overlap at the
+# cut, leave columns no entry reaches, run backwards, or all end at one shared column.
+_SPAN_LAYOUTS = {
+    "gap": lambda: _banded(
+        _ROWS,
+        _ROWS + _GAP + 4,
+        lambda i: np.arange(i, i + 3) + (_GAP if i >= _ROWS // 2 else 0),
+    ),
+    "backwards": lambda: _banded(
+        _ROWS, _ROWS + 2, lambda i: np.arange(_ROWS - 1 - i, _ROWS + 2 - i)
+    ),
+    "shared-last-column": lambda: _banded(
+        _ROWS, _ROWS + 3, lambda i: np.array([i, i + 1, i + 2, _ROWS + 2])
+    ),
+}
+
+
+@pytest.mark.parametrize("k", [1, 4])
+@pytest.mark.parametrize("layout", list(_SPAN_LAYOUTS))
+def test_transposed_products_over_every_span_layout(layout, k):
+    """The transposed product and the gradient step on banded structures large enough to
+    be cut into pieces, whose pieces write their own columns and buffer the shared ones:
+    against scipy (every column, reached or not), and the gradient step bit for bit its
+    two kernels."""
+    twin = _SPAN_LAYOUTS[layout]()
+    m, n = twin.shape
+    rng = np.random.default_rng(k)
+    x = jnp.asarray(rng.standard_normal((n, k)), jnp.float32)
+    g = jnp.asarray(rng.standard_normal((m, k)), jnp.float32)
+    arrays = (jnp.asarray(twin.indices), jnp.asarray(twin.indptr))
+    data = jnp.asarray(twin.data)
+    x64, g64 = np.asarray(x, np.float64), np.asarray(g, np.float64)
+    # The shared column sums 30000 float32 products.
+    close = dict(rtol=2e-4, atol=1e-4)
+    transposed = native_csr.csr_matmul_t_native(data, g, *arrays, shape=(m, n))
+    np.testing.assert_allclose(transposed, twin.T @ g64, **close)
+    d_data, d_x = _assert_pullback_is_its_two_kernels(g, data, x, *arrays, shape=(m, n))
+    rows = np.repeat(np.arange(m), np.diff(twin.indptr))
+    np.testing.assert_allclose(d_data, np.sum(g64[rows] * x64[twin.indices], axis=1), **close)
+    np.testing.assert_allclose(d_x, twin.T @ g64, **close)
+
+
 @pytest.mark.parametrize("shape", [(0, 4), (4, 0), (0, 0)], ids=str)
 def test_empty_shapes(shape):
     m, n = shape

@@ -7,9 +7,11 @@
 // cut by a piece boundary gets each later piece's partial sum added in piece order after
 // all pieces finish. Every kernel checks the structure it reads: the index pointer before
 // use, each column index as it is read (clamped into range for the read, the largest one
-// kept and tested after the loop) or, in the product on banded columns, a chunk of column
-// indices at a time just before the chunk is read; a bad structure is an InvalidArgument
-// error, and an out-of-range column is never read. Products with k >= 2 on scattered
+// kept and tested after the loop), in the product on banded columns a chunk of column
+// indices at a time just before the chunk is read, or, in the transposed products with
+// k >= 2 on banded columns, each piece's span of columns before the piece reads any
+// (scatter.h); a bad structure is an InvalidArgument error, and an out-of-range column is
+// never read. Products with k >= 2 on scattered
 // columns prefetch operand rows ahead (ScatteredColumns), and rows of 64 bytes or more are
 // written past the cache (StreamStore). Rows of float or double sums are whole vector
 // registers (RowAccumulator).
@@ -33,6 +35,7 @@
 #include "dispatch.h"
 #include "handlers.h"
 #include "parallel.h"
+#include "scatter.h"
 
 namespace jaxsparse {
 namespace {
@@ -364,14 +367,16 @@ ffi::Error Matmul(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi::
   return ok ? ffi::Error::Success() : ColumnError(n);
 }
 
-// target[b][indices[p]] += values_b[p] * g_b[row(p)] for entries p in [begin, end) and
-// members b in [first_member, last_member), entries in chunks shared by the members.
-// `target` holds members n * k apart, from member `first_member`.
+// Row indices[p] of member b of `target` += values_b[p] * g_b[row(p)] for entries p in
+// [begin, end) and members b in [first_member, last_member), entries in chunks shared by
+// the members; `target` starts at member `first_member`. Prefetching (scattered columns)
+// takes each piece's rows as one array, as ScatterInPieces gives them without measured
+// spans.
 template <typename T, typename I>
 void ScatterEntries(const T* values, int64_t values_stride, const T* cotangent, int64_t g_stride,
                     const I* indices, const I* indptr, int64_t m, int64_t n, int64_t k,
                     int64_t begin, int64_t end, int64_t first_member, int64_t last_member,
-                    bool prefetch, T* target, uint64_t& largest) {
+                    bool prefetch, const ScatterTarget<T>& target, uint64_t& largest) {
   const int64_t chunk_size = last_member - first_member > 1 ? kChunkEntries : end - begin;
   for (int64_t chunk = begin; chunk < end; chunk += chunk_size) {
     const int64_t chunk_end = std::min(end, chunk + chunk_size);
@@ -379,15 +384,17 @@ void ScatterEntries(const T* values, int64_t values_stride, const T* cotangent, 
     for (int64_t b = first_member; b < last_member; ++b) {
       const T* member_values = values + b * values_stride;
       const T* member_g = cotangent + b * g_stride;
-      T* member_target = target + (b - first_member) * n * k;
+      const ScatterTarget<T> member_target = target.Member(b - first_member);
       for (int64_t row = chunk_row; row < m && indptr[row] < chunk_end; ++row) {
         const int64_t row_begin = std::max<int64_t>(indptr[row], chunk);
         const int64_t row_end = std::min<int64_t>(indptr[row + 1], chunk_end);
         const T* source = member_g + row * k;
-        if (prefetch) PrefetchAhead(member_target, indices, row_begin, row_end, chunk_end, n, k);
+        if (prefetch) {
+          PrefetchAhead(member_target.AllRows(), indices, row_begin, row_end, chunk_end, n, k);
+        }
         for (int64_t p = row_begin; p < row_end; ++p) {
           const T value = member_values[p];
-          T* destination = member_target + CheckedColumn(indices, p, n, largest) * k;
+          T* destination = member_target.Row(CheckedColumn(indices, p, n, largest));
           if (k == 1) {
             destination[0] += value * source[0];
           } else {
@@ -399,53 +406,11 @@ void ScatterEntries(const T* values, int64_t values_stride, const T* cotangent, 
   }
 }
 
-// out[0:size] = 0, in pieces over the pool.
-template <typename T>
-void ParallelZero(ffi::ThreadPool& pool, T* out, int64_t size) {
-  const int64_t parts = NumParts(pool, size);
-  ParallelFor(pool, parts, [&](int64_t part) {
-    std::fill(out + PieceStart(size, parts, part), out + PieceStart(size, parts, part + 1), T(0));
-  });
-}
-
-// Runs scatter(begin, end, target, largest) over pieces of the entries [0, nnz), each piece
-// into its own buffer of `size` values (piece 0 into `out`, which the caller zeroed; the
-// others zeroed on their own threads), and adds the buffers into `out` in piece order
-// afterwards: deterministic, and no transposed structure to build. The number of pieces
-// is capped so the buffers stay within twice the entries. Returns whether every column
-// read was in range (`largest` of each piece).
-template <typename T, typename F>
-bool ScatterInPieces(ffi::ThreadPool& pool, int64_t nnz, int64_t n, int64_t size, int64_t work,
-                     T* out, const F& scatter) {
-  const int64_t max_parts =
-      std::max<int64_t>(1, std::min<int64_t>(8, 1 + 2 * nnz / std::max<int64_t>(n, 1)));
-  const int64_t parts = NumParts(pool, work, max_parts);
-  std::unique_ptr<T[]> scratch(new T[(parts - 1) * size]);
-  std::atomic<bool> ok(true);
-  ParallelFor(pool, parts, [&](int64_t part) {
-    const int64_t begin = PieceStart(nnz, parts, part);
-    const int64_t end = PieceStart(nnz, parts, part + 1);
-    T* target = part == 0 ? out : scratch.get() + (part - 1) * size;
-    if (part > 0) std::fill(target, target + size, T(0));
-    if (begin >= end) return;
-    uint64_t largest = 0;
-    scatter(begin, end, target, largest);
-    if (!ColumnsInRange(largest, n)) ok = false;
-  });
-  if (parts > 1) {
-    const int64_t reduce_parts = NumParts(pool, size * (parts - 1));
-    ParallelFor(pool, reduce_parts, [&](int64_t piece) {
-      const int64_t begin = PieceStart(size, reduce_parts, piece);
-      const int64_t end = PieceStart(size, reduce_parts, piece + 1);
-      for (int64_t part = 1; part < parts; ++part) {
-        const T* partial = scratch.get() + (part - 1) * size;
-        for (int64_t e = begin; e < end; ++e) out[e] += partial[e];
-      }
-    });
-  }
-  return ok;
-}
-
+// out = A^T @ G: each piece of entries adds its rows of G into the rows its columns name
+// (ScatterInPieces). On banded columns with k >= 2 the pieces' column spans are measured
+// first, so the buffers cover only where the spans overlap (5-point, k = 8, 10^6 rows,
+// forward and gradient step in a jitted loop: 10.8 vs 14.9 ms with a buffer of all n
+// columns per piece after the first; 27-point 40-41 vs 48-52 ms).
 template <typename T, typename I>
 ffi::Error MatmulT(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi::AnyBuffer& g,
                    const ffi::AnyBuffer& indices_buffer, const ffi::AnyBuffer& indptr_buffer,
@@ -461,28 +426,33 @@ ffi::Error MatmulT(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi:
   const I* indices = Data<I>(indices_buffer);
   const T* cotangent = Data<T>(g);
   T* out = Data<T>(out_buffer);
-  ParallelZero(pool, out, batch * n * k);
-  if (k == 0 || nnz == 0 || batch == 0) return ffi::Error::Success();
+  if (k == 0 || nnz == 0 || batch == 0) {
+    ParallelZero(pool, out, batch * n * k);
+    return ffi::Error::Success();
+  }
 
   std::atomic<bool> ok(true);
-  const bool prefetch = k >= 2 && ScatteredColumns(indices, indptr, m);
+  const bool scattered = ScatteredColumns(indices, indptr, m);
+  const bool prefetch = k >= 2 && scattered;
   const int64_t work = batch * nnz * k;
   if (const int64_t parts = NumParts(pool, work); batch >= parts) {
     // Enough members for every thread: each piece scatters whole members into their own
     // outputs, with no partial buffers.
+    ParallelZero(pool, out, batch * n * k);
     ParallelFor(pool, parts, [&](int64_t part) {
       const int64_t first = PieceStart(batch, parts, part);
       const int64_t last = PieceStart(batch, parts, part + 1);
       uint64_t largest = 0;
       ScatterEntries(values, values_stride, cotangent, g_stride, indices, indptr, m, n, k, 0, nnz,
-                     first, last, prefetch, out + first * n * k, largest);
+                     first, last, prefetch, DirectTarget(out + first * n * k, k, n * k),
+                     largest);
       if (!ColumnsInRange(largest, n)) ok = false;
     });
     return ok ? ffi::Error::Success() : ColumnError(n);
   }
   const bool in_range = ScatterInPieces(
-      pool, nnz, n, batch * n * k, work, out,
-      [&](int64_t begin, int64_t end, T* target, uint64_t& largest) {
+      pool, indices, nnz, n, k, batch, work, /*measure_spans=*/!scattered && k >= 2, out,
+      [&](int64_t begin, int64_t end, const ScatterTarget<T>& target, uint64_t& largest) {
         ScatterEntries(values, values_stride, cotangent, g_stride, indices, indptr, m, n, k,
                        begin, end, 0, batch, prefetch, target, largest);
       });
@@ -544,6 +514,53 @@ ffi::Error Sddmm(ffi::ThreadPool& pool, const ffi::AnyBuffer& g, const ffi::AnyB
   return ok ? ffi::Error::Success() : ColumnError(n);
 }
 
+// The fused gradient pass over entries [begin, end) at k = 1: dvalues[p] = g[row] *
+// x[column] and rows[column] += values[p] * g[row], each column checked as it is read
+// (CheckedColumn); returns the largest column. The arrays arrive as arguments, so the
+// compiler keeps them in registers across the stores.
+template <typename T, typename I>
+uint64_t PullbackOneColumn(const T* values, const I* indices, const I* indptr, int64_t m,
+                           int64_t n, const T* cotangent, const T* dense, int64_t begin,
+                           int64_t end, T* dvalues, T* rows) {
+  uint64_t largest = 0;
+  for (int64_t row = RowOf(indptr, m, begin); row < m && indptr[row] < end; ++row) {
+    const int64_t row_end = std::min<int64_t>(indptr[row + 1], end);
+    const T left = cotangent[row];
+    for (int64_t p = std::max<int64_t>(indptr[row], begin); p < row_end; ++p) {
+      const int64_t column = CheckedColumn(indices, p, n, largest);
+      dvalues[p] = left * dense[column];
+      rows[column] += values[p] * left;
+    }
+  }
+  return largest;
+}
+
+// The fused gradient pass over entries [begin, end) at k >= 2, columns already checked:
+// in each row, one block of columns at a time (ForColumnBlocks), so the block widths are
+// chosen once a row rather than once an entry, dvalues[p] adding the blocks' dot products
+// in Dot's order (27-point k = 8, 10^6 rows, forward and gradient step in a jitted loop:
+// 48 vs 63 ms choosing blocks per entry).
+template <typename T, typename I>
+void PullbackColumnBlocks(const T* values, const I* indices, const I* indptr, int64_t m,
+                          int64_t k, const T* cotangent, const T* dense, int64_t begin,
+                          int64_t end, T* dvalues, const ScatterTarget<T>& target) {
+  for (int64_t row = RowOf(indptr, m, begin); row < m && indptr[row] < end; ++row) {
+    const int64_t row_begin = std::max<int64_t>(indptr[row], begin);
+    const int64_t row_end = std::min<int64_t>(indptr[row + 1], end);
+    const T* left = cotangent + row * k;
+    if (k == 0) std::fill(dvalues + row_begin, dvalues + row_end, T(0));
+    ForColumnBlocks<T>(k, 0, [&](auto width, int64_t c0) {
+      constexpr int W = decltype(width)::value;
+      for (int64_t p = row_begin; p < row_end; ++p) {
+        const int64_t column = indices[p];
+        const T part = FixedDot<W>(left + c0, dense + column * k + c0);
+        dvalues[p] = (c0 == 0 ? T(0) : dvalues[p]) + part;
+        AddScaledBlock<W>(target.Row(column) + c0, values[p], left + c0);
+      }
+    });
+  }
+}
+
 // The gradient step of A @ X along the cotangent G, one matrix: the values' gradient
 // dvalues[p] = G[row(p)] . X[indices[p]] and the operand's dX = A^T @ G. Where columns
 // sit near those of the row before (a banded or stencil structure), one pass over the
@@ -581,59 +598,24 @@ ffi::Error MatmulPullback(ffi::ThreadPool& pool, const ffi::AnyBuffer& g, const 
   const T* dense = Data<T>(x);
   T* dvalues = Data<T>(dvalues_buffer);
   T* dx = Data<T>(dx_buffer);
-  ParallelZero(pool, dx, n * k);
-  if (nnz == 0) return ffi::Error::Success();
+  if (nnz == 0) {
+    ParallelZero(pool, dx, n * k);
+    return ffi::Error::Success();
+  }
 
+  // k >= 2 measures the pieces' column spans (which checks every column before the pass
+  // reads any), so the buffers cover only where the spans overlap. k = 1 checks each
+  // column as it reads it and buffers all n columns: there the measuring pass over the
+  // indices cost more than the smaller buffers saved.
   const bool in_range = ScatterInPieces(
-      pool, nnz, n, n * k, nnz * k, dx,
-      [&](int64_t begin, int64_t end, T* target, uint64_t& largest) {
-        // k = 1 checks each column as it reads it, the cotangent's value held in a register
-        // (tridiagonal, 10^6 rows, forward and gradient step in a jitted loop: 3.7 ms; 4.4
-        // ms in one loop with k >= 2 choosing column blocks per entry, 6.9 ms through the
-        // chunked loop below).
+      pool, indices, nnz, n, k, int64_t{1}, nnz * k, /*measure_spans=*/k >= 2, dx,
+      [&](int64_t begin, int64_t end, const ScatterTarget<T>& target, uint64_t& largest) {
         if (k == 1) {
-          for (int64_t row = RowOf(indptr, m, begin); row < m && indptr[row] < end; ++row) {
-            const int64_t row_begin = std::max<int64_t>(indptr[row], begin);
-            const int64_t row_end = std::min<int64_t>(indptr[row + 1], end);
-            const T left = cotangent[row];
-            for (int64_t p = row_begin; p < row_end; ++p) {
-              const int64_t column = CheckedColumn(indices, p, n, largest);
-              dvalues[p] = left * dense[column];
-              target[column] += values[p] * left;
-            }
-          }
-          return;
-        }
-        // k >= 2: chunks of entries whose columns are checked just before the pass reads
-        // them; in each row, one block of columns at a time (ForColumnBlocks), so the block
-        // widths are chosen once a row rather than once an entry, dvalues[p] adding the
-        // blocks' dot products in Dot's order. 10^6 rows, forward and gradient step in a
-        // jitted loop, against a column check and block choice per entry: 27-point k = 8
-        // 48 vs 63 ms, 5-point 13.2-14.2 vs 14.5-15.8 ms.
-        int64_t row = RowOf(indptr, m, begin);
-        for (int64_t chunk = begin; chunk < end;) {
-          const int64_t chunk_end = std::min(end, chunk + kCheckedChunkEntries);
-          if (!ChunkColumnsInRange(indices, chunk, chunk_end, n)) {
-            largest = std::numeric_limits<uint64_t>::max();
-            return;
-          }
-          while (indptr[row + 1] <= chunk) ++row;
-          for (int64_t r = row; r < m && indptr[r] < chunk_end; ++r) {
-            const int64_t row_begin = std::max<int64_t>(indptr[r], chunk);
-            const int64_t row_end = std::min<int64_t>(indptr[r + 1], chunk_end);
-            const T* left = cotangent + r * k;
-            if (k == 0) std::fill(dvalues + row_begin, dvalues + row_end, T(0));
-            ForColumnBlocks<T>(k, 0, [&](auto width, int64_t c0) {
-              constexpr int W = decltype(width)::value;
-              for (int64_t p = row_begin; p < row_end; ++p) {
-                const int64_t offset = static_cast<int64_t>(indices[p]) * k + c0;
-                const T part = FixedDot<W>(left + c0, dense + offset);
-                dvalues[p] = (c0 == 0 ? T(0) : dvalues[p]) + part;
-                AddScaledBlock<W>(target + offset, values[p], left + c0);
-              }
-            });
-          }
-          chunk = chunk_end;
+          largest = PullbackOneColumn(values, indices, indptr, m, n, cotangent, dense, begin, end,
+                                      dvalues, target.AllRows());
+        } else {
+          PullbackColumnBlocks(values, indices, indptr, m, k, cotangent, dense, begin, end,
+                               dvalues, target);
         }
       });
   return in_range ? ffi::Error::Success() : ColumnError(n);

@@ -35,7 +35,9 @@ constexpr int64_t kBlockValues = 1024;
 // Products with 2 to kRowWiseMaxColumns columns sum each output row over kDiagonalGroup
 // diagonals at a time, in registers. Measured against one diagonal at a time (float32,
 // 3 * 10^5 rows, in a jitted loop): 5-point k = 2 0.25 vs 0.83 ms, k = 16 1.4 vs 2.3 ms;
-// 27-point k = 4 1.6 vs 5.3 ms; k = 32 even, k = 64 slower (3.3 vs 2.6 ms). Groups of 4
+// 27-point k = 4 1.6 vs 5.3 ms; k = 32 even. At k = 64 (10^5 rows) it was slower on
+// the 5-point (2.4-2.8 vs 2.0-2.6 ms) and tridiagonal (1.8-2.0 vs 1.2-1.4 ms), faster on
+// the 27-point (6.0-6.3 vs 8.5-8.9 ms). Groups of 4
 // diagonals beat 2 (27-point, k = 8: 11 vs 13 ms) and 8 or more (29 ms): each diagonal
 // in a group is a stream of memory.
 constexpr int64_t kDiagonalGroup = 4;
