@@ -95,12 +95,19 @@ def test_dia_kernels_match_scipy(case, dtype, k):
 
 # Column counts that reach every path of the kernels: DIA's groups of four diagonals at
 # k = 1, blocks of 64 bytes of columns with each narrower remainder, DIA's row-by-row sums
-# over groups of diagonals (k <= 32) and its diagonal-by-diagonal blocks (k > 32).
+# over groups of diagonals (k <= 32, or more columns on 16 diagonals or more) and its
+# diagonal-by-diagonal blocks (k > 32 on fewer diagonals).
+_FEW_DIAGONALS = (-7, -3, -2, -1, 0, 1, 2, 5, 9)
+_MANY_DIAGONALS = (*range(-20, -8, 2), *_FEW_DIAGONALS, 11, 15, 20)
+
+
+@pytest.mark.parametrize(
+    "offsets", [_FEW_DIAGONALS, _MANY_DIAGONALS], ids=["9-diagonals", "18-diagonals"]
+)
 @pytest.mark.parametrize("k", [1, 2, 5, 8, 17, 32, 33, 70])
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.complex128], ids=["float32", "complex128"])
-def test_every_column_path(dtype, k):
+def test_every_column_path(dtype, k, offsets):
     rng = np.random.default_rng(k)
-    offsets = (-7, -3, -2, -1, 0, 1, 2, 5, 9)
     m, n = 40, 33
     diagonals = random_values(rng, (len(offsets), n), dtype)
     twin = scipy.sparse.dia_array((as_float64(diagonals), offsets), shape=(m, n))

@@ -7,8 +7,8 @@
 // and each thread walks its rows in blocks small enough that the block's output stays in
 // the L1 cache while every diagonal adds into it: the output is written to memory once,
 // however many diagonals there are. Within a block, a product with one column adds one
-// diagonal after another; one with 2 to kRowWiseMaxColumns columns sums each row over a
-// group of diagonals in registers.
+// diagonal after another; one with 2 to kRowWiseMaxColumns columns, or more with at least
+// kRowWiseMinDiagonals diagonals, sums each row over a group of diagonals in registers.
 //
 // Batches (the contract of `_primitive.py`): values `(B, ndiag, n)`, dense operands
 // `(B, rows, k)`, results `(B, ...)`; an operand without the leading axis is shared by
@@ -35,13 +35,15 @@ constexpr int64_t kBlockValues = 1024;
 // Products with 2 to kRowWiseMaxColumns columns sum each output row over kDiagonalGroup
 // diagonals at a time, in registers. Measured against one diagonal at a time (float32,
 // 3 * 10^5 rows, in a jitted loop): 5-point k = 2 0.25 vs 0.83 ms, k = 16 1.4 vs 2.3 ms;
-// 27-point k = 4 1.6 vs 5.3 ms; k = 32 even. At k = 64 (10^5 rows) it was slower on
-// the 5-point (2.4-2.8 vs 2.0-2.6 ms) and tridiagonal (1.8-2.0 vs 1.2-1.4 ms), faster on
-// the 27-point (6.0-6.3 vs 8.5-8.9 ms). Groups of 4
+// 27-point k = 4 1.6 vs 5.3 ms; k = 32 even. With more columns it pays only with many
+// diagonals (kRowWiseMinDiagonals): at k = 64, 10^5 rows, it was slower on the
+// tridiagonal (1.8-2.0 vs 1.2-1.4 ms), 5-point (2.4-2.8 vs 2.0-2.6 ms) and 7-point
+// (3.1 vs 2.1-2.5 ms), faster on the 27-point (5.7-6.3 vs 8.2-8.9 ms). Groups of 4
 // diagonals beat 2 (27-point, k = 8: 11 vs 13 ms) and 8 or more (29 ms): each diagonal
 // in a group is a stream of memory.
 constexpr int64_t kDiagonalGroup = 4;
 constexpr int64_t kRowWiseMaxColumns = 32;
+constexpr int64_t kRowWiseMinDiagonals = 16;
 
 ffi::Error CheckDiagonals(int64_t ndiag, size_t noffsets) {
   if (static_cast<size_t>(ndiag) != noffsets) {
@@ -194,7 +196,7 @@ ffi::Error Product(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi:
                               operand + b * x_stride + (transposed ? -off : off) * k, lo,
                               std::max(lo, hi)};
   };
-  if (k < 2 || k > kRowWiseMaxColumns) {
+  if (k < 2 || (k > kRowWiseMaxColumns && ndiag < kRowWiseMinDiagonals)) {
     // Diagonal by diagonal into a block of the output small enough to stay in L1.
     ForRowBlocks(pool, batch, out_rows, k, work, [&](int64_t b, int64_t first, int64_t stop) {
       T* member_out = out + b * out_rows * k;
