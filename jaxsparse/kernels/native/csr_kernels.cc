@@ -115,24 +115,15 @@ JAXSPARSE_INLINE int64_t CheckedColumn(const I* indices, int64_t p, int64_t n, u
   return static_cast<int64_t>(std::min(column, static_cast<uint64_t>(n - 1)));
 }
 
-// Whether every column read (their largest, from CheckedColumn) lies in [0, n); with no
-// column (n = 0) the kernels have refused any entry, so nothing was read.
-inline bool ColumnsInRange(uint64_t largest, int64_t n) {
-  return n == 0 || largest < static_cast<uint64_t>(n);
-}
-
 // Whether the columns of the entries [begin, end) all lie in [0, n), in one pass the
-// compiler vectorizes. As unsigned, a negative column is at least 2^(bits - 1), beyond any
-// column its type can name.
+// compiler vectorizes (read as unsigned: see ColumnLimit).
 template <typename I>
 JAXSPARSE_INLINE bool ChunkColumnsInRange(const I* indices, int64_t begin, int64_t end,
                                           int64_t n) {
   using U = std::make_unsigned_t<I>;
   U largest = 0;
   for (int64_t p = begin; p < end; ++p) largest = std::max(largest, static_cast<U>(indices[p]));
-  const uint64_t limit =
-      std::min<uint64_t>(n, static_cast<uint64_t>(std::numeric_limits<I>::max()) + 1);
-  return begin == end || static_cast<uint64_t>(largest) < limit;
+  return begin == end || static_cast<uint64_t>(largest) < ColumnLimit<I>(n);
 }
 
 // The column of entry p for a read: clamped and recorded by CheckedColumn (kChecked), or as

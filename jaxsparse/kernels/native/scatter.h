@@ -70,9 +70,21 @@ struct ColumnSpan {
   int64_t begin = 0, end = 0;
 };
 
+// Whether every column read (their largest, as unsigned) lies in [0, n); with no column
+// (n = 0) the kernels have refused any entry, so nothing was read.
+inline bool ColumnsInRange(uint64_t largest, int64_t n) {
+  return n == 0 || largest < static_cast<uint64_t>(n);
+}
+
+// The bound below which a column index of type I, read as unsigned, lies in [0, n): a
+// negative one reads as at least 2^(bits - 1), beyond any column the type can name.
+template <typename I>
+constexpr uint64_t ColumnLimit(int64_t n) {
+  return std::min<uint64_t>(n, static_cast<uint64_t>(std::numeric_limits<I>::max()) + 1);
+}
+
 // The span of the columns of entries [begin, end), in one pass the compiler vectorizes;
-// false if one lies outside [0, n). As unsigned, a negative column is at least
-// 2^(bits - 1), beyond any column its type can name.
+// false if one lies outside [0, n).
 template <typename I>
 bool MeasureColumns(const I* indices, int64_t begin, int64_t end, int64_t n, ColumnSpan& span) {
   using U = std::make_unsigned_t<I>;
@@ -83,9 +95,7 @@ bool MeasureColumns(const I* indices, int64_t begin, int64_t end, int64_t n, Col
     largest = std::max(largest, column);
   }
   if (begin >= end) return true;
-  const uint64_t limit =
-      std::min<uint64_t>(n, static_cast<uint64_t>(std::numeric_limits<I>::max()) + 1);
-  if (static_cast<uint64_t>(largest) >= limit) return false;
+  if (static_cast<uint64_t>(largest) >= ColumnLimit<I>(n)) return false;
   span = ColumnSpan{static_cast<int64_t>(smallest), static_cast<int64_t>(largest) + 1};
   return true;
 }
@@ -146,7 +156,7 @@ bool ScatterInPieces(xla::ffi::ThreadPool& pool, const I* indices, int64_t nnz, 
     if (begin >= end) return;
     uint64_t largest = 0;
     scatter(begin, end, target, largest);
-    if (n > 0 && largest >= static_cast<uint64_t>(n)) ok = false;
+    if (!ColumnsInRange(largest, n)) ok = false;
   });
 
   // Columns between consecutive bounds are written by the same piece (or none) and
