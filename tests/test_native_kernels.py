@@ -343,6 +343,56 @@ def test_invalid_csr_structure_fails_under_jit_with_its_message(indices, indptr,
         ).block_until_ready()
 
 
+def _structure_with_a_bad_indptr(layout, fault, m=200_000, per_row=3):
+    """Indices and an index pointer of `m` rows of `per_row` entries (banded or scattered
+    columns), the pointer broken at one row far from both ends."""
+    rng = np.random.default_rng(5)
+    rows = np.repeat(np.arange(m), per_row)
+    if layout == "banded":
+        indices = np.clip(rows + np.tile(np.arange(per_row) - 1, m), 0, m - 1)
+    else:
+        indices = rng.integers(0, m, size=m * per_row)
+    indptr = np.arange(0, m * per_row + 1, per_row)
+    row = int(m * {"decrease": 0.1, "negative": 0.5, "beyond-entries": 0.97}[fault])
+    indptr[row] = {"decrease": indptr[row - 1] - 1, "negative": -(10**6)}.get(
+        fault, m * per_row + 10**6
+    )
+    return jnp.asarray(indices, jnp.int32), jnp.asarray(indptr, jnp.int32)
+
+
+@pytest.mark.parametrize("member", ["matmul", "batched-matmul", "matmul_t", "sddmm", "pullback"])
+@pytest.mark.parametrize("fault", ["decrease", "negative", "beyond-entries"])
+@pytest.mark.parametrize("layout", ["banded", "scattered"])
+def test_an_indptr_broken_far_from_its_ends_fails(layout, fault, member):
+    """The product checks the index pointer chunk by chunk as its pieces reach it, not in
+    a pass of its own: a fault deep inside a structure cut into pieces over threads fails
+    the call with the index pointer's message, whichever piece meets it, and nothing is
+    read out of bounds on the way."""
+    indices, indptr = _structure_with_a_bad_indptr(layout, fault)
+    m = indptr.shape[0] - 1
+    data, x = jnp.ones(indices.shape[0], jnp.float32), jnp.ones((m, 2), jnp.float32)
+
+    @jax.jit
+    def run(data, x):
+        def product(data, x):
+            return js.CSRMatrix(data, indices, indptr, (m, m)) @ x
+
+        if member == "matmul":
+            return product(data, x)
+        if member == "batched-matmul":
+            return jax.vmap(product, in_axes=(0, None))(jnp.stack([data, 2 * data]), x)
+        if member == "matmul_t":
+            return x.T @ js.CSRMatrix(data, indices, indptr, (m, m))
+        if member == "sddmm":
+            return jax.grad(lambda d: jnp.sum(product(d, x)))(data)
+        return jnp.concatenate(
+            [g.ravel() for g in jax.grad(lambda d, x: jnp.sum(product(d, x)), (0, 1))(data, x)]
+        )
+
+    with pytest.raises(Exception, match="non-decreasing"):
+        jax.block_until_ready(run(data, x))
+
+
 @pytest.mark.parametrize("member", ["matmul", "sddmm"])
 def test_entries_without_columns_fail(member):
     """A structure with an entry but no column at all (shape (3, 0)) has nothing to read:

@@ -87,6 +87,28 @@ ffi::Error CheckIndptr(ffi::ThreadPool& pool, const I* indptr, int64_t m, int64_
   return ffi::Error::Success();
 }
 
+// CheckIndptr's error for an index pointer a kernel found out of order as it went (which
+// implies one of CheckIndptr's faults); its fallback is never expected to be returned.
+template <typename I>
+ffi::Error IndptrError(ffi::ThreadPool& pool, const I* indptr, int64_t m, int64_t nnz) {
+  ffi::Error error = CheckIndptr(pool, indptr, m, nnz);
+  if (!error.success()) return error;
+  return ffi::Error::InvalidArgument("CSR index pointer out of order");
+}
+
+// Whether indptr[first_row:last_row + 1] never decreases and lies within [0, nnz]: the
+// rows of a chunk, checked in one pass the compiler vectorizes just before the product
+// reads them. With indptr[0] == 0 and indptr[m] == nnz checked, chunks covering every row
+// check the whole index pointer, without a pass of its own over memory (CheckIndptr's
+// pass was 9% of a 5-point product at k = 1, 10^6 rows).
+template <typename I>
+JAXSPARSE_INLINE bool ChunkRowsInOrder(const I* indptr, int64_t first_row, int64_t last_row,
+                                       int64_t nnz) {
+  int decreases = 0;
+  for (int64_t row = first_row; row < last_row; ++row) decreases |= indptr[row + 1] < indptr[row];
+  return decreases == 0 && indptr[first_row] >= 0 && indptr[last_row] <= nnz;
+}
+
 ffi::Error ColumnError(int64_t n) {
   return ffi::Error::InvalidArgument("CSR column index out of range: indices must lie in [0, " +
                                      std::to_string(n) + ")");
@@ -235,14 +257,17 @@ JAXSPARSE_INLINE void SharedVectorRows(const T* values, int64_t values_stride, c
 // rows: a banded or stencil structure, where most entries of a row sit within a few
 // columns of an entry of the row before, is read by the hardware's own prefetching, and
 // software prefetches only cost it time (27-point, k = 8: 22.4 vs 18.9 ms); random
-// columns gain from them (uniform 8 per row, k = 8: 11 vs 65 ms). Reads only `indptr`,
-// already checked, and compares column indices without using them as addresses.
+// columns gain from them (uniform 8 per row, k = 8: 11 vs 65 ms). Compares column indices
+// without using them as addresses, and skips a sampled pair whose `indptr` values are out
+// of order or out of [0, nnz] (the product checks them later), so it never reads outside
+// `indices`.
 template <typename I>
-bool ScatteredColumns(const I* indices, const I* indptr, int64_t m) {
+bool ScatteredColumns(const I* indices, const I* indptr, int64_t m, int64_t nnz) {
   constexpr int64_t kSampledRows = 256, kSampledEntries = 32, kNear = 4;
   int64_t near = 0, total = 0;
   for (int64_t s = 0; s < kSampledRows && m >= 2; ++s) {
     const int64_t row = (m - 2) * s / kSampledRows;
+    if (!ChunkRowsInOrder(indptr, row, row + 2, nnz)) continue;
     const int64_t above_begin = indptr[row];
     const int64_t above_end = std::min<int64_t>(indptr[row + 1], above_begin + kSampledEntries);
     const int64_t below_end = std::min<int64_t>(indptr[row + 2], indptr[row + 1] + kSampledEntries);
@@ -271,26 +296,27 @@ ffi::Error Matmul(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi::
   const int64_t batch = BatchOf(*out_buffer, 2);
   const int64_t values_stride = MemberStride(data, 1), x_stride = MemberStride(x, 2);
   const I* indptr = Data<I>(indptr_buffer);
-  if (ffi::Error error = CheckIndptr(pool, indptr, m, nnz); !error.success()) return error;
+  // The ends here; the order of the rest chunk by chunk as the pieces go (ChunkRowsInOrder).
+  if (indptr[0] != 0 || indptr[m] != nnz) return IndptrError(pool, indptr, m, nnz);
+  if (k == 0 || m == 0 || batch == 0) return CheckIndptr(pool, indptr, m, nnz);
   if (n == 0 && nnz > 0) return ColumnError(n);  // no column to read, nor to clamp into
   const T* values = Data<T>(data);
   const I* indices = Data<I>(indices_buffer);
   const T* dense = Data<T>(x);
   T* out = Data<T>(out_buffer);
-  if (k == 0 || m == 0 || batch == 0) return ffi::Error::Success();
 
   // Scattered columns are checked as they are read; banded ones a chunk at a time before
   // the product reads them, which leaves the product's loop only the arithmetic (10^6
   // rows, in a jitted loop: 5-point k = 1 2.30 -> 1.75 ms, k = 8 5.56 -> 4.83 ms). On
   // scattered columns the same measured slower (power-law, k = 1: 8.4 vs 12.5 ms).
-  const bool scattered = ScatteredColumns(indices, indptr, m);
+  const bool scattered = ScatteredColumns(indices, indptr, m, nnz);
   const bool prefetch = k >= 2 && scattered;
   const int64_t parts = NumParts(pool, batch * (nnz + m) * k);
   // Piece t owns the rows starting in its entries; its leading entries belong to a row
   // an earlier piece started, and are summed into carry[t] (row carry_row[t]).
   std::vector<T> carry(parts * batch * k, T(0));
   std::vector<int64_t> carry_row(parts, -1);
-  std::atomic<bool> ok(true);
+  std::atomic<bool> ok(true), rows_in_order(true);
   ParallelFor(pool, parts, [&](int64_t part) {
     const int64_t begin = PieceStart(nnz, parts, part);
     const int64_t end = PieceStart(nnz, parts, part + 1);
@@ -298,7 +324,9 @@ ffi::Error Matmul(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi::
     const int64_t last_row = part == parts - 1 ? m : FirstRowFrom(indptr, m, end);
     const int64_t owned_start = first_row < m ? static_cast<int64_t>(indptr[first_row]) : nnz;
     const int64_t carried_end = std::min(owned_start, end);
-    // Whether every column read was in range.
+    // Whether every column read was in range. Every pair of consecutive rows lies in a
+    // chunk of some piece: the pieces' [first_row, last_row) cover [0, m) even where an
+    // out-of-order `indptr` misplaces their bounds.
     auto piece = [&](auto checked) {
       constexpr bool kChecked = decltype(checked)::value;
       uint64_t largest = 0;
@@ -323,6 +351,10 @@ ffi::Error Matmul(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi::
                                    static_cast<int64_t>(indptr[chunk_row]) + chunk_entries,
                                    [](I start, int64_t bound) { return start < bound; }) -
                       indptr;
+        if (!ChunkRowsInOrder(indptr, chunk_row, chunk_end, nnz)) {
+          rows_in_order = false;
+          return true;
+        }
         if (!kChecked && !ChunkColumnsInRange(indices, indptr[chunk_row],
                                               std::min<int64_t>(indptr[chunk_end], end), n)) {
           return false;
@@ -355,6 +387,7 @@ ffi::Error Matmul(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi::
       for (int64_t c = 0; c < k; ++c) row[c] += partial[c];
     }
   }
+  if (!rows_in_order) return IndptrError(pool, indptr, m, nnz);
   return ok ? ffi::Error::Success() : ColumnError(n);
 }
 
@@ -423,7 +456,7 @@ ffi::Error MatmulT(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi:
   }
 
   std::atomic<bool> ok(true);
-  const bool scattered = ScatteredColumns(indices, indptr, m);
+  const bool scattered = ScatteredColumns(indices, indptr, m, nnz);
   const bool prefetch = k >= 2 && scattered;
   const int64_t work = batch * nnz * k;
   if (const int64_t parts = NumParts(pool, work); batch >= parts) {
@@ -468,7 +501,7 @@ ffi::Error Sddmm(ffi::ThreadPool& pool, const ffi::AnyBuffer& g, const ffi::AnyB
   if (nnz == 0 || batch == 0) return ffi::Error::Success();
 
   const int64_t parts = NumParts(pool, batch * nnz * std::max<int64_t>(k, 1));
-  const bool prefetch = k >= 2 && ScatteredColumns(indices, indptr, m);
+  const bool prefetch = k >= 2 && ScatteredColumns(indices, indptr, m, nnz);
   std::atomic<bool> ok(true);
   ParallelFor(pool, parts, [&](int64_t part) {
     const int64_t begin = PieceStart(nnz, parts, part);
@@ -575,7 +608,7 @@ ffi::Error MatmulPullback(ffi::ThreadPool& pool, const ffi::AnyBuffer& g, const 
   const int64_t n = Trailing(x, 2), nnz = indices_buffer.dimensions()[0];
   const I* indptr = Data<I>(indptr_buffer);
   if (ffi::Error error = CheckIndptr(pool, indptr, m, nnz); !error.success()) return error;
-  if (ScatteredColumns(Data<I>(indices_buffer), indptr, m)) {
+  if (ScatteredColumns(Data<I>(indices_buffer), indptr, m, nnz)) {
     if (ffi::Error error = Sddmm<T, I>(pool, g, x, indices_buffer, indptr_buffer, dvalues_buffer);
         !error.success()) {
       return error;
