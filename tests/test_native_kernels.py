@@ -182,8 +182,9 @@ def _banded(m, n, columns_of_row):
 
 _ROWS = 30000
 _GAP = 5000
-# Structures whose pieces of rows (cut by entries) reach column spans that overlap at the
-# cut, leave columns no entry reaches, run backwards, or all end at one shared column.
+# Structures whose pieces of rows (cut by entries) reach columns on both sides of the cut
+# between the columns they own, leave columns no entry reaches, run backwards, or all end
+# at one shared column.
 _SPAN_LAYOUTS = {
     "gap": lambda: _banded(
         _ROWS,
@@ -203,7 +204,7 @@ _SPAN_LAYOUTS = {
 @pytest.mark.parametrize("layout", list(_SPAN_LAYOUTS))
 def test_transposed_products_over_every_span_layout(layout, k):
     """The transposed product and the gradient step on banded structures large enough to
-    be cut into pieces, whose pieces write their own columns and buffer the shared ones:
+    be cut into pieces, whose pieces write the columns they own and defer the others:
     against scipy (every column, reached or not), and the gradient step bit for bit its
     two kernels."""
     twin = _SPAN_LAYOUTS[layout]()
@@ -343,9 +344,20 @@ def test_invalid_csr_structure_fails_under_jit_with_its_message(indices, indptr,
         ).block_until_ready()
 
 
-def _structure_with_a_bad_indptr(layout, fault, m=200_000, per_row=3):
+# Faults far from both ends of a structure: (where, as a fraction of the rows or entries,
+# what is written there, the message).
+_DEEP_FAULTS = {
+    "indptr-decrease": (0.1, "indptr - 1", "non-decreasing"),
+    "indptr-negative": (0.5, -(10**6), "non-decreasing"),
+    "indptr-beyond-entries": (0.97, 10**9, "non-decreasing"),
+    "column-negative": (0.3, -1, "column index out of range"),
+    "column-too-large": (0.75, 10**6, "column index out of range"),
+}
+
+
+def _structure_with_a_deep_fault(layout, fault, m=200_000, per_row=3):
     """Indices and an index pointer of `m` rows of `per_row` entries (banded or scattered
-    columns), the pointer broken at one row far from both ends."""
+    columns), broken at one row or entry far from both ends."""
     rng = np.random.default_rng(5)
     rows = np.repeat(np.arange(m), per_row)
     if layout == "banded":
@@ -353,27 +365,29 @@ def _structure_with_a_bad_indptr(layout, fault, m=200_000, per_row=3):
     else:
         indices = rng.integers(0, m, size=m * per_row)
     indptr = np.arange(0, m * per_row + 1, per_row)
-    row = int(m * {"decrease": 0.1, "negative": 0.5, "beyond-entries": 0.97}[fault])
-    indptr[row] = {"decrease": indptr[row - 1] - 1, "negative": -(10**6)}.get(
-        fault, m * per_row + 10**6
-    )
+    where, value, _ = _DEEP_FAULTS[fault]
+    if fault.startswith("indptr"):
+        row = int(m * where)
+        indptr[row] = indptr[row - 1] - 1 if value == "indptr - 1" else value
+    else:
+        indices[int(m * per_row * where)] = value
     return jnp.asarray(indices, jnp.int32), jnp.asarray(indptr, jnp.int32)
 
 
 @pytest.mark.parametrize("member", ["matmul", "batched-matmul", "matmul_t", "sddmm", "pullback"])
-@pytest.mark.parametrize("fault", ["decrease", "negative", "beyond-entries"])
+@pytest.mark.parametrize("fault", list(_DEEP_FAULTS))
 @pytest.mark.parametrize("layout", ["banded", "scattered"])
-def test_an_indptr_broken_far_from_its_ends_fails(layout, fault, member):
-    """The product checks the index pointer chunk by chunk as its pieces reach it, not in
-    a pass of its own: a fault deep inside a structure cut into pieces over threads fails
-    the call with the index pointer's message, whichever piece meets it, and nothing is
-    read out of bounds on the way."""
-    indices, indptr = _structure_with_a_bad_indptr(layout, fault)
+def test_a_fault_far_from_the_ends_fails(layout, fault, member):
+    """The product checks the index pointer chunk by chunk as its pieces reach it, and the
+    transposed products check a banded structure's columns against those each piece owns:
+    a fault deep inside a structure cut into pieces over threads fails the call with its
+    message, whichever piece meets it, and nothing is read out of bounds on the way."""
+    indices, indptr = _structure_with_a_deep_fault(layout, fault)
     m = indptr.shape[0] - 1
     data, x = jnp.ones(indices.shape[0], jnp.float32), jnp.ones((m, 2), jnp.float32)
 
-    @jax.jit
-    def run(data, x):
+    @jax.jit  # the structure traced, so only the kernels can check it
+    def run(data, x, indices, indptr):
         def product(data, x):
             return js.CSRMatrix(data, indices, indptr, (m, m)) @ x
 
@@ -389,8 +403,8 @@ def test_an_indptr_broken_far_from_its_ends_fails(layout, fault, member):
             [g.ravel() for g in jax.grad(lambda d, x: jnp.sum(product(d, x)), (0, 1))(data, x)]
         )
 
-    with pytest.raises(Exception, match="non-decreasing"):
-        jax.block_until_ready(run(data, x))
+    with pytest.raises(Exception, match=_DEEP_FAULTS[fault][2]):
+        jax.block_until_ready(run(data, x, indices, indptr))
 
 
 @pytest.mark.parametrize("member", ["matmul", "sddmm"])

@@ -6,15 +6,15 @@
 // entries, not rows (parallel.h), so a power-law row is shared by several threads: a row
 // cut by a piece boundary gets each later piece's partial sum added in piece order after
 // all pieces finish. Every kernel checks the structure it reads: the index pointer before
-// use, each column index as it is read (clamped into range for the read, the largest one
-// kept and tested after the loop), in the product on banded columns a chunk of column
-// indices at a time just before the chunk is read, or, in the transposed products with
-// k >= 2 on banded columns, each piece's span of columns before the piece reads any
-// (scatter.h); a bad structure is an InvalidArgument error, and an out-of-range column is
-// never read. Products with k >= 2 on scattered
-// columns prefetch operand rows ahead (ScatteredColumns), and rows of 64 bytes or more are
-// written past the cache (StreamStore). Rows of float or double sums are whole vector
-// registers (RowAccumulator).
+// use (the product: its ends first, then a chunk of rows at a time just before the chunk
+// is read), each column index as it is read (clamped into range for the read, the largest
+// one kept and tested after the loop), in the product on banded columns a chunk of column
+// indices at a time just before the chunk is read, or, in the transposed products on
+// banded columns, against the interval of columns the piece owns (scatter.h); a bad
+// structure is an InvalidArgument error, and nothing out of range is ever read. Products
+// with k >= 2 on scattered columns prefetch operand rows ahead (ScatteredColumns), and
+// rows of 64 bytes or more are written past the cache (StreamStore). Rows of float or
+// double sums are whole vector registers (RowAccumulator).
 //
 // Batches (the contract of `_primitive.py`): values `(B, nnz)`, dense operands
 // `(B, rows, k)`, results `(B, ...)`; an operand without the leading axis is shared by
@@ -391,16 +391,25 @@ ffi::Error Matmul(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi::
   return ok ? ffi::Error::Success() : ColumnError(n);
 }
 
-// Row indices[p] of member b of `target` += values_b[p] * g_b[row(p)] for entries p in
+// Adds value * source[0:k] into destination[0:k]: one entry of a transposed product.
+template <typename T>
+JAXSPARSE_INLINE void AddEntry(T* destination, T value, const T* source, int64_t k) {
+  if (k == 1) {
+    destination[0] += value * source[0];
+  } else {
+    AddScaled(destination, value, source, k);
+  }
+}
+
+// Row indices[p] of member b of `rows` += values_b[p] * g_b[row(p)] for entries p in
 // [begin, end) and members b in [first_member, last_member), entries in chunks shared by
-// the members; `target` starts at member `first_member`. Prefetching (scattered columns)
-// takes each piece's rows as one array, as ScatterInPieces gives them without measured
-// spans.
+// the members; `rows` holds member `first_member`'s n rows of k values, members n * k
+// apart. Each column is checked as it is read (CheckedColumn).
 template <typename T, typename I>
 void ScatterEntries(const T* values, int64_t values_stride, const T* cotangent, int64_t g_stride,
                     const I* indices, const I* indptr, int64_t m, int64_t n, int64_t k,
                     int64_t begin, int64_t end, int64_t first_member, int64_t last_member,
-                    bool prefetch, const ScatterTarget<T>& target, uint64_t& largest) {
+                    bool prefetch, T* rows, uint64_t& largest) {
   const int64_t chunk_size = last_member - first_member > 1 ? kChunkEntries : end - begin;
   for (int64_t chunk = begin; chunk < end; chunk += chunk_size) {
     const int64_t chunk_end = std::min(end, chunk + chunk_size);
@@ -408,21 +417,47 @@ void ScatterEntries(const T* values, int64_t values_stride, const T* cotangent, 
     for (int64_t b = first_member; b < last_member; ++b) {
       const T* member_values = values + b * values_stride;
       const T* member_g = cotangent + b * g_stride;
-      const ScatterTarget<T> member_target = target.Member(b - first_member);
+      T* member_rows = rows + (b - first_member) * n * k;
       for (int64_t row = chunk_row; row < m && indptr[row] < chunk_end; ++row) {
         const int64_t row_begin = std::max<int64_t>(indptr[row], chunk);
         const int64_t row_end = std::min<int64_t>(indptr[row + 1], chunk_end);
         const T* source = member_g + row * k;
-        if (prefetch) {
-          PrefetchAhead(member_target.AllRows(), indices, row_begin, row_end, chunk_end, n, k);
-        }
+        if (prefetch) PrefetchAhead(member_rows, indices, row_begin, row_end, chunk_end, n, k);
         for (int64_t p = row_begin; p < row_end; ++p) {
-          const T value = member_values[p];
-          T* destination = member_target.Row(CheckedColumn(indices, p, n, largest));
-          if (k == 1) {
-            destination[0] += value * source[0];
-          } else {
-            AddScaled(destination, value, source, k);
+          AddEntry(member_rows + CheckedColumn(indices, p, n, largest) * k, member_values[p],
+                   source, k);
+        }
+      }
+    }
+  }
+}
+
+// ScatterEntries for all `batch` members on a banded structure (ScatterOwnedColumns):
+// entries whose column `owned` holds go into their rows of `out` (members n * k apart),
+// the others to `deferrals`, once for all members.
+template <typename T, typename I>
+void ScatterOwnedEntries(const T* values, int64_t values_stride, const T* cotangent,
+                         int64_t g_stride, const I* indices, const I* indptr, int64_t m,
+                         int64_t n, int64_t k, int64_t batch, int64_t begin, int64_t end,
+                         const OwnedColumns owned, T* out, Deferrals& deferrals) {
+  const int64_t chunk_size = batch > 1 ? kChunkEntries : end - begin;
+  for (int64_t chunk = begin; chunk < end; chunk += chunk_size) {
+    const int64_t chunk_end = std::min(end, chunk + chunk_size);
+    const int64_t chunk_row = RowOf(indptr, m, chunk);
+    for (int64_t b = 0; b < batch; ++b) {
+      const T* member_values = values + b * values_stride;
+      const T* member_g = cotangent + b * g_stride;
+      T* member_out = out + b * n * k;
+      for (int64_t row = chunk_row; row < m && indptr[row] < chunk_end; ++row) {
+        const int64_t row_begin = std::max<int64_t>(indptr[row], chunk);
+        const int64_t row_end = std::min<int64_t>(indptr[row + 1], chunk_end);
+        const T* source = member_g + row * k;
+        for (int64_t p = row_begin; p < row_end; ++p) {
+          const uint64_t column = AsColumn(indices[p]);
+          if (owned.Hold(column)) [[likely]] {
+            AddEntry(member_out + column * k, member_values[p], source, k);
+          } else if (b == 0) {
+            deferrals.Defer(p, row, column);
           }
         }
       }
@@ -430,11 +465,25 @@ void ScatterEntries(const T* values, int64_t values_stride, const T* cotangent, 
   }
 }
 
-// out = A^T @ G: each piece of entries adds its rows of G into the rows its columns name
-// (ScatterInPieces). On banded columns with k >= 2 the pieces' column spans are measured
-// first, so the buffers cover only where the spans overlap (5-point, k = 8, 10^6 rows,
-// forward and gradient step in a jitted loop: 10.8 vs 14.9 ms with a buffer of all n
-// columns per piece after the first; 27-point 40-41 vs 48-52 ms).
+// A deferred entry of ScatterOwnedColumns, added for all `batch` members of `out`.
+template <typename T, typename I>
+void AddDeferredEntry(const T* values, int64_t values_stride, const T* cotangent, int64_t g_stride,
+                      const I* indices, int64_t n, int64_t k, int64_t batch,
+                      const DeferredEntry& deferred, T* out) {
+  const int64_t column = indices[deferred.entry];
+  for (int64_t b = 0; b < batch; ++b) {
+    AddEntry(out + b * n * k + column * k, values[b * values_stride + deferred.entry],
+             cotangent + b * g_stride + deferred.row * k, k);
+  }
+}
+
+// out = A^T @ G: each piece of entries adds its rows of G into the rows its columns name.
+// On banded columns each piece owns an interval of columns and defers the few entries
+// outside it (ScatterOwnedColumns; 10^6 rows, in a jitted loop, against measuring each
+// piece's span of columns first and buffering where the spans overlap, or at k = 1
+// buffering all n columns: 5-point k = 1 2.6 vs 3.4 ms, k = 8 4.7 vs 5.6 ms, 27-point
+// k = 1 9.3 vs 12.5 ms, k = 8 19.4 vs 20.7 ms); on scattered columns every piece after the
+// first fills a buffer of all n rows (ScatterInPieces).
 template <typename T, typename I>
 ffi::Error MatmulT(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi::AnyBuffer& g,
                    const ffi::AnyBuffer& indices_buffer, const ffi::AnyBuffer& indptr_buffer,
@@ -468,18 +517,29 @@ ffi::Error MatmulT(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi:
       const int64_t last = PieceStart(batch, parts, part + 1);
       uint64_t largest = 0;
       ScatterEntries(values, values_stride, cotangent, g_stride, indices, indptr, m, n, k, 0, nnz,
-                     first, last, prefetch, DirectTarget(out + first * n * k, k, n * k),
-                     largest);
+                     first, last, prefetch, out + first * n * k, largest);
       if (!ColumnsInRange(largest, n)) ok = false;
     });
     return ok ? ffi::Error::Success() : ColumnError(n);
   }
-  const bool in_range = ScatterInPieces(
-      pool, indices, nnz, n, k, batch, work, /*measure_spans=*/!scattered && k >= 2, out,
-      [&](int64_t begin, int64_t end, const ScatterTarget<T>& target, uint64_t& largest) {
-        ScatterEntries(values, values_stride, cotangent, g_stride, indices, indptr, m, n, k,
-                       begin, end, 0, batch, prefetch, target, largest);
-      });
+  const bool in_range =
+      scattered
+          ? ScatterInPieces(pool, nnz, n, k, batch, work, out,
+                            [&](int64_t begin, int64_t end, T* rows, uint64_t& largest) {
+                              ScatterEntries(values, values_stride, cotangent, g_stride, indices,
+                                             indptr, m, n, k, begin, end, 0, batch, prefetch,
+                                             rows, largest);
+                            })
+          : ScatterOwnedColumns(
+                pool, indices, nnz, n, k, batch, work, out,
+                [&](int64_t begin, int64_t end, const OwnedColumns& owned, Deferrals& deferrals) {
+                  ScatterOwnedEntries(values, values_stride, cotangent, g_stride, indices, indptr,
+                                      m, n, k, batch, begin, end, owned, out, deferrals);
+                },
+                [&](const DeferredEntry& deferred) {
+                  AddDeferredEntry(values, values_stride, cotangent, g_stride, indices, n, k,
+                                   batch, deferred, out);
+                });
   return in_range ? ffi::Error::Success() : ColumnError(n);
 }
 
@@ -539,47 +599,56 @@ ffi::Error Sddmm(ffi::ThreadPool& pool, const ffi::AnyBuffer& g, const ffi::AnyB
 }
 
 // The fused gradient pass over entries [begin, end) at k = 1: dvalues[p] = g[row] *
-// x[column] and rows[column] += values[p] * g[row], each column checked as it is read
-// (CheckedColumn); returns the largest column. The arrays arrive as arguments, so the
-// compiler keeps them in registers across the stores.
+// x[column], and out[column] += values[p] * g[row] for the columns `owned` holds, the
+// other entries handed to `deferrals` (ScatterOwnedColumns), their columns clamped for the
+// read. The arrays arrive as arguments, so the compiler keeps them in registers across
+// the stores.
 template <typename T, typename I>
-uint64_t PullbackOneColumn(const T* values, const I* indices, const I* indptr, int64_t m,
-                           int64_t n, const T* cotangent, const T* dense, int64_t begin,
-                           int64_t end, T* dvalues, T* rows) {
-  uint64_t largest = 0;
+void PullbackOneColumn(const T* values, const I* indices, const I* indptr, int64_t m, int64_t n,
+                       const T* cotangent, const T* dense, int64_t begin, int64_t end,
+                       T* dvalues, T* out, const OwnedColumns owned, Deferrals& deferrals) {
   for (int64_t row = RowOf(indptr, m, begin); row < m && indptr[row] < end; ++row) {
     const int64_t row_end = std::min<int64_t>(indptr[row + 1], end);
     const T left = cotangent[row];
     for (int64_t p = std::max<int64_t>(indptr[row], begin); p < row_end; ++p) {
-      const int64_t column = CheckedColumn(indices, p, n, largest);
-      dvalues[p] = left * dense[column];
-      rows[column] += values[p] * left;
+      const uint64_t column = AsColumn(indices[p]);
+      if (owned.Hold(column)) [[likely]] {
+        dvalues[p] = left * dense[column];
+        out[column] += values[p] * left;
+      } else {
+        dvalues[p] = left * dense[std::min(column, static_cast<uint64_t>(n - 1))];
+        deferrals.Defer(p, row, column);
+      }
     }
   }
-  return largest;
 }
 
-// The fused gradient pass over entries [begin, end) at k >= 2, columns already checked:
-// in each row, one block of columns at a time (ForColumnBlocks), so the block widths are
+// The fused gradient pass over entries [begin, end) at k >= 2, as PullbackOneColumn: in
+// each row, one block of columns at a time (ForColumnBlocks), so the block widths are
 // chosen once a row rather than once an entry, dvalues[p] adding the blocks' dot products
 // in Dot's order (27-point k = 8, 10^6 rows, forward and gradient step in a jitted loop:
 // 48 vs 63 ms choosing blocks per entry).
 template <typename T, typename I>
-void PullbackColumnBlocks(const T* values, const I* indices, const I* indptr, int64_t m,
+void PullbackColumnBlocks(const T* values, const I* indices, const I* indptr, int64_t m, int64_t n,
                           int64_t k, const T* cotangent, const T* dense, int64_t begin,
-                          int64_t end, T* dvalues, const ScatterTarget<T>& target) {
+                          int64_t end, T* dvalues, T* out, const OwnedColumns owned,
+                          Deferrals& deferrals) {
   for (int64_t row = RowOf(indptr, m, begin); row < m && indptr[row] < end; ++row) {
     const int64_t row_begin = std::max<int64_t>(indptr[row], begin);
     const int64_t row_end = std::min<int64_t>(indptr[row + 1], end);
     const T* left = cotangent + row * k;
-    if (k == 0) std::fill(dvalues + row_begin, dvalues + row_end, T(0));
     ForColumnBlocks<T>(k, 0, [&](auto width, int64_t c0) {
       constexpr int W = decltype(width)::value;
       for (int64_t p = row_begin; p < row_end; ++p) {
-        const int64_t column = indices[p];
-        const T part = FixedDot<W>(left + c0, dense + column * k + c0);
+        const uint64_t column = AsColumn(indices[p]);
+        const uint64_t read = std::min(column, static_cast<uint64_t>(n - 1));
+        const T part = Opaque(FixedDot<W>(left + c0, dense + read * k + c0));
         dvalues[p] = (c0 == 0 ? T(0) : dvalues[p]) + part;
-        AddScaledBlock<W>(target.Row(column) + c0, values[p], left + c0);
+        if (owned.Hold(column)) [[likely]] {
+          AddScaledBlock<W>(out + column * k + c0, values[p], left + c0);
+        } else if (c0 == 0) {
+          deferrals.Defer(p, row, column);
+        }
       }
     });
   }
@@ -589,12 +658,12 @@ void PullbackColumnBlocks(const T* values, const I* indices, const I* indptr, in
 // dvalues[p] = G[row(p)] . X[indices[p]] and the operand's dX = A^T @ G. Where columns
 // sit near those of the row before (a banded or stencil structure), one pass over the
 // entries reads each entry's column, value and cotangent row once for both (5-point,
-// k = 1, 10^6 rows, forward and gradient step in a jitted loop: 6.7 vs 7.9 ms). On
-// scattered columns (ScatteredColumns) it runs Sddmm and then MatmulT: there one pass
-// makes two random accesses per entry, whose misses overlap worse than one per pass
-// (uniform 8 per row, k = 8: 129 vs 86 ms). Each output gets the same sums, in the same
-// order, as Sddmm and MatmulT (the same bits for real values; see native_csr.py for
-// complex ones).
+// k = 1, 10^6 rows, forward and gradient step in a jitted loop: 6.7 vs 7.9 ms), each piece
+// writing the columns it owns and deferring the others as MatmulT does. On scattered
+// columns (ScatteredColumns) it runs Sddmm and then MatmulT: there one pass makes two
+// random accesses per entry, whose misses overlap worse than one per pass (uniform 8 per
+// row, k = 8: 129 vs 86 ms). Each output gets the same sums, in the same order, as Sddmm
+// and MatmulT (the same bits for real values; see native_csr.py for complex ones).
 template <typename T, typename I>
 ffi::Error MatmulPullback(ffi::ThreadPool& pool, const ffi::AnyBuffer& g, const ffi::AnyBuffer& data,
                           const ffi::AnyBuffer& x, const ffi::AnyBuffer& indices_buffer,
@@ -622,25 +691,25 @@ ffi::Error MatmulPullback(ffi::ThreadPool& pool, const ffi::AnyBuffer& g, const 
   const T* dense = Data<T>(x);
   T* dvalues = Data<T>(dvalues_buffer);
   T* dx = Data<T>(dx_buffer);
-  if (nnz == 0) {
+  if (nnz == 0 || k == 0) {
     ParallelZero(pool, dx, n * k);
+    std::fill(dvalues, dvalues + nnz, T(0));
     return ffi::Error::Success();
   }
 
-  // k >= 2 measures the pieces' column spans (which checks every column before the pass
-  // reads any), so the buffers cover only where the spans overlap. k = 1 checks each
-  // column as it reads it and buffers all n columns: there the measuring pass over the
-  // indices cost more than the smaller buffers saved.
-  const bool in_range = ScatterInPieces(
-      pool, indices, nnz, n, k, int64_t{1}, nnz * k, /*measure_spans=*/k >= 2, dx,
-      [&](int64_t begin, int64_t end, const ScatterTarget<T>& target, uint64_t& largest) {
+  const bool in_range = ScatterOwnedColumns(
+      pool, indices, nnz, n, k, int64_t{1}, nnz * k, dx,
+      [&](int64_t begin, int64_t end, const OwnedColumns& owned, Deferrals& deferrals) {
         if (k == 1) {
-          largest = PullbackOneColumn(values, indices, indptr, m, n, cotangent, dense, begin, end,
-                                      dvalues, target.AllRows());
+          PullbackOneColumn(values, indices, indptr, m, n, cotangent, dense, begin, end, dvalues,
+                            dx, owned, deferrals);
         } else {
-          PullbackColumnBlocks(values, indices, indptr, m, k, cotangent, dense, begin, end,
-                               dvalues, target);
+          PullbackColumnBlocks(values, indices, indptr, m, n, k, cotangent, dense, begin, end,
+                               dvalues, dx, owned, deferrals);
         }
+      },
+      [&](const DeferredEntry& deferred) {
+        AddDeferredEntry(values, 0, cotangent, 0, indices, n, k, 1, deferred, dx);
       });
   return in_range ? ffi::Error::Success() : ColumnError(n);
 }

@@ -1,14 +1,18 @@
 // Adding stored entries into the output rows their columns name (the CSR transposed
 // products), in pieces over XLA's thread pool, deterministically and without building a
-// transposed structure.
+// transposed structure. Two ways, by how the structure's columns lie:
 //
-// Each piece of entries adds into rows of its own: straight into the output for the
-// columns no earlier piece can reach, into a buffer of its own for the others. Once every
-// piece is done, the buffers are added into the output in piece order, so each column
-// gets its pieces' sums in piece order whatever the threads' timing. Where the columns
-// each piece reaches are measured first (a banded structure, whose pieces of consecutive
-// rows reach nearly disjoint ranges of columns), the buffers cover only the columns where
-// those ranges overlap; otherwise every piece after the first buffers all n columns.
+// - Banded columns (ScatterOwnedColumns): each piece of entries owns an interval of
+//   columns, writes the output rows of its own columns itself and defers each entry whose
+//   column another piece owns. Once every piece is done, the deferred entries are added
+//   piece after piece, in entry order. The intervals are cut halfway between the columns
+//   the pieces' middle entries name, so on a banded structure only entries near a cut are
+//   deferred, and no piece needs a buffer or a pass of its own over the indices.
+// - Scattered columns (ScatterInPieces): the first piece writes the output, each later
+//   piece a buffer of all n rows; the buffers are added into the output in piece order.
+//
+// Either way each column gets its sums in an order fixed by the structure alone, whatever
+// the threads' timing.
 
 #ifndef JAXSPARSE_NATIVE_SCATTER_H_
 #define JAXSPARSE_NATIVE_SCATTER_H_
@@ -18,7 +22,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
-#include <type_traits>
+#include <numeric>
 #include <vector>
 
 #include "arrays.h"
@@ -36,40 +40,6 @@ void ParallelZero(xla::ffi::ThreadPool& pool, T* out, int64_t size) {
   });
 }
 
-// The rows one piece adds into, k values a row: columns from `direct_begin` on are the
-// output's own rows, columns in [buffer_begin, direct_begin) rows of the piece's buffer.
-// Batch members lie `out_stride` apart in the output and `buffer_stride` in the buffer.
-template <typename T>
-struct ScatterTarget {
-  T* out;
-  T* buffer;
-  int64_t buffer_begin, direct_begin, k, out_stride, buffer_stride;
-
-  JAXSPARSE_INLINE T* Row(int64_t column) const {
-    return column < direct_begin ? buffer + (column - buffer_begin) * k : out + column * k;
-  }
-  // The rows of all n columns as one array, for a piece whose span was not measured: the
-  // first piece writes every column, the others buffer every column.
-  T* AllRows() const { return direct_begin == 0 ? out : buffer - buffer_begin * k; }
-  ScatterTarget Member(int64_t member) const {
-    ScatterTarget target = *this;
-    target.out += member * out_stride;
-    target.buffer += member * buffer_stride;
-    return target;
-  }
-};
-
-// Every column straight into `out` (rows of k values, members `out_stride` apart).
-template <typename T>
-ScatterTarget<T> DirectTarget(T* out, int64_t k, int64_t out_stride) {
-  return ScatterTarget<T>{out, nullptr, 0, 0, k, out_stride, 0};
-}
-
-// The columns [begin, end) one piece of entries reaches (begin == end: none).
-struct ColumnSpan {
-  int64_t begin = 0, end = 0;
-};
-
 // Whether every column read (their largest, as unsigned) lies in [0, n); with no column
 // (n = 0) the kernels have refused any entry, so nothing was read.
 inline bool ColumnsInRange(uint64_t largest, int64_t n) {
@@ -83,116 +53,152 @@ constexpr uint64_t ColumnLimit(int64_t n) {
   return std::min<uint64_t>(n, static_cast<uint64_t>(std::numeric_limits<I>::max()) + 1);
 }
 
-// The span of the columns of entries [begin, end), in one pass the compiler vectorizes;
-// false if one lies outside [0, n).
+// Column index `column` as unsigned: a negative one reads as at least 2^63, beyond n.
 template <typename I>
-bool MeasureColumns(const I* indices, int64_t begin, int64_t end, int64_t n, ColumnSpan& span) {
-  using U = std::make_unsigned_t<I>;
-  U smallest = std::numeric_limits<U>::max(), largest = 0;
-  for (int64_t p = begin; p < end; ++p) {
-    const U column = static_cast<U>(indices[p]);
-    smallest = std::min(smallest, column);
-    largest = std::max(largest, column);
+JAXSPARSE_INLINE uint64_t AsColumn(I column) {
+  return static_cast<uint64_t>(static_cast<int64_t>(column));
+}
+
+// The columns [begin, end) whose output rows one piece writes itself.
+struct OwnedColumns {
+  uint64_t begin = 0, end = 0;
+
+  // Whether `column` is one of them (and so lies in [0, n)).
+  JAXSPARSE_INLINE bool Hold(uint64_t column) const { return column - begin < end - begin; }
+};
+
+// An entry whose column another piece owns, with its row, added after every piece is done.
+struct DeferredEntry {
+  int64_t entry, row;
+};
+
+// The entries one piece defers, with the largest of their columns. Deferring is the rare
+// case, called out of line, so that the loops around it keep their values in registers.
+class Deferrals {
+ public:
+  explicit Deferrals(std::vector<DeferredEntry>& kept) : kept_(kept) {}
+  Deferrals(const Deferrals&) = delete;
+  Deferrals& operator=(const Deferrals&) = delete;
+
+  __attribute__((noinline)) void Defer(int64_t entry, int64_t row, uint64_t column) {
+    kept_.push_back(DeferredEntry{entry, row});
+    largest_ = std::max(largest_, column);
   }
-  if (begin >= end) return true;
-  if (static_cast<uint64_t>(largest) >= ColumnLimit<I>(n)) return false;
-  span = ColumnSpan{static_cast<int64_t>(smallest), static_cast<int64_t>(largest) + 1};
+  uint64_t largest() const { return largest_; }
+
+ private:
+  std::vector<DeferredEntry>& kept_;
+  uint64_t largest_ = 0;
+};
+
+// Cuts the columns [0, n) into one interval per piece of the entries [0, nnz): the pieces
+// in the order of the column their middle entry names (ties in piece order), each owning
+// the columns from halfway to the previous piece's to halfway to the next one's. Reads
+// one column index per piece, as a number only.
+template <typename I>
+std::vector<OwnedColumns> OwnColumns(const I* indices, int64_t nnz, int64_t n, int64_t parts) {
+  std::vector<uint64_t> middle(parts, static_cast<uint64_t>(n));
+  for (int64_t part = 0; part < parts; ++part) {
+    const int64_t begin = PieceStart(nnz, parts, part), end = PieceStart(nnz, parts, part + 1);
+    if (begin < end) {
+      middle[part] = std::min(AsColumn(indices[begin + (end - begin) / 2]),
+                              static_cast<uint64_t>(n));
+    }
+  }
+  std::vector<int64_t> order(parts);
+  std::iota(order.begin(), order.end(), int64_t{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return middle[a] < middle[b]; });
+  std::vector<OwnedColumns> owned(parts);
+  uint64_t cut = 0;
+  for (int64_t i = 0; i < parts; ++i) {
+    const uint64_t next =
+        i + 1 < parts ? (middle[order[i]] + middle[order[i + 1]]) / 2 : static_cast<uint64_t>(n);
+    owned[order[i]] = OwnedColumns{cut, next};
+    cut = next;
+  }
+  return owned;
+}
+
+// Runs scatter(begin, end, owned, deferrals) over pieces of the entries [0, nnz) of a
+// banded structure, into `out` (batch members of n rows of k values, n * k apart):
+// `scatter` adds each entry whose column `owned` holds into its rows of `out`, and hands
+// each other entry to `deferrals`, which keeps it and the largest of their columns. Each
+// piece first zeroes the rows of its own columns. Once all are done, and if every column
+// lay in [0, n), add_deferred(entry) adds the deferred entries, each piece those of its
+// own columns, piece after piece in entry order. Returns whether every column lay in
+// [0, n).
+template <typename T, typename I, typename F, typename G>
+bool ScatterOwnedColumns(xla::ffi::ThreadPool& pool, const I* indices, int64_t nnz, int64_t n,
+                         int64_t k, int64_t batch, int64_t work, T* out, const F& scatter,
+                         const G& add_deferred) {
+  const int64_t parts = NumParts(pool, work);
+  const std::vector<OwnedColumns> owned = OwnColumns(indices, nnz, n, parts);
+  // The lists keep their memory from call to call on this thread: grown afresh on every
+  // call, they faulted in new pages (27-point, k = 1, 10^6 rows: 11% of a gradient pass).
+  // (A reference, so that the pool's threads reach this thread's lists.)
+  static thread_local std::vector<std::vector<DeferredEntry>> kept_lists;
+  std::vector<std::vector<DeferredEntry>>& deferred = kept_lists;
+  if (static_cast<int64_t>(deferred.size()) < parts) deferred.resize(parts);
+  for (int64_t part = 0; part < parts; ++part) deferred[part].clear();
+  std::atomic<bool> ok(true);
+  ParallelFor(pool, parts, [&](int64_t part) {
+    for (int64_t b = 0; b < batch; ++b) {
+      T* member = out + b * n * k;
+      std::fill(member + owned[part].begin * k, member + owned[part].end * k, T(0));
+    }
+    const int64_t begin = PieceStart(nnz, parts, part), end = PieceStart(nnz, parts, part + 1);
+    if (begin >= end) return;
+    Deferrals deferrals(deferred[part]);
+    scatter(begin, end, owned[part], deferrals);
+    if (!ColumnsInRange(deferrals.largest(), n)) ok = false;
+  });
+  if (!ok) return false;
+  ParallelFor(pool, parts, [&](int64_t owner) {
+    for (int64_t part = 0; part < parts; ++part) {
+      for (const DeferredEntry& entry : deferred[part]) {
+        if (owned[owner].Hold(AsColumn(indices[entry.entry]))) add_deferred(entry);
+      }
+    }
+  });
   return true;
 }
 
-// Runs scatter(begin, end, target, largest) over pieces of the entries [0, nnz) into
-// `out` (batch members of n rows of k values), each piece through its ScatterTarget, and
-// adds the buffers into `out` afterwards; every row of `out` is written, zero where no
-// entry reaches it. With `measure_spans` (banded columns), the pieces' column spans are
-// measured first, which also checks every column, and the scatter may read columns
-// unchecked; otherwise every span is [0, n) and the scatter checks what it reads,
-// recording its largest column in `largest`. The number of pieces is capped so the
-// buffers stay within twice the entries. Returns whether every column lay in [0, n).
-template <typename T, typename I, typename F>
-bool ScatterInPieces(xla::ffi::ThreadPool& pool, const I* indices, int64_t nnz, int64_t n,
-                     int64_t k, int64_t batch, int64_t work, bool measure_spans, T* out,
-                     const F& scatter) {
+// Runs scatter(begin, end, rows, largest) over pieces of the entries [0, nnz) of a
+// structure with scattered columns: the first piece adds into `out` itself, each later
+// one into a zeroed buffer of all n rows (`rows`: member 0's n rows of k values, members
+// n * k apart), checking each column it reads and keeping the largest in `largest`; the
+// buffers are then added into `out` in piece order. The pieces are capped so the buffers
+// stay within twice the entries. Returns whether every column lay in [0, n).
+template <typename T, typename F>
+bool ScatterInPieces(xla::ffi::ThreadPool& pool, int64_t nnz, int64_t n, int64_t k,
+                     int64_t batch, int64_t work, T* out, const F& scatter) {
   const int64_t max_parts =
       std::max<int64_t>(1, std::min<int64_t>(8, 1 + 2 * nnz / std::max<int64_t>(n, 1)));
   const int64_t parts = NumParts(pool, work, max_parts);
-  std::vector<ColumnSpan> spans(parts, ColumnSpan{0, n});
-  if (measure_spans) {
-    std::atomic<bool> in_range(true);
-    ParallelFor(pool, parts, [&](int64_t part) {
-      spans[part] = ColumnSpan{};
-      if (!MeasureColumns(indices, PieceStart(nnz, parts, part),
-                          PieceStart(nnz, parts, part + 1), n, spans[part])) {
-        in_range = false;
-      }
-    });
-    if (!in_range) return false;
-  }
-  // Piece p writes columns [direct_begin[p], spans[p].end) of `out` itself: no earlier
-  // piece's span reaches past the largest end before p. It buffers the rest of its span.
-  std::vector<int64_t> direct_begin(parts), buffer_offset(parts + 1, 0);
-  int64_t reached = 0;
-  for (int64_t part = 0; part < parts; ++part) {
-    const ColumnSpan& span = spans[part];
-    direct_begin[part] = std::clamp(reached, span.begin, span.end);
-    buffer_offset[part + 1] = buffer_offset[part] + batch * (direct_begin[part] - span.begin) * k;
-    if (span.end > span.begin) reached = std::max(reached, span.end);
-  }
-  std::unique_ptr<T[]> buffers(new T[buffer_offset[parts]]);
-  auto target_of = [&](int64_t part) {
-    const int64_t buffered = direct_begin[part] - spans[part].begin;
-    return ScatterTarget<T>{out, buffers.get() + buffer_offset[part], spans[part].begin,
-                            direct_begin[part], k, n * k, buffered * k};
-  };
-
+  const int64_t size = batch * n * k;
+  std::unique_ptr<T[]> buffers(new T[(parts - 1) * size]);
   std::atomic<bool> ok(true);
   ParallelFor(pool, parts, [&](int64_t part) {
-    const ScatterTarget<T> target = target_of(part);
-    for (int64_t b = 0; b < batch; ++b) {
-      std::fill(out + b * n * k + direct_begin[part] * k, out + b * n * k + spans[part].end * k,
-                T(0));
-    }
-    std::fill(buffers.get() + buffer_offset[part], buffers.get() + buffer_offset[part + 1], T(0));
+    T* rows = part == 0 ? out : buffers.get() + (part - 1) * size;
+    std::fill(rows, rows + size, T(0));
     const int64_t begin = PieceStart(nnz, parts, part), end = PieceStart(nnz, parts, part + 1);
     if (begin >= end) return;
     uint64_t largest = 0;
-    scatter(begin, end, target, largest);
+    scatter(begin, end, rows, largest);
     if (!ColumnsInRange(largest, n)) ok = false;
   });
-
-  // Columns between consecutive bounds are written by the same piece (or none) and
-  // buffered by the same pieces: zero them where no piece wrote them, then add the
-  // buffers in piece order.
-  std::vector<int64_t> bounds = {0, n};
-  for (int64_t part = 0; part < parts; ++part) {
-    bounds.insert(bounds.end(), {spans[part].begin, direct_begin[part], spans[part].end});
+  if (parts > 1) {
+    const int64_t reduce_parts = NumParts(pool, size * parts);
+    ParallelFor(pool, reduce_parts, [&](int64_t piece) {
+      const int64_t first = PieceStart(size, reduce_parts, piece);
+      const int64_t last = PieceStart(size, reduce_parts, piece + 1);
+      for (int64_t part = 1; part < parts; ++part) {
+        const T* partial = buffers.get() + (part - 1) * size;
+        for (int64_t e = first; e < last; ++e) out[e] += partial[e];
+      }
+    });
   }
-  std::sort(bounds.begin(), bounds.end());
-  bounds.erase(std::unique(bounds.begin(), bounds.end()), bounds.end());
-  const int64_t reduce_parts = NumParts(pool, batch * n * k * parts);
-  ParallelFor(pool, reduce_parts, [&](int64_t piece) {
-    const int64_t first = PieceStart(n, reduce_parts, piece);
-    const int64_t last = PieceStart(n, reduce_parts, piece + 1);
-    for (size_t i = 0; i + 1 < bounds.size(); ++i) {
-      const int64_t begin = std::max(first, bounds[i]), end = std::min(last, bounds[i + 1]);
-      if (begin >= end) continue;
-      bool written = false, buffered = false;
-      for (int64_t part = 0; part < parts; ++part) {
-        written |= begin >= direct_begin[part] && begin < spans[part].end;
-        buffered |= begin >= spans[part].begin && begin < direct_begin[part];
-      }
-      if (written && !buffered) continue;
-      for (int64_t b = 0; b < batch; ++b) {
-        T* rows = out + b * n * k + begin * k;
-        const int64_t size = (end - begin) * k;
-        if (!written) std::fill(rows, rows + size, T(0));
-        for (int64_t part = 0; part < parts; ++part) {
-          if (begin < spans[part].begin || begin >= direct_begin[part]) continue;
-          const T* partial = target_of(part).Member(b).Row(begin);
-          for (int64_t e = 0; e < size; ++e) rows[e] += partial[e];
-        }
-      }
-    }
-  });
   return ok;
 }
 
