@@ -7,11 +7,11 @@ at 0, decreases, or does not end at `nnz`, or a column index outside `[0, n)`, f
 call with an error naming the problem (under `jit` too), never a wrong answer or an
 out-of-bounds read. float32, float64, complex64 and complex128 values, int32 or int64
 indices; half precision stays on the XLA path. The transposed product scatters without
-building the transposed structure: each piece of entries (at most 8, and buffers at most
-twice the entries) writes the output rows no earlier piece reaches and buffers the rest,
-the buffers added in a fixed order; on banded columns with k >= 2 the pieces' column
-spans are measured first, so the buffers cover only where they overlap
-(`native/scatter.h`).
+building the transposed structure (`native/scatter.h`): on banded columns each piece of
+entries writes the output rows of an interval of columns it owns and defers the few
+entries outside it, added afterwards in a fixed order; on scattered columns each piece
+after the first (at most 8, and buffers at most twice the entries) fills a buffer of all
+the rows, the buffers added in a fixed order.
 
 The gradient step of `A @ x` in the values and `x` (`csr_matmul_pullback_native`, the
 `pullback` of `_primitive.py`) is one kernel call for one matrix: one pass over the

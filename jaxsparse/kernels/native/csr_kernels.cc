@@ -126,15 +126,21 @@ int64_t FirstRowFrom(const I* indptr, int64_t m, int64_t p) {
   return std::lower_bound(indptr, indptr + m, static_cast<I>(p)) - indptr;
 }
 
-// Column `indices[p]` for a read, clamped into [0, n) (n >= 1), branch-free; `largest`
-// keeps the largest column seen, as unsigned (a negative column counts as huge), and the
-// caller reports an error when it reaches n (ColumnsInRange), so a clamped read never
-// reaches a result.
+// Column `column` (AsColumn) clamped into [0, n) for a read (n >= 1), branch-free: a
+// column out of range reads the last row, and the caller reports an error before the
+// result is used.
+JAXSPARSE_INLINE uint64_t ClampedColumn(uint64_t column, int64_t n) {
+  return std::min(column, static_cast<uint64_t>(n - 1));
+}
+
+// Column `indices[p]` for a read, clamped (ClampedColumn); `largest` keeps the largest
+// column seen, as unsigned (a negative column counts as huge), and the caller reports an
+// error when it reaches n (ColumnsInRange), so a clamped read never reaches a result.
 template <typename I>
 JAXSPARSE_INLINE int64_t CheckedColumn(const I* indices, int64_t p, int64_t n, uint64_t& largest) {
-  const uint64_t column = static_cast<uint64_t>(static_cast<int64_t>(indices[p]));
+  const uint64_t column = AsColumn(indices[p]);
   largest = std::max(largest, column);
-  return static_cast<int64_t>(std::min(column, static_cast<uint64_t>(n - 1)));
+  return static_cast<int64_t>(ClampedColumn(column, n));
 }
 
 // Whether the columns of the entries [begin, end) all lie in [0, n), in one pass the
@@ -616,7 +622,7 @@ void PullbackOneColumn(const T* values, const I* indices, const I* indptr, int64
         dvalues[p] = left * dense[column];
         out[column] += values[p] * left;
       } else {
-        dvalues[p] = left * dense[std::min(column, static_cast<uint64_t>(n - 1))];
+        dvalues[p] = left * dense[ClampedColumn(column, n)];
         deferrals.Defer(p, row, column);
       }
     }
@@ -641,8 +647,7 @@ void PullbackColumnBlocks(const T* values, const I* indices, const I* indptr, in
       constexpr int W = decltype(width)::value;
       for (int64_t p = row_begin; p < row_end; ++p) {
         const uint64_t column = AsColumn(indices[p]);
-        const uint64_t read = std::min(column, static_cast<uint64_t>(n - 1));
-        const T part = Opaque(FixedDot<W>(left + c0, dense + read * k + c0));
+        const T part = Opaque(FixedDot<W>(left + c0, dense + ClampedColumn(column, n) * k + c0));
         dvalues[p] = (c0 == 0 ? T(0) : dvalues[p]) + part;
         if (owned.Hold(column)) [[likely]] {
           AddScaledBlock<W>(out + column * k + c0, values[p], left + c0);
