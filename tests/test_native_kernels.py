@@ -225,6 +225,48 @@ def test_transposed_products_over_every_span_layout(layout, k):
     np.testing.assert_allclose(d_x, twin.T @ g64, **close)
 
 
+def _rows_of_lengths(lengths):
+    """A float32 banded CSR matrix whose row i holds `lengths[i]` columns from i on."""
+    m = len(lengths)
+    return _banded(m, m + int(max(lengths)), lambda i: np.arange(i, i + lengths[i]))
+
+
+# Rows of one length (the kernels' loops for rows of 1 to 6 entries, and longer rows),
+# with and without a shorter row every 97 rows, in 30001 rows: two pieces of entries,
+# whose cut falls inside a row.
+_LENGTH_LAYOUTS = {
+    f"{length}{'-broken' if broken else ''}": (length, broken)
+    for length in (1, 2, 3, 4, 5, 6, 7, 9)
+    for broken in (False, True)
+}
+
+
+@pytest.mark.parametrize("layout", list(_LENGTH_LAYOUTS))
+def test_rows_of_one_length(layout):
+    """The product and the gradient step at k = 1 on banded rows of one length, where the
+    kernels sum rows of up to 6 entries without an inner loop, and on rows whose lengths
+    change now and then: against scipy, and the gradient step bit for bit its two kernels."""
+    length, broken = _LENGTH_LAYOUTS[layout]
+    lengths = np.full(30001, length)
+    if broken:
+        lengths[::97] = max(length - 1, 0)
+    twin = _rows_of_lengths(lengths)
+    m, n = twin.shape
+    rng = np.random.default_rng(length)
+    x = jnp.asarray(rng.standard_normal((n, 1)), jnp.float32)
+    g = jnp.asarray(rng.standard_normal((m, 1)), jnp.float32)
+    arrays = (jnp.asarray(twin.indices), jnp.asarray(twin.indptr))
+    data = jnp.asarray(twin.data)
+    x64, g64 = np.asarray(x, np.float64), np.asarray(g, np.float64)
+    close = dict(rtol=1e-5, atol=1e-5)
+    product = native_csr.csr_matmul_native(data, x, *arrays, shape=(m, n))
+    np.testing.assert_allclose(product, twin @ x64, **close)
+    d_data, d_x = _assert_pullback_is_its_two_kernels(g, data, x, *arrays, shape=(m, n))
+    rows = np.repeat(np.arange(m), np.diff(twin.indptr))
+    np.testing.assert_allclose(d_data, g64[rows, 0] * x64[twin.indices, 0], **close)
+    np.testing.assert_allclose(d_x, twin.T @ g64, **close)
+
+
 @pytest.mark.parametrize("shape", [(0, 4), (4, 0), (0, 0)], ids=str)
 def test_empty_shapes(shape):
     m, n = shape
