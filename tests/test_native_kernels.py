@@ -614,6 +614,58 @@ def test_one_call_takes_a_batch_of_values(fmt, dtype, index_dtype, k, shared):
     np.testing.assert_array_equal(np.asarray(matmul_t(values, g)), np.asarray(yt))
 
 
+def _with_leading_slots(fmt, matrix, lead, rng):
+    """`matrix` with `lead` slots put before all of its own: DIA, `lead` more rows and
+    columns in front (its diagonals keep their offsets); CSR, one more row in front, of
+    `lead` entries."""
+    m, n = matrix.shape
+    if fmt == "dia":
+        front = random_values(rng, (len(matrix.offsets), lead), jnp.float32)
+        data = jnp.concatenate([front, matrix.data], axis=1)
+        return js.DIAMatrix(data, matrix.offsets, (m + lead, n + lead))
+    twin = matrix.to_scipy()
+    first = scipy.sparse.csr_array((np.ones(lead, np.float32), np.arange(lead), [0, lead]), (1, n))
+    return js.CSRMatrix.from_scipy(scipy.sparse.vstack([first, twin], format="csr"))
+
+
+@pytest.mark.parametrize("lead", range(1, 8))
+@pytest.mark.parametrize("k", [8, 16, 64])
+@pytest.mark.parametrize("fmt", ["dia", "csr"])
+def test_values_gradient_bits_do_not_depend_on_how_slots_are_grouped(fmt, k, lead):
+    """Where they can (float32, blocks of 8 or 16 columns, AVX), the kernels sum the values'
+    gradients of eight slots (DIA) or entries (CSR, banded columns) side by side, and the
+    last few one by one; each must keep the bits of its dot product summed alone. With
+    `lead` more slots in front, the same slots fall in other groups or out of them: their
+    gradients must not change by a bit, and must match the XLA reference."""
+    rng = np.random.default_rng(100 * k + lead)
+    if fmt == "dia":
+        offsets, shape = (-9, -1, 0, 2, 5), (37, 35)
+        data = random_values(rng, (len(offsets), shape[1]), jnp.float32)
+        matrix = js.DIAMatrix(data, offsets, shape)
+    else:
+        # Banded rows of 1 to 7 entries, so groups of eight straddle rows in every way.
+        matrix = js.CSRMatrix.from_scipy(_banded(23, 30, lambda i: i + np.arange(1 + i % 7)))
+    longer = _with_leading_slots(fmt, matrix, lead, rng)
+    (m, n), (longer_m, longer_n) = matrix.shape, longer.shape
+    x = random_values(rng, (n, k), jnp.float32)
+    g = random_values(rng, (m, k), jnp.float32)
+    longer_x = jnp.concatenate([random_values(rng, (longer_n - n, k), jnp.float32), x])
+    longer_g = jnp.concatenate([random_values(rng, (longer_m - m, k), jnp.float32), g])
+    *_, sddmm = _batched_kernels(fmt, matrix)
+    *_, longer_sddmm = _batched_kernels(fmt, longer)
+    gradient = np.asarray(sddmm(g, x))
+    expected = _xla_sddmm(fmt, matrix)(jnp.asarray(as_float64(g)), jnp.asarray(as_float64(x)))
+    _close(gradient, np.asarray(expected), jnp.float32, k)
+    if fmt == "dia":
+        # Slots whose row lies in the matrix; the others get zero in `gradient` only.
+        rows = np.arange(n)[None, :] - np.asarray(matrix.offsets)[:, None]
+        inside = (rows >= 0) & (rows < m)
+        shared = np.asarray(longer_sddmm(longer_g, longer_x))[:, lead:]
+        np.testing.assert_array_equal(shared[inside], gradient[inside])
+    else:
+        np.testing.assert_array_equal(np.asarray(longer_sddmm(longer_g, longer_x))[lead:], gradient)
+
+
 def test_the_build_for_this_cpu_is_loaded():
     """The AVX2 and FMA build runs wherever the CPU has both and it was built (x86-64)."""
     from jaxsparse.kernels import _native_ffi

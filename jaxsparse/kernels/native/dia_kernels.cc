@@ -264,13 +264,25 @@ ffi::Error Sddmm(ffi::ThreadPool& pool, const ffi::AnyBuffer& g, const ffi::AnyB
         continue;
       }
       // Block by block of columns, each a dot product of compile-time width for every
-      // slot of the row block (the same sums, in the same order, as Dot): k = 2 at 10^6
-      // rows, 5-point, 2.0 vs 3.3 ms for a call of Dot per slot. The first block writes
-      // the slots, later ones add.
+      // slot of the row block (the same sums, in the same order, as Dot), eight slots at
+      // a time (EightFixedDots): k = 2 at 10^6 rows, 5-point, 2.0 vs 3.3 ms for a call of
+      // Dot per slot. The first block writes the slots, later ones add.
       if (k == 0) std::fill(row + lo, row + hi, T(0));
       ForColumnBlocks<T>(k, 0, [&](auto width, int64_t c0) {
         constexpr int W = decltype(width)::value;
-        for (int64_t j = lo; j < hi; ++j) {
+        int64_t j = lo;
+        for (; j + 8 <= hi; j += 8) {
+          const T* lefts[8];
+          const T* rights[8];
+          for (int s = 0; s < 8; ++s) {
+            lefts[s] = shifted + (j + s) * k + c0;
+            rights[s] = member_x + (j + s) * k + c0;
+          }
+          T dots[8];
+          EightFixedDots<W>(lefts, rights, dots);
+          for (int s = 0; s < 8; ++s) row[j + s] = c0 == 0 ? dots[s] : row[j + s] + dots[s];
+        }
+        for (; j < hi; ++j) {
           const T dot = FixedDot<W>(shifted + j * k + c0, member_x + j * k + c0);
           row[j] = c0 == 0 ? dot : row[j] + dot;
         }
