@@ -416,17 +416,19 @@ def _structure_with_a_deep_fault(layout, fault, m=200_000, per_row=3):
     return jnp.asarray(indices, jnp.int32), jnp.asarray(indptr, jnp.int32)
 
 
+@pytest.mark.parametrize("k", [1, 2])
 @pytest.mark.parametrize("member", ["matmul", "batched-matmul", "matmul_t", "sddmm", "pullback"])
 @pytest.mark.parametrize("fault", list(_DEEP_FAULTS))
 @pytest.mark.parametrize("layout", ["banded", "scattered"])
-def test_a_fault_far_from_the_ends_fails(layout, fault, member):
-    """The product checks the index pointer chunk by chunk as its pieces reach it, and the
-    transposed products check a banded structure's columns against those each piece owns:
-    a fault deep inside a structure cut into pieces over threads fails the call with its
-    message, whichever piece meets it, and nothing is read out of bounds on the way."""
+def test_a_fault_far_from_the_ends_fails(layout, fault, member, k):
+    """The product checks the index pointer and the columns chunk by chunk as its pieces
+    reach them, and the transposed products check a banded structure's columns against
+    those each piece owns: a fault deep inside a structure cut into pieces over threads
+    fails the call with its message, whichever piece meets it, and nothing is read out of
+    bounds on the way (k = 2 on scattered columns also prefetches ahead of the checks)."""
     indices, indptr = _structure_with_a_deep_fault(layout, fault)
     m = indptr.shape[0] - 1
-    data, x = jnp.ones(indices.shape[0], jnp.float32), jnp.ones((m, 2), jnp.float32)
+    data, x = jnp.ones(indices.shape[0], jnp.float32), jnp.ones((m, k), jnp.float32)
 
     @jax.jit  # the structure traced, so only the kernels can check it
     def run(data, x, indices, indptr):

@@ -7,13 +7,14 @@
 // cut by a piece boundary gets each later piece's partial sum added in piece order after
 // all pieces finish. Every kernel checks the structure it reads: the index pointer before
 // use (the product: its ends first, then a chunk of rows at a time just before the chunk
-// is read), each column index as it is read (clamped into range for the read, the largest
-// one kept and tested after the loop), in the product on banded columns a chunk of column
-// indices at a time just before the chunk is read, or, in the transposed products on
+// is read), in the product a chunk of column indices at a time just before the chunk is
+// read, in the other kernels each column index as it is read (clamped into range for the
+// read, the largest one kept and tested after the loop) or, in the transposed products on
 // banded columns, against the interval of columns the piece owns (scatter.h); a bad
-// structure is an InvalidArgument error, and nothing out of range is ever read. Products
-// with k >= 2 on scattered columns prefetch operand rows ahead (ScatteredColumns), and
-// rows of 64 bytes or more are written past the cache (StreamStore). At k = 1 on banded
+// structure is an InvalidArgument error, and nothing out of range is ever read. Kernels
+// with k >= 2 on scattered columns prefetch operand rows ahead into the L2 cache
+// (ScatteredColumns, PrefetchAhead), and rows of 64 bytes or more are written past the
+// cache (StreamStore). At k = 1 on banded
 // columns, runs of rows of one short length (a stencil's inner rows) are summed by loops
 // unrolled for that length (SumEvenRows, PullbackEvenRows). Rows of float or
 // double sums are whole vector registers (RowAccumulator).
@@ -51,8 +52,8 @@ constexpr int64_t kPrefetchEntries = 128;
 // member of the batch reads them.
 constexpr int64_t kChunkEntries = 8192;
 
-// Entries per chunk of a product on banded columns, whose columns are checked in one pass
-// just before the product reads them again from the L1 cache (ChunkColumnsInRange).
+// Entries per chunk of a product of one matrix, whose columns are checked in one pass just
+// before the product reads them again from the L1 cache (ChunkColumnsInRange).
 constexpr int64_t kCheckedChunkEntries = 256;
 
 // Checks indptr[0] == 0, indptr[m] == nnz and that indptr never decreases (in pieces over
@@ -156,23 +157,16 @@ JAXSPARSE_INLINE bool ChunkColumnsInRange(const I* indices, int64_t begin, int64
   return begin == end || static_cast<uint64_t>(largest) < ColumnLimit<I>(n);
 }
 
-// The column of entry p for a read: clamped and recorded by CheckedColumn (kChecked), or as
-// stored where the caller has checked the entry's chunk with ChunkColumnsInRange.
-template <bool kChecked, typename I>
-JAXSPARSE_INLINE int64_t ReadColumn(const I* indices, int64_t p, int64_t n, uint64_t& largest) {
-  if constexpr (kChecked) {
-    return CheckedColumn(indices, p, n, largest);
-  } else {
-    return static_cast<int64_t>(indices[p]);
-  }
-}
-
 // Asks for the rows `rows + indices[p] * k` of the entries p kPrefetchEntries after the
 // entries [begin, end) being summed (up to `limit`), so that accesses to rows scattered
 // through memory overlap rather than wait one after another. Only columns in [0, n) are
 // asked for. A row of up to 64 bytes is asked for by its first byte; a longer one by each
 // cache line it spans (uniform 16 per row, k = 64, 10^5 rows, in a jitted loop: 8.2 vs
-// 17 ms asking for the first line only; at k = 8, asking line by line cost 5%).
+// 17 ms asking for the first line only; at k = 8, asking line by line cost 5%). The rows
+// are asked into the L2 cache, not the L1 (prefetcht1): in the product in a jitted loop,
+// 10^6 rows, uniform 8 per row, k = 8, 28.5 vs 30.3 ms; 16 per row 54.3 vs 57.8 ms; 10^5
+// rows, 8 per row, k = 64, 4.6 vs 5.8 ms; the transposed product at 8 per row, k = 8,
+// 36.9 vs 45.1 ms (Intel Xeon VM).
 template <typename T, typename I>
 JAXSPARSE_INLINE void PrefetchAhead(const T* rows, const I* indices, int64_t begin, int64_t end,
                                     int64_t limit, int64_t n, int64_t k) {
@@ -182,43 +176,41 @@ JAXSPARSE_INLINE void PrefetchAhead(const T* rows, const I* indices, int64_t beg
     const uint64_t column = static_cast<uint64_t>(indices[p]);
     if (column >= static_cast<uint64_t>(n)) continue;
     if (row_bytes <= 64) {
-      __builtin_prefetch(rows + column * k);
+      __builtin_prefetch(rows + column * k, 0, 2);
       continue;
     }
     const uintptr_t row = reinterpret_cast<uintptr_t>(rows + column * k);
     for (uintptr_t line = row & ~uintptr_t{63}; line < row + row_bytes; line += 64) {
-      __builtin_prefetch(reinterpret_cast<const void*>(line));
+      __builtin_prefetch(reinterpret_cast<const void*>(line), 0, 2);
     }
   }
 }
 
 // out[c0:c0 + W] = sum over entries p in [begin, end) of values[p] * x[indices[p], c0:c0 + W]
 // with W a compile-time width, so the W sums stay in registers.
-template <int W, bool kChecked, typename T, typename I>
-JAXSPARSE_INLINE void SumColumnBlock(const T* values, const I* indices, const T* x, int64_t n,
-                                     int64_t k, int64_t c0, int64_t begin, int64_t end, T* out,
-                                     uint64_t& largest) {
+template <int W, typename T, typename I>
+JAXSPARSE_INLINE void SumColumnBlock(const T* values, const I* indices, const T* x, int64_t k,
+                                     int64_t c0, int64_t begin, int64_t end, T* out) {
   RowAccumulator<W, T> accumulator;
   for (int64_t p = begin; p < end; ++p) {
-    accumulator.Add(values[p], x + ReadColumn<kChecked>(indices, p, n, largest) * k + c0);
+    accumulator.Add(values[p], x + static_cast<int64_t>(indices[p]) * k + c0);
   }
-  T sums[W];
-  accumulator.CopyTo(sums);
   if constexpr (W * sizeof(T) >= 64) {
+    T sums[W];
+    accumulator.CopyTo(sums);
     StreamStore<W>(out + c0, sums);
   } else {
-    for (int c = 0; c < W; ++c) out[c0 + c] = sums[c];
+    accumulator.CopyTo(out + c0);
   }
 }
 
-// out[0:k] = sum of values[p] * x[indices[p]] over p in [begin, end). Inlined: with a few
-// entries per row, a call per row measured slower than the sums themselves.
-template <bool kChecked, typename T, typename I>
-JAXSPARSE_INLINE void RowSum(const T* values, const I* indices, const T* x, int64_t n, int64_t k,
-                             int64_t begin, int64_t end, T* out, uint64_t& largest) {
+// out[0:k] = sum of values[p] * x[indices[p]] over p in [begin, end), columns checked.
+// Inlined: with a few entries per row, a call per row measured slower than the sums.
+template <typename T, typename I>
+JAXSPARSE_INLINE void RowSum(const T* values, const I* indices, const T* x, int64_t k,
+                             int64_t begin, int64_t end, T* out) {
   ForColumnBlocks<T>(k, 0, [&](auto width, int64_t c0) {
-    SumColumnBlock<decltype(width)::value, kChecked>(values, indices, x, n, k, c0, begin, end,
-                                                     out, largest);
+    SumColumnBlock<decltype(width)::value>(values, indices, x, k, c0, begin, end, out);
   });
 }
 
@@ -266,38 +258,29 @@ JAXSPARSE_INLINE void SumEvenRows(const T* values, const I* indices, const T* x,
   }
 }
 
-// Rows [first_row, last_row) of one member's product, entries cut off at `end`.
-template <bool kChecked, typename T, typename I>
+// Rows [first_row, last_row) of one member's product, entries cut off at `end`, their
+// columns checked.
+template <typename T, typename I>
 JAXSPARSE_INLINE void ProductRows(const T* values, const I* indices, const I* indptr,
                                   const T* dense, int64_t n, int64_t k, int64_t first_row,
-                                  int64_t last_row, int64_t end, bool prefetch, T* out,
-                                  uint64_t& largest) {
+                                  int64_t last_row, int64_t end, bool prefetch, T* out) {
   if (k == 1) {
-    if constexpr (!kChecked) {
-      // Rows of one length, none cut off at `end` (a stencil's inner rows).
-      if (const int64_t length = EvenRowLength(indptr, first_row, last_row);
-          length > 0 && indptr[last_row] <= end) {
-        const int64_t first = indptr[first_row];
-        WithRowLength(length, [&](auto row_length) {
-          SumEvenRows<decltype(row_length)::value>(values + first, indices + first, dense,
-                                                  last_row - first_row, out + first_row);
-        });
-        return;
-      }
+    // Rows of one length, none cut off at `end` (a stencil's inner rows).
+    if (const int64_t length = EvenRowLength(indptr, first_row, last_row);
+        length > 0 && indptr[last_row] <= end) {
+      const int64_t first = indptr[first_row];
+      WithRowLength(length, [&](auto row_length) {
+        SumEvenRows<decltype(row_length)::value>(values + first, indices + first, dense,
+                                                last_row - first_row, out + first_row);
+      });
+      return;
     }
-    // The common SpMV, its row loop written out for the compiler. Each row keeps its own
-    // largest column, merged once per row, so the only chain through every entry is the
-    // row's sum (5-point, 10^6 rows, in a jitted loop: 2.29 vs 2.32 ms; 27-point 7.10
-    // vs 7.57 ms; power-law 8.36 vs 8.80 ms).
+    // The common SpMV, its row loop written out for the compiler.
     for (int64_t row = first_row; row < last_row; ++row) {
       const int64_t row_end = std::min<int64_t>(indptr[row + 1], end);
       T sum = T(0);
-      uint64_t row_largest = 0;
-      for (int64_t p = indptr[row]; p < row_end; ++p) {
-        sum += values[p] * dense[ReadColumn<kChecked>(indices, p, n, row_largest)];
-      }
+      for (int64_t p = indptr[row]; p < row_end; ++p) sum += values[p] * dense[indices[p]];
       out[row] = sum;
-      largest = std::max(largest, row_largest);
     }
     return;
   }
@@ -305,23 +288,23 @@ JAXSPARSE_INLINE void ProductRows(const T* values, const I* indices, const I* in
     const int64_t row_begin = indptr[row];
     const int64_t row_end = std::min<int64_t>(indptr[row + 1], end);
     if (prefetch) PrefetchAhead(dense, indices, row_begin, row_end, end, n, k);
-    RowSum<kChecked>(values, indices, dense, n, k, row_begin, row_end, out + row * k, largest);
+    RowSum(values, indices, dense, k, row_begin, row_end, out + row * k);
   }
 }
 
 // Rows [first_row, last_row) of G members' products with one shared vector (k = 1), entries
 // cut off at `end`: each entry's column and vector value are read once for the G members,
-// whose G sums run side by side (each in the order of a single product).
-template <int G, bool kChecked, typename T, typename I>
+// whose G sums run side by side (each in the order of a single product). Columns checked.
+template <int G, typename T, typename I>
 JAXSPARSE_INLINE void SharedVectorRows(const T* values, int64_t values_stride, const I* indices,
-                                       const I* indptr, const T* x, int64_t n,
-                                       int64_t first_row, int64_t last_row, int64_t end, T* out,
-                                       int64_t out_stride, uint64_t& largest) {
+                                       const I* indptr, const T* x, int64_t first_row,
+                                       int64_t last_row, int64_t end, T* out,
+                                       int64_t out_stride) {
   for (int64_t row = first_row; row < last_row; ++row) {
     const int64_t row_end = std::min<int64_t>(indptr[row + 1], end);
     T sums[G] = {};
     for (int64_t p = indptr[row]; p < row_end; ++p) {
-      const T value = x[ReadColumn<kChecked>(indices, p, n, largest)];
+      const T value = x[indices[p]];
       for (int j = 0; j < G; ++j) sums[j] += values[j * values_stride + p] * value;
     }
     for (int j = 0; j < G; ++j) out[j * out_stride + row] = sums[j];
@@ -380,12 +363,13 @@ ffi::Error Matmul(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi::
   const T* dense = Data<T>(x);
   T* out = Data<T>(out_buffer);
 
-  // Scattered columns are checked as they are read; banded ones a chunk at a time before
-  // the product reads them, which leaves the product's loop only the arithmetic (10^6
-  // rows, in a jitted loop: 5-point k = 1 2.30 -> 1.75 ms, k = 8 5.56 -> 4.83 ms). On
-  // scattered columns the same measured slower (power-law, k = 1: 8.4 vs 12.5 ms).
-  const bool scattered = ScatteredColumns(indices, indptr, m, nnz);
-  const bool prefetch = k >= 2 && scattered;
+  // Columns are checked a chunk at a time before the product reads them, which leaves the
+  // product's loop only the arithmetic, against checking (clamping) each column as it is
+  // read (10^6 rows, in a jitted loop: 5-point k = 1 1.75 vs 2.30 ms, k = 8 4.83 vs 5.56
+  // ms; on the Intel Xeon VM uniform 8 per row k = 1 14.3 vs 17.5 ms, k = 8 24.3 vs 29.0
+  // ms, 16 per row k = 1 27.1 vs 35.2 ms, power-law k = 1 20.7 vs 26.4 ms; an earlier
+  // AMD EPYC VM measured power-law k = 1 the other way, 12.5 vs 8.4 ms).
+  const bool prefetch = k >= 2 && ScatteredColumns(indices, indptr, m, nnz);
   const int64_t parts = NumParts(pool, batch * (nnz + m) * k);
   // Piece t owns the rows starting in its entries; its leading entries belong to a row
   // an earlier piece started, and are summed into carry[t] (row carry_row[t]).
@@ -402,56 +386,49 @@ ffi::Error Matmul(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi::
     // Whether every column read was in range. Every pair of consecutive rows lies in a
     // chunk of some piece: the pieces' [first_row, last_row) cover [0, m) even where an
     // out-of-order `indptr` misplaces their bounds.
-    auto piece = [&](auto checked) {
-      constexpr bool kChecked = decltype(checked)::value;
-      uint64_t largest = 0;
+    auto piece = [&] {
       if (first_row > 0 && begin < carried_end) {
-        if (!kChecked && !ChunkColumnsInRange(indices, begin, carried_end, n)) return false;
+        if (!ChunkColumnsInRange(indices, begin, carried_end, n)) return false;
         carry_row[part] = first_row - 1;
         for (int64_t b = 0; b < batch; ++b) {
-          RowSum<kChecked>(values + b * values_stride, indices, dense + b * x_stride, n, k, begin,
-                           carried_end, carry.data() + (part * batch + b) * k, largest);
+          RowSum(values + b * values_stride, indices, dense + b * x_stride, k, begin, carried_end,
+                 carry.data() + (part * batch + b) * k);
         }
       }
-      // Rows in chunks of about `chunk_entries` entries, at most as many rows (a single
-      // chunk for one matrix whose columns are checked as read).
-      const bool one_chunk = kChecked && batch == 1;
+      // Rows in chunks of about `chunk_entries` entries, at most as many rows.
       const int64_t chunk_entries = batch > 1 ? kChunkEntries : kCheckedChunkEntries;
       for (int64_t chunk_row = first_row; chunk_row < last_row;) {
         const int64_t chunk_end =
-            one_chunk
-                ? last_row
-                : std::lower_bound(indptr + chunk_row + 1,
-                                   indptr + std::min(last_row, chunk_row + chunk_entries),
-                                   static_cast<int64_t>(indptr[chunk_row]) + chunk_entries,
-                                   [](I start, int64_t bound) { return start < bound; }) -
-                      indptr;
+            std::lower_bound(indptr + chunk_row + 1,
+                             indptr + std::min(last_row, chunk_row + chunk_entries),
+                             static_cast<int64_t>(indptr[chunk_row]) + chunk_entries,
+                             [](I start, int64_t bound) { return start < bound; }) -
+            indptr;
         if (!ChunkRowsInOrder(indptr, chunk_row, chunk_end, nnz)) {
           rows_in_order = false;
           return true;
         }
-        if (!kChecked && !ChunkColumnsInRange(indices, indptr[chunk_row],
-                                              std::min<int64_t>(indptr[chunk_end], end), n)) {
+        if (!ChunkColumnsInRange(indices, indptr[chunk_row],
+                                 std::min<int64_t>(indptr[chunk_end], end), n)) {
           return false;
         }
         int64_t b = 0;
         if (k == 1 && x_stride == 0 && values_stride != 0) {
           for (; b + kSharedVectorGroup <= batch; b += kSharedVectorGroup) {
-            SharedVectorRows<kSharedVectorGroup, kChecked>(
-                values + b * values_stride, values_stride, indices, indptr, dense, n, chunk_row,
-                chunk_end, end, out + b * m, m, largest);
+            SharedVectorRows<kSharedVectorGroup>(values + b * values_stride, values_stride,
+                                                 indices, indptr, dense, chunk_row, chunk_end,
+                                                 end, out + b * m, m);
           }
         }
         for (; b < batch; ++b) {
-          ProductRows<kChecked>(values + b * values_stride, indices, indptr,
-                                dense + b * x_stride, n, k, chunk_row, chunk_end, end, prefetch,
-                                out + b * m * k, largest);
+          ProductRows(values + b * values_stride, indices, indptr, dense + b * x_stride, n, k,
+                      chunk_row, chunk_end, end, prefetch, out + b * m * k);
         }
         chunk_row = chunk_end;
       }
-      return ColumnsInRange(largest, n);
+      return true;
     };
-    if (!(scattered ? piece(std::true_type()) : piece(std::false_type()))) ok = false;
+    if (!piece()) ok = false;
     StreamFence();
   });
   for (int64_t part = 1; part < parts; ++part) {
