@@ -164,10 +164,10 @@ bool ScatterOwnedColumns(xla::ffi::ThreadPool& pool, const I* indices, int64_t n
   return true;
 }
 
-// Runs scatter(begin, end, rows, largest) over pieces of the entries [0, nnz) of a
-// structure with scattered columns: the first piece adds into `out` itself, each later
-// one into a zeroed buffer of all n rows (`rows`: member 0's n rows of k values, members
-// n * k apart), checking each column it reads and keeping the largest in `largest`; the
+// Runs scatter(begin, end, rows) over pieces of the entries [0, nnz) of a structure with
+// scattered columns: the first piece adds into `out` itself, each later one into a zeroed
+// buffer of all n rows (`rows`: member 0's n rows of k values, members n * k apart),
+// checking the columns before it writes and returning whether they lay in [0, n); the
 // buffers are then added into `out` in piece order. The pieces are capped so the buffers
 // stay within twice the entries. Returns whether every column lay in [0, n).
 template <typename T, typename F>
@@ -184,9 +184,7 @@ bool ScatterInPieces(xla::ffi::ThreadPool& pool, int64_t nnz, int64_t n, int64_t
     std::fill(rows, rows + size, T(0));
     const int64_t begin = PieceStart(nnz, parts, part), end = PieceStart(nnz, parts, part + 1);
     if (begin >= end) return;
-    uint64_t largest = 0;
-    scatter(begin, end, rows, largest);
-    if (!ColumnsInRange(largest, n)) ok = false;
+    if (!scatter(begin, end, rows)) ok = false;
   });
   if (parts > 1) {
     const int64_t reduce_parts = NumParts(pool, size * parts);
