@@ -149,6 +149,24 @@ JAXSPARSE_INLINE bool ChunkColumnsInRange(const I* indices, int64_t begin, int64
   return begin == end || static_cast<uint64_t>(largest) < ColumnLimit<I>(n);
 }
 
+// Calls visit(chunk, chunk_end, chunk_row) for the chunks [chunk, chunk_end) of
+// `chunk_size` entries that cut [begin, end), chunk_row the row of entry `chunk`, each
+// after checking its columns (ChunkColumnsInRange); returns false, without visiting it, at
+// the first chunk holding a column outside [0, n). `indptr` must be checked in order.
+template <typename I, typename F>
+JAXSPARSE_INLINE bool ForCheckedChunks(const I* indices, const I* indptr, int64_t m, int64_t n,
+                                       int64_t begin, int64_t end, int64_t chunk_size,
+                                       const F& visit) {
+  int64_t chunk_row = RowOf(indptr, m, begin);
+  for (int64_t chunk = begin; chunk < end; chunk += chunk_size) {
+    const int64_t chunk_end = std::min(end, chunk + chunk_size);
+    while (indptr[chunk_row + 1] <= chunk) ++chunk_row;
+    if (!ChunkColumnsInRange(indices, chunk, chunk_end, n)) return false;
+    visit(chunk, chunk_end, chunk_row);
+  }
+  return true;
+}
+
 // Asks for the rows `rows + indices[p] * k` of the entries p kPrefetchEntries after the
 // entries [begin, end) being summed (up to `limit`), so that accesses to rows scattered
 // through memory overlap rather than wait one after another. Only columns in [0, n) are
@@ -459,11 +477,7 @@ bool ScatterEntries(const T* values, int64_t values_stride, const T* cotangent, 
                     bool prefetch, T* rows) {
   const int64_t chunk_size =
       last_member - first_member > 1 ? kChunkEntries : kCheckedChunkEntries;
-  int64_t chunk_row = RowOf(indptr, m, begin);
-  for (int64_t chunk = begin; chunk < end; chunk += chunk_size) {
-    const int64_t chunk_end = std::min(end, chunk + chunk_size);
-    while (indptr[chunk_row + 1] <= chunk) ++chunk_row;  // `indptr` checked in order
-    if (!ChunkColumnsInRange(indices, chunk, chunk_end, n)) return false;
+  auto scatter_chunk = [&](int64_t chunk, int64_t chunk_end, int64_t chunk_row) {
     for (int64_t b = first_member; b < last_member; ++b) {
       const T* member_values = values + b * values_stride;
       const T* member_g = cotangent + b * g_stride;
@@ -474,12 +488,13 @@ bool ScatterEntries(const T* values, int64_t values_stride, const T* cotangent, 
         const T* source = member_g + row * k;
         if (prefetch) PrefetchAhead(member_rows, indices, row_begin, row_end, end, n, k);
         for (int64_t p = row_begin; p < row_end; ++p) {
-          AddEntry(member_rows + static_cast<int64_t>(indices[p]) * k, member_values[p], source, k);
+          AddEntry(member_rows + static_cast<int64_t>(indices[p]) * k, member_values[p], source,
+                   k);
         }
       }
     }
-  }
-  return true;
+  };
+  return ForCheckedChunks(indices, indptr, m, n, begin, end, chunk_size, scatter_chunk);
 }
 
 // ScatterEntries for all `batch` members on a banded structure (ScatterOwnedColumns):
@@ -595,11 +610,11 @@ ffi::Error MatmulT(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi:
 
 // Sddmm's entries [first, last) of one member on banded columns when k is one block of W
 // columns (WithEightDotsBlock), their columns checked: eight entries' dot products at a
-// time, across rows, from `row`, the row of entry `first`; each gets Dot's bits (k = 8, 10^6 rows, in a jitted
-// loop, against Dot per entry in the same process: 5-point 7.3 vs 7.8 ms, 27-point 27.3 vs
-// 32.0 ms). On scattered columns, where the gathers set the pace, it was slower (uniform
-// 8 per row: 37 vs 34 ms), and so was the fused gradient pass built the same way
-// (5-point, k = 8: 10.0 vs 9.2 ms).
+// time, across rows, from `row`, the row of entry `first`; each gets Dot's bits (k = 8,
+// 10^6 rows, in a jitted loop, against Dot per entry in the same process: 5-point 7.3 vs
+// 7.8 ms, 27-point 27.3 vs 32.0 ms). On scattered columns, where the gathers set the
+// pace, it was slower (uniform 8 per row: 37 vs 34 ms), and so was the fused gradient
+// pass built the same way (5-point, k = 8: 10.0 vs 9.2 ms).
 template <int W, typename T, typename I>
 void SddmmEightAtATime(const T* cotangent, const T* dense, const I* indices, const I* indptr,
                        int64_t first, int64_t last, int64_t row, T* out) {
@@ -652,14 +667,7 @@ ffi::Error Sddmm(ffi::ThreadPool& pool, const ffi::AnyBuffer& g, const ffi::AnyB
     const int64_t end = PieceStart(nnz, parts, part + 1);
     if (begin >= end) return;
     const int64_t chunk_size = batch > 1 ? kChunkEntries : kCheckedChunkEntries;
-    int64_t chunk_row = RowOf(indptr, m, begin);
-    for (int64_t chunk = begin; chunk < end; chunk += chunk_size) {
-      const int64_t chunk_end = std::min(end, chunk + chunk_size);
-      while (indptr[chunk_row + 1] <= chunk) ++chunk_row;  // `indptr` checked in order
-      if (!ChunkColumnsInRange(indices, chunk, chunk_end, n)) {
-        ok = false;
-        return;
-      }
+    auto sample_chunk = [&](int64_t chunk, int64_t chunk_end, int64_t chunk_row) {
       for (int64_t b = 0; b < batch; ++b) {
         const T* member_g = cotangent + b * g_stride;
         const T* member_x = dense + b * x_stride;
@@ -686,6 +694,9 @@ ffi::Error Sddmm(ffi::ThreadPool& pool, const ffi::AnyBuffer& g, const ffi::AnyB
           }
         }
       }
+    };
+    if (!ForCheckedChunks(indices, indptr, m, n, begin, end, chunk_size, sample_chunk)) {
+      ok = false;
     }
   });
   return ok ? ffi::Error::Success() : ColumnError(n);
