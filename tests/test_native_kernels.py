@@ -508,6 +508,101 @@ def test_long_rows_split_over_threads_add_up_and_repeat_bit_for_bit():
     np.testing.assert_allclose(first[1], expected, rtol=1e-4, atol=1e-4)
 
 
+def test_results_of_4_mib_and_more_are_right():
+    """Every kernel asks for huge pages for a result of 4 MiB or more before writing it
+    (`native/pages.h`): those results against scipy."""
+    rng = np.random.default_rng(6)
+    m = n = 1 << 16
+    k = 20  # 5.2 MB operands and results
+    twin = scipy.sparse.random_array((m, n), density=17 / n, format="csr", rng=rng)
+    twin.data = rng.standard_normal(twin.nnz)  # 1.1 M entries: a 4.5 MB values' gradient
+    matrix = js.CSRMatrix.from_scipy(twin).astype(jnp.float32)
+    x = jnp.asarray(rng.standard_normal((n, k)), jnp.float32)
+    g = jnp.asarray(rng.standard_normal((m, k)), jnp.float32)
+    arrays, static = (matrix.indices, matrix.indptr), dict(shape=matrix.shape)
+    x64, g64 = np.asarray(x, np.float64), np.asarray(g, np.float64)
+    rows = np.repeat(np.arange(m), np.diff(twin.indptr))
+    sampled = np.sum(g64[rows] * x64[twin.indices], axis=1)
+    close = dict(rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(
+        native_csr.csr_matmul_native(matrix.data, x, *arrays, **static), twin @ x64, **close
+    )
+    np.testing.assert_allclose(
+        native_csr.csr_matmul_t_native(matrix.data, g, *arrays, **static), twin.T @ g64, **close
+    )
+    np.testing.assert_allclose(
+        native_csr.csr_sddmm_native(g, x, *arrays, **static), sampled, **close
+    )
+    d_data, d_x = native_csr.csr_matmul_pullback_native(g, matrix.data, x, *arrays, **static)
+    np.testing.assert_allclose(d_data, sampled, **close)
+    np.testing.assert_allclose(d_x, twin.T @ g64, **close)
+
+    offsets, rows_dia = (-1, 0, 1), 1 << 20  # 12 MB of diagonals and of their gradient
+    diagonals = rng.standard_normal((3, rows_dia)).astype(np.float32)
+    dia = scipy.sparse.dia_array((diagonals.astype(np.float64), offsets), shape=(rows_dia,) * 2)
+    static = dict(offsets=offsets, shape=dia.shape)
+    x = rng.standard_normal((rows_dia, 2)).astype(np.float32)  # 8 MB results
+    np.testing.assert_allclose(
+        native_dia.dia_matmul_native(diagonals, x, **static), dia @ x.astype(np.float64), **close
+    )
+    np.testing.assert_allclose(
+        native_dia.dia_matmul_t_native(diagonals, x, **static),
+        dia.T @ x.astype(np.float64),
+        **close,
+    )
+    expected = np.zeros_like(diagonals, dtype=np.float64)
+    for d, off in enumerate(offsets):
+        j = np.arange(max(0, off), min(rows_dia, rows_dia + off))
+        expected[d, j] = np.sum(x[j - off].astype(np.float64) * x[j], axis=1)
+    np.testing.assert_allclose(native_dia.dia_sddmm_native(x, x, **static), expected, **close)
+
+
+def _transparent_huge_pages_mode() -> str | None:
+    """The bracketed mode of /sys/kernel/mm/transparent_hugepage/enabled, or None."""
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+            text = f.read()
+    except OSError:
+        return None
+    return text[text.index("[") + 1 : text.index("]")] if "[" in text else None
+
+
+def _anon_huge_kib(address: int) -> int:
+    """AnonHugePages (KiB) of this process's mapping that holds `address`."""
+    with open("/proc/self/smaps") as f:
+        inside = False
+        for line in f:
+            head = line.split()[0]
+            if "-" in head and all(c in "0123456789abcdef-" for c in head):
+                start, end = (int(v, 16) for v in head.split("-"))
+                inside = start <= address < end
+            elif inside and head == "AnonHugePages:":
+                return int(line.split()[1])
+    raise AssertionError(f"no mapping of this process holds {address:#x}")
+
+
+@pytest.mark.skipif(
+    _transparent_huge_pages_mode() not in ("always", "madvise"),
+    reason="needs Linux transparent huge pages in `always` or `madvise` mode",
+)
+def test_a_large_fresh_result_is_faulted_in_as_huge_pages():
+    """A 64 MB result (beyond glibc's largest mmap threshold, so a fresh mapping) is
+    written through huge pages, as numpy's large arrays are: the advice reached the
+    operating system before the first write."""
+    m = n = 1 << 18
+    twin = scipy.sparse.diags_array([1.0, 2.0, 1.0], offsets=[-1, 0, 1], shape=(m, n))
+    matrix = js.CSRMatrix.from_scipy(twin.tocsr()).astype(jnp.float32)
+    x = jnp.ones((n, 64), jnp.float32)
+    product = jax.jit(
+        lambda a, x: native_csr.csr_matmul_native(a.data, x, a.indices, a.indptr, shape=a.shape)
+    )
+    out = product(matrix, x).block_until_ready()
+    np.testing.assert_array_equal(np.asarray(out[1:-1]), 4.0)
+    # The advice covers the whole pages inside the result, so its first page (shared with
+    # malloc's header) may stay apart: look at the mapping holding its middle.
+    assert _anon_huge_kib(out.unsafe_buffer_pointer() + out.nbytes // 2) >= 2048
+
+
 def test_dia_with_many_diagonals_splits_rows_and_repeats_bit_for_bit():
     rng = np.random.default_rng(4)
     offsets = tuple(range(-60, 61, 4))

@@ -22,6 +22,7 @@
 #include "arrays.h"
 #include "dispatch.h"
 #include "handlers.h"
+#include "pages.h"
 #include "parallel.h"
 
 namespace jaxsparse {
@@ -294,6 +295,7 @@ ffi::Error Sddmm(ffi::ThreadPool& pool, const ffi::AnyBuffer& g, const ffi::AnyB
 
 ffi::Error DiaMatmulImpl(ffi::ThreadPool pool, ffi::AnyBuffer data, ffi::AnyBuffer x,
                          ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> offsets) {
+  AdviseHugePages(out);
   return WithValueType(data.element_type(), "DIA values", [&](auto value) {
     return Product<decltype(value)>(pool, data, x, offsets, out, /*transposed=*/false);
   });
@@ -301,6 +303,7 @@ ffi::Error DiaMatmulImpl(ffi::ThreadPool pool, ffi::AnyBuffer data, ffi::AnyBuff
 
 ffi::Error DiaMatmulTImpl(ffi::ThreadPool pool, ffi::AnyBuffer data, ffi::AnyBuffer g,
                           ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> offsets) {
+  AdviseHugePages(out);
   return WithValueType(data.element_type(), "DIA values", [&](auto value) {
     return Product<decltype(value)>(pool, data, g, offsets, out, /*transposed=*/true);
   });
@@ -308,6 +311,7 @@ ffi::Error DiaMatmulTImpl(ffi::ThreadPool pool, ffi::AnyBuffer data, ffi::AnyBuf
 
 ffi::Error DiaSddmmImpl(ffi::ThreadPool pool, ffi::AnyBuffer g, ffi::AnyBuffer x,
                         ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> offsets) {
+  AdviseHugePages(out);
   return WithValueType(g.element_type(), "DIA operands", [&](auto value) {
     return Sddmm<decltype(value)>(pool, g, x, offsets, out);
   });
