@@ -8,18 +8,20 @@ import importlib.util
 import json
 from pathlib import Path
 
-RUN = Path(__file__).resolve().parents[1] / "benchmarks" / "run.py"
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
-def _load_run():
-    spec = importlib.util.spec_from_file_location("benchmarks_run", RUN)
+def _load(script: str):
+    spec = importlib.util.spec_from_file_location(
+        f"benchmarks_{script}", BENCHMARKS / f"{script}.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
 def test_quick_benchmark_writes_checked_results(tmp_path):
-    run = _load_run()
+    run = _load("run")
     run.main(["--quick", "--out", str(tmp_path), "--kinds", "tridiagonal,random-16"])
     results = json.loads((tmp_path / "quick.json").read_text())
     assert (tmp_path / "quick.png").stat().st_size > 0
@@ -55,3 +57,20 @@ def test_quick_benchmark_writes_checked_results(tmp_path):
     for record in many + batched:
         assert record["ok"], record
         assert record["median_s"] > 0 and record["first_call_s"] > 0
+
+
+def test_wide_operand_script_checks_and_times_every_system():
+    """`wide.py` (k = 64) at a small size: a line per matrix with every system's times,
+    after each result was checked against scipy's."""
+    lines = _load("wide").main(["--rows", "3000", "--kinds", "poisson2d-5pt,random-8"])
+    assert [line.split()[0] for line in lines] == [
+        "dia:poisson2d-5pt",
+        "csr:poisson2d-5pt",
+        "csr:random-8",
+    ]
+    for line in lines:
+        for system in ("jaxsparse", "jaxsparse loop", "scipy-csr", "jax-bcsr", "jax-bcsr loop"):
+            assert f" {system} " in line
+    # A stencil (in either format) is also timed with scipy's DIA product; random rows not.
+    assert all(" scipy-dia " in line for line in lines[:2])
+    assert " scipy-dia " not in lines[2]

@@ -567,40 +567,67 @@ def _transparent_huge_pages_mode() -> str | None:
     return text[text.index("[") + 1 : text.index("]")] if "[" in text else None
 
 
-def _anon_huge_kib(address: int) -> int:
-    """AnonHugePages (KiB) of this process's mapping that holds `address`."""
+# Prints how many KiB of a fresh 64 MB product result (beyond glibc's largest mmap
+# threshold, so a mapping of its own) are huge pages, looking at the mapping that holds
+# the result's middle: the advice covers the whole pages inside the result, so its first
+# page, shared with malloc's header, may stay apart.
+HUGE_PAGES_CHECK = textwrap.dedent(
+    """
+    import jax, jax.numpy as jnp, numpy as np, scipy.sparse
+    import jaxsparse as js
+    from jaxsparse.kernels import native_csr
+
+    m = n = 1 << 18
+    twin = scipy.sparse.diags_array([1.0, 2.0, 1.0], offsets=[-1, 0, 1], shape=(m, n))
+    matrix = js.CSRMatrix.from_scipy(twin.tocsr()).astype(jnp.float32)
+    product = jax.jit(
+        lambda a, x: native_csr.csr_matmul_native(a.data, x, a.indices, a.indptr, shape=a.shape)
+    )
+    out = product(matrix, jnp.ones((n, 64), jnp.float32)).block_until_ready()
+    np.testing.assert_array_equal(np.asarray(out[1:-1]), 4.0)
+    middle = out.unsafe_buffer_pointer() + out.nbytes // 2
+    inside = False
     with open("/proc/self/smaps") as f:
-        inside = False
         for line in f:
             head = line.split()[0]
             if "-" in head and all(c in "0123456789abcdef-" for c in head):
                 start, end = (int(v, 16) for v in head.split("-"))
-                inside = start <= address < end
+                inside = start <= middle < end
             elif inside and head == "AnonHugePages:":
-                return int(line.split()[1])
-    raise AssertionError(f"no mapping of this process holds {address:#x}")
+                print("huge KiB", line.split()[1])
+    """
+)
+
+
+def _huge_kib_of_a_fresh_result(advice: str | None) -> int:
+    """HUGE_PAGES_CHECK's figure, in a fresh process with JAXSPARSE_MADVISE_HUGEPAGE set
+    to `advice` (None: unset)."""
+    environment = {k: v for k, v in os.environ.items() if k != "JAXSPARSE_MADVISE_HUGEPAGE"}
+    if advice is not None:
+        environment["JAXSPARSE_MADVISE_HUGEPAGE"] = advice
+    return int(_run_in_a_fresh_process(HUGE_PAGES_CHECK, environment).split("huge KiB")[-1])
+
+
+def _run_in_a_fresh_process(code: str, environment: dict) -> str:
+    """The standard output of `code` run by this Python in a fresh process, which must
+    succeed."""
+    result = subprocess.run(
+        [sys.executable, "-c", code], env=environment, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
 
 
 @pytest.mark.skipif(
-    _transparent_huge_pages_mode() not in ("always", "madvise"),
-    reason="needs Linux transparent huge pages in `always` or `madvise` mode",
+    _transparent_huge_pages_mode() != "madvise",
+    reason="needs Linux transparent huge pages in `madvise` mode (with `always` every "
+    "large mapping gets them, advised or not)",
 )
-def test_a_large_fresh_result_is_faulted_in_as_huge_pages():
-    """A 64 MB result (beyond glibc's largest mmap threshold, so a fresh mapping) is
-    written through huge pages, as numpy's large arrays are: the advice reached the
-    operating system before the first write."""
-    m = n = 1 << 18
-    twin = scipy.sparse.diags_array([1.0, 2.0, 1.0], offsets=[-1, 0, 1], shape=(m, n))
-    matrix = js.CSRMatrix.from_scipy(twin.tocsr()).astype(jnp.float32)
-    x = jnp.ones((n, 64), jnp.float32)
-    product = jax.jit(
-        lambda a, x: native_csr.csr_matmul_native(a.data, x, a.indices, a.indptr, shape=a.shape)
-    )
-    out = product(matrix, x).block_until_ready()
-    np.testing.assert_array_equal(np.asarray(out[1:-1]), 4.0)
-    # The advice covers the whole pages inside the result, so its first page (shared with
-    # malloc's header) may stay apart: look at the mapping holding its middle.
-    assert _anon_huge_kib(out.unsafe_buffer_pointer() + out.nbytes // 2) >= 2048
+def test_a_large_fresh_result_is_faulted_in_as_huge_pages_unless_told_not_to():
+    """The kernels advise huge pages for a fresh 64 MB result before the first write, as
+    numpy does for its large arrays, unless JAXSPARSE_MADVISE_HUGEPAGE=0."""
+    assert _huge_kib_of_a_fresh_result(None) >= 2048
+    assert _huge_kib_of_a_fresh_result("0") == 0
 
 
 def test_dia_with_many_diagonals_splits_rows_and_repeats_bit_for_bit():
@@ -801,12 +828,4 @@ def test_the_baseline_build_computes_the_same():
     process): products and gradients of both formats at k = 1, 8, 64 against scipy."""
     environment = {**os.environ, _native_library.BUILD_ENV_VAR: "baseline"}
     environment["JAX_ENABLE_X64"] = "1"
-    result = subprocess.run(
-        [sys.executable, "-c", BASELINE_CHECK],
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "baseline ok" in result.stdout
+    assert "baseline ok" in _run_in_a_fresh_process(BASELINE_CHECK, environment)
