@@ -8,11 +8,12 @@
 // before writing them, so a fault brings in 2 MiB. It is a hint: where transparent huge
 // pages are off, or the pages are already in (a result buffer reused in a loop), nothing
 // changes, and the values written are the same either way. Like numpy's own, it has a
-// cost: where the kernel compacts memory to find free 2 MiB pages, a few calls in a row
-// stall (on the Xeon VM, in 150 single calls of a 27-point CSR gradient step, 10^6 rows:
-// median 41 vs 55 ms and 7.7 vs 9.3 s in all, but 6 calls took 104-153 ms against none
-// over 80 ms without the advice). JAXSPARSE_MADVISE_HUGEPAGE=0 in the environment turns
-// the advice off, as NUMPY_MADVISE_HUGEPAGE=0 does numpy's.
+// cost: where the operating system compacts memory to find free 2 MiB pages, a few calls
+// in a row stall (on the Xeon VM, in 150 single calls of a 27-point CSR gradient step,
+// 10^6 rows: median 41 vs 55 ms and 7.7 vs 9.3 s in all, but 6 calls took 104-153 ms
+// against none over 80 ms without the advice). JAXSPARSE_MADVISE_HUGEPAGE=0 in the
+// environment turns the advice off, as NUMPY_MADVISE_HUGEPAGE=0 does numpy's; it is read
+// at the first large result.
 
 #ifndef JAXSPARSE_NATIVE_PAGES_H_
 #define JAXSPARSE_NATIVE_PAGES_H_
