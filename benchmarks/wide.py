@@ -24,11 +24,11 @@ import matrices  # noqa: E402
 import report  # noqa: E402
 import systems  # noqa: E402
 import timing  # noqa: E402
-from run import environment  # noqa: E402
+from run import TOLERANCE, environment, relative_error  # noqa: E402
 
-ROWS, K = 1_000_000, 64  # default rows; k
+ROWS = 1_000_000  # unless --rows says otherwise
+K = 64
 TIMED = ("jaxsparse", "scipy-dia", "scipy-csr", "jax-bcsr")
-TOLERANCE = 1e-4  # max abs error relative to max |reference|, as run.py
 
 
 def measure(kind, rows: int) -> dict:
@@ -43,9 +43,8 @@ def measure(kind, rows: int) -> dict:
     for system in systems.systems_for(dia, csr, x, w, kind.fmt):
         if system.name not in TIMED:
             continue
-        result = np.asarray(system.forward()())
-        error = np.max(np.abs(result - reference)) / max(np.max(np.abs(reference)), 1e-30)
-        if error > TOLERANCE:
+        error = relative_error(system.forward()(), reference)
+        if not error <= TOLERANCE:
             raise AssertionError(f"{system.name} on {kind.name}: relative error {error:.1e}")
         budget = dict(budget_s=3.0, min_repeats=3, max_repeats=11)
         times[system.name] = timing.time_call(system.forward(), **budget)["median_s"] * 1e3
