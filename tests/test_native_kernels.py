@@ -95,14 +95,17 @@ def test_dia_kernels_match_scipy(case, dtype, k):
 
 # Column counts that reach every path of the kernels: DIA's groups of four diagonals at
 # k = 1, blocks of 64 bytes of columns with each narrower remainder, DIA's row-by-row sums
-# over groups of diagonals (k <= 32, or more columns on 16 diagonals or more) and its
-# diagonal-by-diagonal blocks (k > 32 on fewer diagonals).
+# over groups of diagonals in blocks of rows (k <= 32, or more columns on more than 32
+# diagonals) and its whole rows summed over every diagonal (k > 32 on at most 32).
 _FEW_DIAGONALS = (-7, -3, -2, -1, 0, 1, 2, 5, 9)
 _MANY_DIAGONALS = (*range(-20, -8, 2), *_FEW_DIAGONALS, 11, 15, 20)
+_MORE_THAN_32_DIAGONALS = tuple(range(-20, 16))
 
 
 @pytest.mark.parametrize(
-    "offsets", [_FEW_DIAGONALS, _MANY_DIAGONALS], ids=["9-diagonals", "18-diagonals"]
+    "offsets",
+    [_FEW_DIAGONALS, _MANY_DIAGONALS, _MORE_THAN_32_DIAGONALS],
+    ids=["9-diagonals", "18-diagonals", "36-diagonals"],
 )
 @pytest.mark.parametrize("k", [1, 2, 5, 8, 17, 32, 33, 70])
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.complex128], ids=["float32", "complex128"])
@@ -736,6 +739,30 @@ def test_one_call_takes_a_batch_of_values(fmt, dtype, index_dtype, k, shared):
     # The batch is bitwise repeatable too.
     np.testing.assert_array_equal(np.asarray(matmul(values, x)), np.asarray(y))
     np.testing.assert_array_equal(np.asarray(matmul_t(values, g)), np.asarray(yt))
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["shared-operand", "batched-operand"])
+def test_wide_dia_products_of_a_batch(shared):
+    """DIA products with more than 32 columns walk each thread's rows of a member whole;
+    with 3 members of 500 rows the two threads' pieces meet inside the second member.
+    Each member against scipy, and bitwise repeatable."""
+    rng = np.random.default_rng(3)
+    batch, k, offsets, shape = 3, 40, (-7, -1, 0, 2, 30), (500, 480)
+    m, n = shape
+    values = random_values(rng, (batch, len(offsets), n), jnp.float32)
+    xs = random_values(rng, (batch, n, k), jnp.float32)
+    gs = random_values(rng, (batch, m, k), jnp.float32)
+    x, g = (xs[0], gs[0]) if shared else (xs, gs)
+    static = dict(offsets=offsets, shape=shape)
+    y = native_dia.dia_matmul_native(values, x, **static)
+    yt = native_dia.dia_matmul_t_native(values, g, **static)
+    assert y.shape == (batch, m, k) and yt.shape == (batch, n, k)
+    for b in range(batch):
+        member = scipy.sparse.dia_array((as_float64(values[b]), offsets), shape=shape)
+        xb, gb = (as_float64(a if shared else a[b]) for a in (x, g))
+        _close(y[b], member @ xb, jnp.float32, k)
+        _close(yt[b], member.T @ gb, jnp.float32, k)
+    np.testing.assert_array_equal(np.asarray(native_dia.dia_matmul_native(values, x, **static)), y)
 
 
 def _with_leading_slots(fmt, matrix, lead, rng):

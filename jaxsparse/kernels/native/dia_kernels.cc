@@ -3,12 +3,15 @@
 //
 // data[d, j] == A[j - offsets[d], j]; slots whose row falls outside [0, m) are never read
 // and get a zero gradient. The offsets arrive as an array attribute, so one compiled
-// kernel serves any number of diagonals. Rows are split evenly over the pool's threads,
-// and each thread walks its rows in blocks small enough that the block's output stays in
-// the L1 cache while every diagonal adds into it: the output is written to memory once,
-// however many diagonals there are. Within a block, a product with one column adds one
-// diagonal after another; one with 2 to kRowWiseMaxColumns columns, or more with at least
-// kRowWiseMinDiagonals diagonals, sums each row over a group of diagonals in registers.
+// kernel serves any number of diagonals. Rows are split evenly over the pool's threads.
+// Products with up to kRowWiseMaxColumns columns walk a thread's rows in blocks small
+// enough that the block's output stays in the L1 cache while every diagonal adds into it,
+// so the output is written to memory once however many diagonals there are: with one
+// column one diagonal after another, with 2 to kRowWiseMaxColumns each row summed over a
+// group of diagonals in registers. Wider products sum each output row over every diagonal
+// in registers, row after row, and write it past the cache (SumWideRows), as long as
+// there are at most kWideMaxDiagonals diagonals; with more, they take groups of
+// diagonals in blocks too.
 //
 // Batches (the contract of `_primitive.py`): values `(B, ndiag, n)`, dense operands
 // `(B, rows, k)`, results `(B, ...)`; an operand without the leading axis is shared by
@@ -18,6 +21,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "arrays.h"
 #include "dispatch.h"
@@ -36,15 +40,22 @@ constexpr int64_t kBlockValues = 1024;
 // Products with 2 to kRowWiseMaxColumns columns sum each output row over kDiagonalGroup
 // diagonals at a time, in registers. Measured against one diagonal at a time (float32,
 // 3 * 10^5 rows, in a jitted loop): 5-point k = 2 0.25 vs 0.83 ms, k = 16 1.4 vs 2.3 ms;
-// 27-point k = 4 1.6 vs 5.3 ms; k = 32 even. With more columns it pays only with many
-// diagonals (kRowWiseMinDiagonals): at k = 64, 10^5 rows, it was slower on the
-// tridiagonal (1.8-2.0 vs 1.2-1.4 ms), 5-point (2.4-2.8 vs 2.0-2.6 ms) and 7-point
-// (3.1 vs 2.1-2.5 ms), faster on the 27-point (5.7-6.3 vs 8.2-8.9 ms). Groups of 4
-// diagonals beat 2 (27-point, k = 8: 11 vs 13 ms) and 8 or more (29 ms): each diagonal
-// in a group is a stream of memory.
+// 27-point k = 4 1.6 vs 5.3 ms; k = 32 even (wider products: kWideMaxDiagonals).
+// Groups of 4 diagonals beat 2 (27-point, k = 8: 11 vs 13 ms) and 8 or more (29 ms):
+// each diagonal in a group is a stream of memory.
 constexpr int64_t kDiagonalGroup = 4;
 constexpr int64_t kRowWiseMaxColumns = 32;
-constexpr int64_t kRowWiseMinDiagonals = 16;
+
+// Products with more than kRowWiseMaxColumns columns and at most this many diagonals sum
+// whole output rows at once (SumWideRows). Against the blocks (float32, in a jitted
+// loop, 10^5 / 5 * 10^5 rows): k = 64 tridiagonal 1.8 / 13.4 vs 2.1 / 17.1 ms, 7-point
+// 2.3 / 18.4 vs 4.5 / 29.0 ms, 27-point 5.5 / 34.3 vs 7.0 / 47.5 ms; k = 48 and 128
+// alike; at 10^6 rows, k = 64, 5-point 31 vs 41 ms, 7-point 35 vs 56 ms, and the
+// transposed product alike. The same sums walked in blocks of 16 rows were slower
+// (tridiagonal, 10^6 rows: 30.7 vs 25.1 ms). At k = 32 it was even at 10^5 rows, and with
+// 2 to 16 columns slower (5-point, 10^6 rows, k = 2 2.1 vs 1.2 ms, k = 16 10.3 vs
+// 7.2 ms): narrow rows pay for the walk.
+constexpr int64_t kWideMaxDiagonals = 32;
 
 ffi::Error CheckDiagonals(int64_t ndiag, size_t noffsets) {
   if (static_cast<size_t>(ndiag) != noffsets) {
@@ -55,14 +66,18 @@ ffi::Error CheckDiagonals(int64_t ndiag, size_t noffsets) {
   return ffi::Error::Success();
 }
 
+// Rows of k columns in a block whose output stays in the L1 cache.
+inline int64_t L1BlockRows(int64_t k) {
+  return std::max<int64_t>(1, kBlockValues / std::max<int64_t>(k, 1));
+}
+
 // Calls block(b, first, stop) for consecutive blocks of rows [first, stop) of each member
 // b of a batch of `batch`, covering [0, rows) for every member, spread over the pool with
 // the members one after another (each member's diagonals are read as long streams), each
-// block at most kBlockValues / k rows.
+// block at most block_rows rows.
 template <typename F>
-void ForRowBlocks(ffi::ThreadPool& pool, int64_t batch, int64_t rows, int64_t k, int64_t work,
-                  const F& block) {
-  const int64_t block_rows = std::max<int64_t>(1, kBlockValues / std::max<int64_t>(k, 1));
+void ForRowBlocks(ffi::ThreadPool& pool, int64_t batch, int64_t rows, int64_t block_rows,
+                  int64_t work, const F& block) {
   const int64_t parts = NumParts(pool, work);
   const int64_t total = batch * rows;
   ParallelFor(pool, parts, [&](int64_t part) {
@@ -87,16 +102,10 @@ struct ShiftedDiagonal {
   int64_t lo, hi;
 };
 
-// out[i] += diagonal[i] * operand[i] for rows i in [lo, hi), k columns per row; the
-// diagonal holds one value per row.
+// out[i] += diagonal[i] * operand[i] for rows i in [lo, hi) of a one-column product.
 template <typename T>
-void AddShiftedProducts(const T* diagonal, const T* operand, int64_t k, int64_t lo, int64_t hi,
-                        T* out) {
-  if (k == 1) {
-    for (int64_t i = lo; i < hi; ++i) out[i] += diagonal[i] * operand[i];
-    return;
-  }
-  for (int64_t i = lo; i < hi; ++i) AddScaled(out + i * k, diagonal[i], operand + i * k, k);
+void AddShiftedProducts(const T* diagonal, const T* operand, int64_t lo, int64_t hi, T* out) {
+  for (int64_t i = lo; i < hi; ++i) out[i] += diagonal[i] * operand[i];
 }
 
 // out[i] += the four diagonals' products for rows i in [first, stop) (k = 1), added in
@@ -114,10 +123,10 @@ void AddFourDiagonals(const ShiftedDiagonal<T> (&group)[4], int64_t first, int64
   for (const ShiftedDiagonal<T>& diagonal : group) {
     const int64_t below = std::max(first, diagonal.lo), above = std::min(stop, diagonal.hi);
     if (std::min(above, lo) > below) {
-      AddShiftedProducts(diagonal.values, diagonal.source, 1, below, std::min(above, lo), out);
+      AddShiftedProducts(diagonal.values, diagonal.source, below, std::min(above, lo), out);
     }
     if (above > std::max(below, hi)) {
-      AddShiftedProducts(diagonal.values, diagonal.source, 1, std::max(below, hi), above, out);
+      AddShiftedProducts(diagonal.values, diagonal.source, std::max(below, hi), above, out);
     }
   }
   for (int64_t i = lo; i < hi; ++i) {
@@ -131,8 +140,9 @@ void AddFourDiagonals(const ShiftedDiagonal<T> (&group)[4], int64_t first, int64
 // out[r, c0:c0 + W] (+)= sum over the diagonals, in order, of values[r] * source[r, c0:c0 + W]
 // for rows r in [first, stop), the W sums in registers: `Accumulate` adds to what `out`
 // holds, else overwrites it; with `Checked`, a diagonal adds only to the rows of its
-// [lo, hi).
-template <int W, bool Checked, bool Accumulate, typename T>
+// [lo, hi); with `Stream`, sums of a cache line or more are written past the cache
+// (the caller ends with StreamFence()).
+template <int W, bool Checked, bool Accumulate, bool Stream, typename T>
 JAXSPARSE_INLINE void SumDiagonalRows(const ShiftedDiagonal<T>* diagonals, int64_t ndiag,
                                       int64_t k, int64_t c0, int64_t first, int64_t stop, T* out) {
   for (int64_t r = first; r < stop; ++r) {
@@ -144,8 +154,28 @@ JAXSPARSE_INLINE void SumDiagonalRows(const ShiftedDiagonal<T>* diagonals, int64
       if (Checked && (r < diagonal.lo || r >= diagonal.hi)) continue;
       sums.Add(diagonal.values[r], diagonal.source + r * k + c0);
     }
-    sums.CopyTo(out_row);
+    if constexpr (Stream && W * sizeof(T) >= 64) {
+      T block[W];
+      sums.CopyTo(block);
+      StreamStore<W>(out_row, block);
+    } else {
+      sums.CopyTo(out_row);
+    }
   }
+}
+
+// The rows [inner_lo, inner_hi) of [first, stop) where every one of the diagonals lies
+// inside the matrix; the rows before and after need bounds tests.
+template <typename T>
+std::pair<int64_t, int64_t> InnerRows(const ShiftedDiagonal<T>* diagonals, int64_t ndiag,
+                                      int64_t first, int64_t stop) {
+  int64_t inner_lo = first, inner_hi = stop;
+  for (int64_t d = 0; d < ndiag; ++d) {
+    inner_lo = std::max(inner_lo, diagonals[d].lo);
+    inner_hi = std::min(inner_hi, diagonals[d].hi);
+  }
+  inner_lo = std::min(inner_lo, stop);
+  return {inner_lo, std::clamp(inner_hi, inner_lo, stop)};
 }
 
 // Rows [first, stop) of `out` (k >= 2) from `ndiag` diagonals, row by row, each row's sums
@@ -154,19 +184,36 @@ JAXSPARSE_INLINE void SumDiagonalRows(const ShiftedDiagonal<T>* diagonals, int64
 template <bool Accumulate, typename T>
 void SumDiagonalsRowWise(const ShiftedDiagonal<T>* diagonals, int64_t ndiag, int64_t k,
                          int64_t first, int64_t stop, T* out) {
-  int64_t inner_lo = first, inner_hi = stop;
-  for (int64_t d = 0; d < ndiag; ++d) {
-    inner_lo = std::max(inner_lo, diagonals[d].lo);
-    inner_hi = std::min(inner_hi, diagonals[d].hi);
-  }
-  inner_lo = std::min(inner_lo, stop);
-  inner_hi = std::clamp(inner_hi, inner_lo, stop);
+  const auto [inner_lo, inner_hi] = InnerRows(diagonals, ndiag, first, stop);
   ForColumnBlocks<T>(k, 0, [&](auto width, int64_t c0) {
     constexpr int W = decltype(width)::value;
-    SumDiagonalRows<W, true, Accumulate>(diagonals, ndiag, k, c0, first, inner_lo, out);
-    SumDiagonalRows<W, false, Accumulate>(diagonals, ndiag, k, c0, inner_lo, inner_hi, out);
-    SumDiagonalRows<W, true, Accumulate>(diagonals, ndiag, k, c0, inner_hi, stop, out);
+    SumDiagonalRows<W, true, Accumulate, false>(diagonals, ndiag, k, c0, first, inner_lo, out);
+    SumDiagonalRows<W, false, Accumulate, false>(diagonals, ndiag, k, c0, inner_lo, inner_hi,
+                                                 out);
+    SumDiagonalRows<W, true, Accumulate, false>(diagonals, ndiag, k, c0, inner_hi, stop, out);
   });
+}
+
+// Rows [first, stop) of `out` (k > kRowWiseMaxColumns) from all `ndiag` diagonals: each
+// row whole, one block of columns after another, its sums in registers and written past
+// the cache, so the operand rows are read as a few streams of memory and nothing of `out`
+// is read. Ends with StreamFence().
+template <typename T>
+void SumWideRows(const ShiftedDiagonal<T>* diagonals, int64_t ndiag, int64_t k, int64_t first,
+                 int64_t stop, T* out) {
+  const auto [inner_lo, inner_hi] = InnerRows(diagonals, ndiag, first, stop);
+  auto rows = [&](auto checked, int64_t lo, int64_t hi) {
+    for (int64_t r = lo; r < hi; ++r) {
+      ForColumnBlocks<T>(k, 0, [&](auto width, int64_t c0) {
+        SumDiagonalRows<decltype(width)::value, decltype(checked)::value, false, true>(
+            diagonals, ndiag, k, c0, r, r + 1, out);
+      });
+    }
+  };
+  rows(std::true_type(), first, inner_lo);
+  rows(std::false_type(), inner_lo, inner_hi);
+  rows(std::true_type(), inner_hi, stop);
+  StreamFence();
 }
 
 // `out = A @ x` (transposed = false: out rows i read data[d, i + off], x[i + off]) or
@@ -197,31 +244,41 @@ ffi::Error Product(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi:
                               operand + b * x_stride + (transposed ? -off : off) * k, lo,
                               std::max(lo, hi)};
   };
-  if (k < 2 || (k > kRowWiseMaxColumns && ndiag < kRowWiseMinDiagonals)) {
+  if (k < 2) {
     // Diagonal by diagonal into a block of the output small enough to stay in L1.
-    ForRowBlocks(pool, batch, out_rows, k, work, [&](int64_t b, int64_t first, int64_t stop) {
+    auto block = [&](int64_t b, int64_t first, int64_t stop) {
       T* member_out = out + b * out_rows * k;
       std::fill(member_out + first * k, member_out + stop * k, T(0));
+      if (k == 0) return;
       int64_t d = 0;
-      if (k == 1) {
-        for (; d + 4 <= ndiag; d += 4) {
-          const ShiftedDiagonal<T> group[4] = {shifted(b, d), shifted(b, d + 1),
-                                               shifted(b, d + 2), shifted(b, d + 3)};
-          AddFourDiagonals(group, first, stop, member_out);
-        }
+      for (; d + 4 <= ndiag; d += 4) {
+        const ShiftedDiagonal<T> group[4] = {shifted(b, d), shifted(b, d + 1), shifted(b, d + 2),
+                                             shifted(b, d + 3)};
+        AddFourDiagonals(group, first, stop, member_out);
       }
       for (; d < ndiag; ++d) {
         const ShiftedDiagonal<T> diagonal = shifted(b, d);
         const int64_t lo = std::max(first, diagonal.lo), hi = std::min(stop, diagonal.hi);
-        if (hi > lo) AddShiftedProducts(diagonal.values, diagonal.source, k, lo, hi, member_out);
+        if (hi > lo) AddShiftedProducts(diagonal.values, diagonal.source, lo, hi, member_out);
       }
-    });
+    };
+    ForRowBlocks(pool, batch, out_rows, L1BlockRows(k), work, block);
+    return ffi::Error::Success();
+  }
+  if (k > kRowWiseMaxColumns && ndiag <= kWideMaxDiagonals) {
+    // Whole rows from every diagonal, each thread's rows of a member in one walk.
+    auto rows = [&](int64_t b, int64_t first, int64_t stop) {
+      ShiftedDiagonal<T> diagonals[kWideMaxDiagonals];
+      for (int64_t d = 0; d < ndiag; ++d) diagonals[d] = shifted(b, d);
+      SumWideRows(diagonals, ndiag, k, first, stop, out + b * out_rows * k);
+    };
+    ForRowBlocks(pool, batch, out_rows, std::max<int64_t>(out_rows, 1), work, rows);
     return ffi::Error::Success();
   }
   // Row by row over groups of kDiagonalGroup diagonals: the first group writes the block
   // of rows (zeros, with no diagonal at all), later ones add to it while it is in the L1
   // cache. A group reads its diagonals and operand rows as a few streams of memory.
-  ForRowBlocks(pool, batch, out_rows, k, work, [&](int64_t b, int64_t first, int64_t stop) {
+  auto block = [&](int64_t b, int64_t first, int64_t stop) {
     T* member_out = out + b * out_rows * k;
     ShiftedDiagonal<T> group[kDiagonalGroup];
     for (int64_t d0 = 0; d0 < std::max<int64_t>(ndiag, 1); d0 += kDiagonalGroup) {
@@ -233,7 +290,8 @@ ffi::Error Product(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi:
         SumDiagonalsRowWise<true>(group, count, k, first, stop, member_out);
       }
     }
-  });
+  };
+  ForRowBlocks(pool, batch, out_rows, L1BlockRows(k), work, block);
   return ffi::Error::Success();
 }
 
@@ -249,7 +307,7 @@ ffi::Error Sddmm(ffi::ThreadPool& pool, const ffi::AnyBuffer& g, const ffi::AnyB
   const T* operand = Data<T>(x);
   T* out = Data<T>(out_buffer);
   const int64_t work = batch * ndiag * n * std::max<int64_t>(k, 1);
-  ForRowBlocks(pool, batch, n, k, work, [&](int64_t b, int64_t first, int64_t stop) {
+  ForRowBlocks(pool, batch, n, L1BlockRows(k), work, [&](int64_t b, int64_t first, int64_t stop) {
     const T* member_x = operand + b * x_stride;
     for (int64_t d = 0; d < ndiag; ++d) {
       const int64_t off = offsets[d];
