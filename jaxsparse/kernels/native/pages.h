@@ -8,10 +8,11 @@
 // before writing them, so a fault brings in 2 MiB. It is a hint: where transparent huge
 // pages are off, or the pages are already in (a result buffer reused in a loop), nothing
 // changes, and the values written are the same either way. Like numpy's own, it has a
-// cost: where the operating system compacts memory to find free 2 MiB pages, a few calls
-// in a row stall (on the Xeon VM, in 150 single calls of a 27-point CSR gradient step,
-// 10^6 rows: median 41 vs 55 ms and 7.7 vs 9.3 s in all, but 6 calls took 104-153 ms
-// against none over 80 ms without the advice). JAXSPARSE_MADVISE_HUGEPAGE=0 in the
+// cost: the first huge pages a process faults in can come slowly. On the Xeon VM, whose
+// /proc/vmstat counted no compaction stall, a fresh process's single calls of a 27-point
+// CSR gradient step at 10^6 rows took 155, 111, 65 ms, then 41-42 ms (51-54 ms throughout
+// without the advice); in 150 such calls the median was 41 vs 55 ms and the total 7.7 vs
+// 9.3 s, but 6 calls took 104-153 ms against none over 80 ms. JAXSPARSE_MADVISE_HUGEPAGE=0 in the
 // environment turns the advice off, as NUMPY_MADVISE_HUGEPAGE=0 does numpy's; it is read
 // at the first large result.
 
