@@ -22,9 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import matrices  # noqa: E402
 import report  # noqa: E402
+import run  # noqa: E402
 import systems  # noqa: E402
-import timing  # noqa: E402
-from run import TOLERANCE, environment, relative_error  # noqa: E402
 
 ROWS = 1_000_000  # unless --rows says otherwise
 K = 64
@@ -33,24 +32,27 @@ TIMED = ("jaxsparse", "scipy-dia", "scipy-csr", "jax-bcsr")
 
 def measure(kind, rows: int) -> dict:
     """Medians [ms] of each timed system's single call, and of the jax systems' products
-    in a loop, on `kind`'s matrix of about `rows` rows."""
+    in a loop, on `kind`'s matrix of about `rows` rows; each checked by `run.measure`
+    against scipy's CSR product before it is timed."""
     dia, csr = matrices.build(kind, rows)
     rng = np.random.default_rng(0)
     x = rng.standard_normal((csr.shape[1], K), dtype=np.float32)
     w = rng.standard_normal((csr.shape[0], K), dtype=np.float32)
     reference = csr @ x
+    budget = dict(budget_s=3.0, min_repeats=3, max_repeats=11)
     times = {}
     for system in systems.systems_for(dia, csr, x, w, kind.fmt):
         if system.name not in TIMED:
             continue
-        error = relative_error(system.forward()(), reference)
-        if not error <= TOLERANCE:
-            raise AssertionError(f"{system.name} on {kind.name}: relative error {error:.1e}")
-        budget = dict(budget_s=3.0, min_repeats=3, max_repeats=11)
-        times[system.name] = timing.time_call(system.forward(), **budget)["median_s"] * 1e3
+        ops = [(system.name, system.forward(), 1, budget)]
         if system.loop() is not None:
-            loop = timing.time_call(system.loop(), **{**budget, "max_repeats": 5})
-            times[f"{system.name} loop"] = loop["median_s"] * 1e3 / systems.LOOP_PRODUCTS
+            loop_budget = {**budget, "max_repeats": 5}
+            ops.append((f"{system.name} loop", system.loop(), systems.LOOP_PRODUCTS, loop_budget))
+        for label, fn, products, op_budget in ops:
+            record = run.measure(fn, reference, op_budget, products)
+            if not record["ok"]:
+                raise AssertionError(f"{label} on {kind.name}: {record['error']}")
+            times[label] = record["median_s"] * 1e3
     return times
 
 
@@ -72,7 +74,7 @@ def main(argv=None):
     parser.add_argument("--rows", type=int, default=ROWS)
     args = parser.parse_args(argv)
     wanted = args.kinds.split(",") if args.kinds else None
-    print(report.header(environment()))
+    print(report.header(run.environment()))
     print(f"k = {K}, {args.rows} rows; medians [ms]; loop = per product in a jitted loop")
     lines = []
     for kind in matrices.KINDS:
