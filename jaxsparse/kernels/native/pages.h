@@ -12,9 +12,9 @@
 // /proc/vmstat counted no compaction stall, a fresh process's single calls of a 27-point
 // CSR gradient step at 10^6 rows took 155, 111, 65 ms, then 41-42 ms (51-54 ms throughout
 // without the advice); in 150 such calls the median was 41 vs 55 ms and the total 7.7 vs
-// 9.3 s, but 6 calls took 104-153 ms against none over 80 ms. JAXSPARSE_MADVISE_HUGEPAGE=0 in the
-// environment turns the advice off, as NUMPY_MADVISE_HUGEPAGE=0 does numpy's; it is read
-// at the first large result.
+// 9.3 s, but 6 calls took 104-153 ms against none over 80 ms. JAXSPARSE_MADVISE_HUGEPAGE=0
+// in the environment turns the advice off, as NUMPY_MADVISE_HUGEPAGE=0 does numpy's; it is
+// read at the first large result.
 
 #ifndef JAXSPARSE_NATIVE_PAGES_H_
 #define JAXSPARSE_NATIVE_PAGES_H_
