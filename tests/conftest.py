@@ -22,3 +22,7 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "on_cpu: a test of CPU behaviour (run with JAX_PLATFORMS=cpu on GPU machines)"
     )
+    config.addinivalue_line(
+        "markers",
+        "slow: an exhaustive sweep over a code path that faster tests already cover",
+    )
