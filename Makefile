@@ -24,14 +24,11 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py
 
 # On a machine with a GPU whose Python already has JAX for it (GPU machines here have no
-# network, so no venv): the suite with "auto" on the GPU, then the GPU benchmark.
+# network, so no venv): tools/gpu_check.sh runs the suite on the GPU, the CPU-behaviour
+# tests (marked `on_cpu`) with JAX on the CPU alone, and the GPU benchmark.
 GPU_PYTHON ?= python3
-# Tests of CPU behaviour (marked `on_cpu`) run in a second pass with JAX on the CPU alone.
 gpu-check:
-	$(GPU_PYTHON) -m pip install --quiet --no-deps --no-build-isolation -e .
-	XLA_PYTHON_CLIENT_PREALLOCATE=false $(GPU_PYTHON) -m pytest -q -n 8 -p no:cacheprovider -m "not on_cpu"
-	JAX_PLATFORMS=cpu $(GPU_PYTHON) -m pytest -q -n 8 -p no:cacheprovider -m on_cpu
-	$(GPU_PYTHON) benchmarks/gpu.py --out benchmarks/results/gpu.json
+	GPU_PYTHON=$(GPU_PYTHON) tools/gpu_check.sh
 
 lint: $(STAMP)
 	$(BIN)/ruff check jaxsparse tests examples benchmarks tools

@@ -8,7 +8,7 @@ Run on a machine with a GPU (`make gpu-check` runs it after the test suite):
 Per matrix and `k` (columns of the dense operand), float32:
 
 - every jaxsparse GPU kernel family that takes the product (`triton`, `mosaic_gpu`, ...,
-  read from the backend table), and the `xla` backend;
+  read from the backend table), and the `xla` backend with `--with-xla`;
 - cuSPARSE through `jax.experimental.sparse.BCSR` with `jax_bcoo_cusparse_lowering` on,
   and through `cupyx.scipy.sparse` when CuPy is installed.
 
@@ -108,11 +108,11 @@ def _gpu_families() -> tuple[str, ...]:
     return tuple(f for f in _backend.PREFERENCES["auto", "cuda"] if f != "xla")
 
 
-def _jaxsparse_rows(fmt, matrix, x, scipy_matrix) -> list[dict]:
-    """One row per GPU kernel family that takes this product, then `xla`."""
+def _jaxsparse_rows(fmt, matrix, x, with_xla: bool) -> list[dict]:
+    """One row per GPU kernel family that takes this product (then `xla`, if asked)."""
     rows = []
     table = _backend.PREFERENCES
-    for family in (*_gpu_families(), "xla"):
+    for family in (*_gpu_families(), *(("xla",) if with_xla else ())):
         backend = "xla" if family == "xla" else "pallas"
         saved = table["pallas", "cuda"]
         table["pallas", "cuda"] = (family,)
@@ -173,7 +173,7 @@ def copy_bandwidth(nbytes: int = 2**30) -> float:
     return 2 * nbytes / seconds / 1e9
 
 
-def run(rows: int, ks=(1, 8, 64)) -> dict:
+def run(rows: int, ks=(1, 8, 64), with_xla: bool = False) -> dict:
     device = jax.devices()[0]
     peak = next((v for key, v in PEAK_TBS.items() if key in device.device_kind), None)
     results = {
@@ -199,35 +199,75 @@ def run(rows: int, ks=(1, 8, 64)) -> dict:
             x = jnp.asarray(rng.standard_normal((csr.shape[1], k)), jnp.float32)
             case = {"matrix": name, "format": fmt, "rows": csr.shape[0], "nnz": csr.nnz, "k": k}
             case["bytes"] = _ideal_bytes(fmt, scipy_matrix if fmt == "dia" else csr, k)
-            systems = _jaxsparse_rows(fmt, matrix, x, scipy_matrix)
+            systems = _jaxsparse_rows(fmt, matrix, x, with_xla)
             systems.append(_bcsr_row(csr, x))
             cupy_row = _cupy_row(csr, x)
             if cupy_row:
                 systems.append(cupy_row)
             case["systems"] = systems
             results["cases"].append(case)
-            _print_case(case, peak)
+            _print_case(case, results["copy_gbs"])
     return results
 
 
-def _print_case(case, peak):
+def _print_case(case, copy_gbs):
     title = f"{case['format'].upper()} {case['matrix']}, {case['rows']} rows"
     print(f"\n{title}, nnz {case['nnz']}, k={case['k']}")
-    print(
-        f"  {'system':<22}{'loop us':>10}{'single us':>11}{'grad us':>10}{'GB/s':>8}{'% peak':>8}"
-    )
+    header = ("system", "loop us", "single us", "grad us", "grad/loop", "GB/s", "% copy")
+    print(f"  {header[0]:<22}" + "".join(f"{h:>11}" for h in header[1:]))
     for system in case["systems"]:
         if "declined" in system:
             print(f"  {system['system']:<22} declined: {system['declined']}")
             continue
         loop = system["loop_s"]
         gbs = case["bytes"] / loop / 1e9
-        pct = f"{100 * gbs / (peak * 1e3):.0f}" if peak else "-"
         single = f"{system['single_s'] * 1e6:.1f}" if "single_s" in system else "-"
-        grad = f"{system['gradient_s'] * 1e6:.1f}" if "gradient_s" in system else "-"
-        print(
-            f"  {system['system']:<22}{loop * 1e6:>10.1f}{single:>11}{grad:>10}{gbs:>8.0f}{pct:>8}"
+        grad, ratio = "-", "-"
+        if "gradient_s" in system:
+            grad = f"{system['gradient_s'] * 1e6:.1f}"
+            ratio = f"{system['gradient_s'] / system['single_s']:.2f}"
+        cells = (
+            f"{loop * 1e6:.1f}",
+            single,
+            grad,
+            ratio,
+            f"{gbs:.0f}",
+            f"{100 * gbs / copy_gbs:.0f}",
         )
+        print(f"  {system['system']:<22}" + "".join(f"{c:>11}" for c in cells))
+
+
+def summary(results) -> list[str]:
+    """One line per case: jaxsparse's fastest family against cuSPARSE (CuPy) and BCSR,
+    the share of the measured copy bandwidth, and the gradient step over the product
+    (both single calls)."""
+    lines = [
+        f"{results['device']}, JAX {results['jax']}, {results['date']}; "
+        f"copy {results['copy_gbs']:.0f} GB/s",
+        f"{'matrix':<22}{'k':>4}{'ours us':>10}{'CuPy us':>10}{'BCSR us':>10}"
+        f"{'vs CuPy':>9}{'vs best':>9}{'% copy':>8}{'grad/prod':>11}",
+    ]
+    for case in results["cases"]:
+        ours = [s for s in case["systems"] if s["system"].startswith("jaxsparse") and "loop_s" in s]
+        ours = [s for s in ours if not s["system"].endswith("xla")] or ours
+        if not ours:
+            continue
+        best = min(ours, key=lambda s: s["loop_s"])
+        others = {s["system"]: s["loop_s"] for s in case["systems"] if "loop_s" in s}
+        cupy_s = others.get("cupyx (cuSPARSE)")
+        bcsr_s = others.get("BCSR (cuSPARSE)")
+        fastest_other = min(t for t in (cupy_s, bcsr_s) if t is not None)
+        gbs = case["bytes"] / best["loop_s"] / 1e9
+        grad = best.get("gradient_s", float("nan")) / best["single_s"]
+        name = f"{case['format'].upper()} {case['matrix']}"
+        cupy_us = f"{cupy_s * 1e6:.1f}" if cupy_s else "-"
+        vs_cupy = f"{cupy_s / best['loop_s']:.2f}" if cupy_s else "-"
+        lines.append(
+            f"{name:<22}{case['k']:>4}{best['loop_s'] * 1e6:>10.1f}{cupy_us:>10}"
+            f"{bcsr_s * 1e6:>10.1f}{vs_cupy:>9}{fastest_other / best['loop_s']:>9.2f}"
+            f"{100 * gbs / results['copy_gbs']:>8.0f}{grad:>11.2f}"
+        )
+    return lines
 
 
 def main():
@@ -235,15 +275,17 @@ def main():
     parser.add_argument("--rows", type=int, default=2**22)
     parser.add_argument("--ks", default="1,8,64", help="columns of the dense operand")
     parser.add_argument("--out", type=pathlib.Path, default=None)
+    parser.add_argument("--with-xla", action="store_true", help="also time the xla backend")
     args = parser.parse_args()
     if jax.default_backend() != "gpu":
         sys.exit(
             f"benchmarks/gpu.py needs a GPU; JAX's default backend is {jax.default_backend()!r}."
         )
-    results = run(args.rows, ks=tuple(int(k) for k in args.ks.split(",")))
+    results = run(args.rows, ks=tuple(int(k) for k in args.ks.split(",")), with_xla=args.with_xla)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(results, indent=1))
+    print("\n== summary\n" + "\n".join(summary(results)))
 
 
 if __name__ == "__main__":

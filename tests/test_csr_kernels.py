@@ -15,12 +15,15 @@ from lowering import KERNEL_CALLS, NEEDS_CROSS_LOWERING, lower
 from jaxsparse.kernels import mosaic_tpu_csr, triton_csr
 
 # Each family's kernels and its platform; small blocks so the tiny test matrices still
-# take several loop steps (and column blocks on Triton).
+# take several loop steps (and column blocks on Triton), and on Triton rows of more than 4
+# entries take the long-row kernels.
 FAMILIES = {
     "triton": (
         triton_csr,
         "cuda",
-        triton_csr.BlockSizes(block_nnz=16, block_k=4),
+        triton_csr.BlockSizes(
+            block_rows=4, lanes=2, row_steps=2, long_lanes=8, long_programs=3, block_k=4
+        ),
         (triton_csr.csr_matmul_triton, triton_csr.csr_matmul_t_triton, triton_csr.csr_sddmm_triton),
     ),
     "mosaic_tpu": (
@@ -137,8 +140,10 @@ def test_supports():
 
 
 def test_block_sizes():
-    with pytest.raises(ValueError, match="block_nnz"):
-        triton_csr.BlockSizes(block_nnz=24)
+    with pytest.raises(ValueError, match="lanes"):
+        triton_csr.BlockSizes(lanes=24)
+    with pytest.raises(ValueError, match="row_steps"):
+        triton_csr.BlockSizes(row_steps=0)
     with pytest.raises(ValueError, match="num_warps"):
         triton_csr.BlockSizes(num_warps=6)
     with pytest.raises(ValueError, match="num_stages"):
@@ -150,7 +155,14 @@ def test_block_sizes():
     assert triton_csr.BlockSizes.get_default(platform="cuda", num_cols=3).block_k == 4
     assert triton_csr.BlockSizes.get_default(platform="cuda", num_cols=1000).block_k == 64
     partial = triton_csr.BlockSizes(block_k=8, num_warps=4).filled(platform="cuda", num_cols=3)
-    assert partial.block_k == 8 and partial.num_warps == 4 and partial.block_nnz is not None
+    assert partial.block_k == 8 and partial.num_warps == 4 and partial.lanes is not None
+    # A row's lanes follow the mean row length; long rows start past 8 steps and 64 entries.
+    for mean, lanes in ((1.0, 1), (5.0, 8), (8.0, 8), (11.8, 16), (300.0, 32)):
+        blocks = triton_csr.BlockSizes.get_default(
+            platform="cuda", num_cols=1, mean_row_length=mean
+        )
+        assert blocks.lanes == lanes
+        assert blocks.lanes * blocks.row_steps >= max(64, 8 * lanes)
     for module, platform in ((triton_csr, "metal"), (mosaic_tpu_csr, "cuda")):
         with pytest.raises(ValueError, match="platform"):
             module.BlockSizes.get_default(platform=platform, num_cols=1)
@@ -213,3 +225,79 @@ def test_cross_lowering(family, member, k, dtype):
     element = {jnp.float32: "f32", jnp.bfloat16: "bf16"}[dtype]
     result = f"tensor<{rows}x{k}x{element}>" if member != "sddmm" else f"tensor<{rows}x{element}>"
     assert f"-> ({result}" in text or f"-> {result}" in text
+
+
+# ----------------------------------------------------------------------------------------
+# Invalid structures: NaN, never an out-of-bounds access (Triton; the module docstring).
+
+# (name, indptr, indices, rows whose product is NaN) for a 4 x 5 matrix with 8 entries.
+GOOD_INDPTR, GOOD_INDICES = [0, 2, 3, 6, 8], [0, 1, 2, 3, 4, 0, 1, 2]
+INVALID_STRUCTURES = [
+    ("column-past-the-end", GOOD_INDPTR, [0, 1, 9, 3, 4, 0, 1, 2], [1]),
+    ("negative-column", GOOD_INDPTR, [0, -1, 2, 3, 4, 0, 1, 2], [0]),
+    ("huge-column", GOOD_INDPTR, [0, 1, 2, 3, 4, 0, 2**31 - 1, 2], [3]),
+    ("decreasing-indptr", [0, 4, 3, 6, 8], GOOD_INDICES, [1]),
+    ("indptr-past-nnz", [0, 2, 3, 6, 100], GOOD_INDICES, [3]),
+    ("negative-indptr", [0, 2, -7, 6, 8], GOOD_INDICES, [1, 2]),
+    ("indptr-not-from-zero", [1, 2, 3, 6, 8], GOOD_INDICES, [0]),
+    ("indptr-short-of-nnz", [0, 2, 3, 5, 6], GOOD_INDICES, [3]),
+]
+
+
+def _invalid_case(name):
+    _, indptr, indices, bad_rows = next(c for c in INVALID_STRUCTURES if c[0] == name)
+    return jnp.array(indptr, jnp.int32), jnp.array(indices, jnp.int32), bad_rows
+
+
+def _expected_rows(indptr, indices, x, bad_rows):
+    """The product of the valid rows (all-ones values), NaN in `bad_rows`."""
+    expected = np.zeros((4, x.shape[1]))
+    for row in range(4):
+        if row in bad_rows:
+            expected[row] = np.nan
+        else:
+            expected[row] = np.asarray(x)[np.asarray(indices[indptr[row] : indptr[row + 1]])].sum(0)
+    return expected
+
+
+@pytest.mark.parametrize("name", [c[0] for c in INVALID_STRUCTURES])
+def test_invalid_structures_give_nan_rows(name):
+    indptr, indices, bad_rows = _invalid_case(name)
+    data = jnp.ones(8, jnp.float32)
+    x = jnp.asarray(np.random.default_rng(2).standard_normal((5, 3)), jnp.float32)
+    g = jnp.ones((4, 3), jnp.float32)
+    # Blocks of 2 rows, long rows past 2 entries: both kernels meet the bad rows.
+    blocks = triton_csr.BlockSizes(block_rows=2, lanes=1, row_steps=2, long_programs=1)
+    options = dict(shape=(4, 5), interpret=True, platform="cuda", block_sizes=blocks)
+    product = jax.jit(functools.partial(triton_csr.csr_matmul_triton, **options))
+    got = np.asarray(product(data, x, indices, indptr))
+    np.testing.assert_allclose(got, _expected_rows(indptr, indices, x, bad_rows), rtol=1e-6)
+    # The sampled product: NaN at an entry with a bad column; everywhere for bad bounds.
+    sampled = np.asarray(triton_csr.csr_sddmm_triton(g, x, indices, indptr, **options))
+    bad_columns = (np.asarray(indices) < 0) | (np.asarray(indices) >= 5)
+    if bad_columns.any():
+        np.testing.assert_array_equal(np.isnan(sampled), bad_columns)
+    else:
+        assert np.isnan(sampled).all()
+
+
+@pytest.mark.skipif(
+    jax.default_backend() != "gpu",
+    reason="runs the Triton kernels on a GPU (make gpu-check); the CPU's native kernels "
+    "raise for these structures instead (tests/test_errors.py)",
+)
+@pytest.mark.parametrize("name", [c[0] for c in INVALID_STRUCTURES])
+def test_invalid_structures_on_the_gpu_give_nan_rows(name):
+    import jaxsparse as js
+
+    indptr, indices, bad_rows = _invalid_case(name)
+    x = jnp.asarray(np.random.default_rng(2).standard_normal((5, 3)), jnp.float32)
+
+    @jax.jit
+    def product(data, indices, indptr, x):
+        return js.CSRMatrix(data, indices, indptr, shape=(4, 5)) @ x
+
+    got = np.asarray(product(jnp.ones(8, jnp.float32), indices, indptr, x))
+    np.testing.assert_allclose(got, _expected_rows(indptr, indices, x, bad_rows), rtol=1e-5)
+    # The device is still usable afterwards.
+    np.testing.assert_allclose(np.asarray(jnp.ones(3) + 1), 2.0)

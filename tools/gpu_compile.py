@@ -19,7 +19,9 @@ kernel exceeds the H100's limits per block (threads, registers, shared memory), 
 does not check when compiling without a device.
 
 `--plant-oversized-block` compiles only the planted kernels (`planted_programs`), both of
-which must fail, to show that this step catches such errors and what it prints.
+which must fail, to show that this step catches such errors and what it prints. `--only
+TEXT` compiles the programs whose label contains `TEXT` (`make gpu-compile
+GPU_COMPILE_ARGS="--only CSR"`).
 """
 
 import argparse
@@ -236,6 +238,11 @@ def main() -> int:
         action="store_true",
         help="compile only the planted kernels that must fail, to show the errors caught",
     )
+    parser.add_argument(
+        "--only",
+        default="",
+        help="compile only the programs whose label contains this text (e.g. 'CSR')",
+    )
     args = parser.parse_args()
     if not os.environ.get("JAX_SKIP_CUDA_CONSTRAINTS_CHECK"):
         sys.exit("gpu_compile: set JAX_SKIP_CUDA_CONSTRAINTS_CHECK=1 (make gpu-compile does)")
@@ -248,6 +255,7 @@ def main() -> int:
         platform=PLATFORM, target_config=config, topology="1x1x1"
     ).devices[0]
     todo = planted_programs() if args.plant_oversized_block else programs()
+    todo = [program for program in todo if args.only in program.label]
     print(f"Compiling {len(todo)} programs for {device.device_kind} (sm_90a), without a GPU.")
     start = time.perf_counter()
     outcomes = []

@@ -3,48 +3,53 @@
 `A` is `(m, n)` with `data` `(nnz,)`, `indices` `(nnz,)` (the column of each entry) and
 `indptr` `(m + 1,)`; row `i` holds the entries `p` in `[indptr[i], indptr[i + 1])`.
 
-**Product `A @ x`, GPU (Triton).** One program per (row, block of `block_k` columns of `x`).
-It loops over its row's entries in chunks of `block_nnz` (`lax.fori_loop` whose trip count
-`ceil(row_length / block_nnz)` comes from `indptr`), gathers `x[indices[chunk], k-block]`
-with one masked `plgpu.load` and accumulates the chunk's weighted sum. Total work is
-`sum_i ceil(len_i / block_nnz) + m` chunk steps, i.e. proportional to `nnz + m`, never to
-`m * longest_row`. This is the "CSR-vector" scheme (Bell and Garland 2009) rather than a
-merge-path split because it needs no atomics, no fix-up pass and no per-entry row ids (the
-row id would add `nnz * i` bytes to a memory-bound kernel); empty rows cost one program
-that loads two `indptr` values and writes zeros.
+**Balanced over entries, in two kernels.** What the structure looks like is not known
+when the program is traced (under `jit` it is data), so every call runs both:
 
-**Power-law rows.** The product is balanced over rows, not over entries: a row of length
-`L` is processed by one program in `ceil(L / block_nnz)` sequential steps while the
-others finish. The total work stays `O(nnz + m)`, but when one row holds most of the
-entries its program is the critical path (about `L / block_nnz` steps on one SM), so the
-kernel then runs at the speed of one SM, not of the chip. Typical power-law graphs
-(longest row a few thousand entries among millions) stay bandwidth-bound; a matrix
-dominated by one row is better served by its transpose (a column) or by the XLA path.
+1. *Row blocks.* One program per block of `block_rows` consecutive rows (and block of
+   `block_k` columns of the dense operand). Each loop step takes `lanes` entries of every
+   row of the block at once, a `(block_rows, lanes)` tile of gathers, until the block's
+   longest row is done. `lanes` follows the mean row length `nnz / m`, which is static, so
+   short rows fill the lanes instead of one row holding a whole program. Rows longer than
+   `row_cap = lanes * row_steps` entries are left to the second kernel, so no block waits
+   on one long row; the program writes how many it left (`long_rows[block]`).
+2. *Long rows.* A fixed grid of `long_programs` programs; program `p` owns the blocks `p`,
+   `p + long_programs`, ..., reads their counts with one load, and walks the long rows of
+   the blocks it owns, `long_lanes` entries per step, writing each row's result into the
+   first kernel's output (aliased). Where no row is long, each program reads its counts
+   and ends: the price of not knowing the structure is one small launch.
 
-**Transposed product `A.T @ g`.** The transposed structure is computed in XLA
-(`_csr_layout.transposed_structure`: a stable argsort of `indices`, `O(nnz log nnz)` per
-call) and fed to the product kernel. A scatter kernel would need atomics, which on GPU are
-non-deterministic and limited to float32 for this use; the sort is deterministic, correct
-for repeated column indices and reuses the tested product kernel. Callers that multiply by
-`A.T` often should store `A.T` as a CSR matrix once.
+Each row is summed by one program in a fixed order, so results are the same bits on
+every run (no atomics).
 
-**SDDMM.** `out[p] = sum_c g[row(p), c] * x[indices[p], c]`. Row ids are computed in XLA
-from `indptr` (`O(nnz + m)`), then the nonzeros are split into equal chunks of `block_nnz`
-entries, one program per chunk, so power-law rows are perfectly balanced. The kernel
-gathers both operand rows with masked `plgpu.load`s.
+**Invalid structures give NaN, never an out-of-bounds access.** Every index is checked
+before it is used, so nothing outside the arrays is read or written. In the product, a
+row whose `indptr` bounds are decreasing or outside `[0, nnz]` (or `indptr[0] != 0`,
+`indptr[m] != nnz`), or that holds a column outside `[0, n)`, gets NaN in every column
+of its result. In the sampled product an entry with a column outside `[0, n)` gets NaN,
+and invalid bounds anywhere make every entry NaN (which entries such a row claims is not
+defined). The containers' `check()` reports the same problems as an error, off the hot
+path.
 
-**Bytes per product** (`v`, `i`: bytes per value and per index). Product:
-`nnz * (v + i) + (m + 1) * i + nnz * k * v` (gathered rows of `x`, at most `n * k * v` from
-HBM when caches hold `x`) `+ m * k * v`. Transposed product: the same with `m` and `n`
-swapped, plus the sort (about `nnz * (v + 3 * i)` read and written a few times).
-SDDMM: `nnz * (v + 2 * i) + (m + 1) * i` plus the gathered rows of `g` and `x`.
+**Transposed product `A.T @ g`** (the operand's gradient). On a GPU, for float32 and
+float64: the same two kernels, each entry adding `data[p] * g[row(p)]` to `out[col]` with
+an atomic addition: one pass, but the order of the additions, and so the last bits, may
+vary from run to run. Otherwise (half precision, interpret mode, whose Pallas emulation
+has no masked atomics, or `JAXSPARSE_DETERMINISTIC=1`): the transposed structure is built
+in XLA (`_csr_layout.transposed_structure`, a stable sort, `O(nnz log nnz)` per call) and
+fed to the product: deterministic.
 
-**Batches** (`_primitive.py`, "Batches": values `(B, nnz)`, dense operands `(B, rows, k)` or
-shared). A third grid axis takes blocks of `block_batch` batch members, and each program
-handles its block at once: it loads a chunk's column indices (and row ids) once for the
-whole block, and a shared operand's gathered rows too, so the structure and a shared
-operand are read once per block of matrices, not once per matrix. One matrix is a batch of
-one.
+**SDDMM** (`out[p] = sum_c g[row(p), c] * x[indices[p], c]`, the gradient in the values)
+walks the same row blocks and long rows, so it needs no per-entry row ids: each row's
+`g` row is loaded once per step and each entry's `x` row is gathered.
+
+**Bytes per product** (`v`, `i`: bytes per value and per index): `nnz * (v + i) +
+(m + 1) * i + nnz * k * v` (gathered rows of `x`; at most `n * k * v` from memory when
+the cache holds `x`) `+ m * k * v`.
+
+**Batches** (`_primitive.py`, "Batches": values `(B, nnz)`, dense operands `(B, rows, k)`
+or shared). A third grid axis takes blocks of `block_batch` batch members: the structure
+and a shared operand are read once per block of matrices. One matrix is a batch of one.
 
 All kernels accumulate bfloat16 and float16 in float32 and cast the result back. The
 same kernels run in Pallas interpret mode on a CPU (`platform="cpu"`).
@@ -52,6 +57,7 @@ same kernels run in Pallas interpret mode on a CPU (`platform="cpu"`).
 
 import dataclasses
 import functools
+import os
 
 import jax
 import jax.numpy as jnp
@@ -59,11 +65,11 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from .._csr_layout import row_ids
 from ._csr_common import check_dense, check_sddmm, check_structure, matmul_t_by_transposed_structure
 from ._precision import accumulation_dtype
 
 _PLATFORMS = ("cuda", "rocm", "cpu")
+DETERMINISTIC_ENV_VAR = "JAXSPARSE_DETERMINISTIC"
 
 
 def supports(dtype, platform: str) -> bool:
@@ -85,56 +91,95 @@ def _is_power_of_two(value: int) -> bool:
     return value > 0 and value & (value - 1) == 0
 
 
+# Values per loop step that keep a program's tile in registers: the row-block tile is
+# `block_batch * block_rows * lanes * block_k`, the long-row tile `block_batch *
+# long_lanes * block_k`.
+_ROWS_TILE = 2048
+_LONG_TILE = 2048
+
+
 @dataclasses.dataclass(frozen=True)
 class BlockSizes:
     """Block sizes and Triton knobs of the CSR kernels.
 
-    - `block_nnz`: entries per loop step (product) or per program (SDDMM); a power of 2.
+    - `block_rows`: rows per program of the row-block kernels; a power of 2.
+    - `lanes`: entries of each row per loop step there; a power of 2.
+    - `row_steps`: loop steps a row may take there; longer rows (more than
+      `lanes * row_steps` entries) go to the long-row kernels.
+    - `long_lanes`: entries per loop step of the long-row kernels; a power of 2.
+    - `long_programs`: programs of the long-row kernels.
     - `block_k`: columns of the dense operand per program (product) or per loop step
       (SDDMM); a power of 2.
     - `block_batch`: batch members per program (batched calls); a power of 2.
     - `num_warps`, `num_stages`: Triton's warps per program and software-pipelining stages
       (`None` leaves Triton's own defaults).
 
-    `None` tile fields are filled by `get_default` for the platform, `k` and the batch.
+    `None` tile fields are filled by `get_default` from the platform, the number of
+    columns `k`, the batch and the mean row length.
     """
 
-    block_nnz: int | None = None
+    block_rows: int | None = None
+    lanes: int | None = None
+    row_steps: int | None = None
+    long_lanes: int | None = None
+    long_programs: int | None = None
     block_k: int | None = None
+    block_batch: int | None = None
     num_warps: int | None = None
     num_stages: int | None = None
-    block_batch: int | None = None
 
     def __post_init__(self):
-        for name in ("block_nnz", "block_k", "num_warps", "block_batch"):
+        powers = ("block_rows", "lanes", "long_lanes", "block_k", "block_batch", "num_warps")
+        for name in powers:
             value = getattr(self, name)
             if value is not None and not _is_power_of_two(value):
                 raise ValueError(f"{name}={value} must be a positive power of 2")
-        if self.num_stages is not None and self.num_stages < 1:
-            raise ValueError(f"num_stages={self.num_stages} must be at least 1")
+        for name in ("row_steps", "long_programs", "num_stages"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name}={value} must be at least 1")
 
     @classmethod
-    def get_default(cls, *, platform: str, num_cols: int, batch: int = 1) -> "BlockSizes":
-        """Defaults for a dense operand with `num_cols` columns on `platform`, and `batch`
-        matrices.
+    def get_default(
+        cls, *, platform: str, num_cols: int, batch: int = 1, mean_row_length: float = 8.0
+    ) -> "BlockSizes":
+        """Defaults for a dense operand with `num_cols` columns on `platform`, `batch`
+        matrices, and rows of `mean_row_length` entries on average (`nnz / m`).
 
-        Small `k`: long chunks keep the loads wide; large `k` or a batch: the
-        `(block_batch, block_nnz, block_k)` tile stays about 8192 values.
+        A row's lanes cover its mean length, so most rows take one or two steps; a row
+        counts as long past 8 steps and at least 64 entries. The tiles stay near 2048
+        values.
         """
         _check_platform(platform)
         block_k = min(pl.next_power_of_2(max(num_cols, 1)), 64)
         block_batch = min(pl.next_power_of_2(max(batch, 1)), 8)
-        block_nnz = max(16, min(256, 8192 // (block_k * block_batch)))
-        return cls(block_nnz=block_nnz, block_k=block_k, block_batch=block_batch)
+        lanes = min(pl.next_power_of_2(max(int(-(-mean_row_length // 1)), 1)), 32)
+        rows_budget = _ROWS_TILE // (block_k * block_batch * lanes)
+        block_rows = max(rows_budget, 1)
+        if block_rows < 16:  # keep blocks of at least 16 rows: fewer lanes instead
+            block_rows = 16
+            lanes = max(_ROWS_TILE // (block_k * block_batch * block_rows), 1)
+        return cls(
+            block_rows=block_rows,
+            lanes=lanes,
+            row_steps=max(8, 64 // lanes),
+            long_lanes=max(_LONG_TILE // (block_k * block_batch), 16),
+            long_programs=1024,
+            block_k=block_k,
+            block_batch=block_batch,
+        )
 
-    def filled(self, *, platform: str, num_cols: int, batch: int = 1) -> "BlockSizes":
+    def filled(
+        self, *, platform: str, num_cols: int, batch: int = 1, mean_row_length: float = 8.0
+    ) -> "BlockSizes":
         """These block sizes with `None` tiles taken from `get_default`."""
-        default = self.get_default(platform=platform, num_cols=num_cols, batch=batch)
+        default = self.get_default(
+            platform=platform, num_cols=num_cols, batch=batch, mean_row_length=mean_row_length
+        )
+        tiles = ("block_rows", "lanes", "row_steps", "long_lanes", "long_programs")
+        tiles += ("block_k", "block_batch")
         return dataclasses.replace(
-            self,
-            block_nnz=self.block_nnz or default.block_nnz,
-            block_k=self.block_k or default.block_k,
-            block_batch=self.block_batch or default.block_batch,
+            self, **{name: getattr(self, name) or getattr(default, name) for name in tiles}
         )
 
 
@@ -148,115 +193,495 @@ def _compiler_params(block_sizes: BlockSizes):
     return plgpu.CompilerParams(num_warps=block_sizes.num_warps, num_stages=block_sizes.num_stages)
 
 
-def _matmul_kernel(
-    indptr_ref, indices_ref, data_ref, x_ref, out_ref,
-    *, block_nnz, block_k, block_batch, k, batch, shared_x,
-):  # fmt: skip
-    """Row `program_id(0)`, columns block `program_id(1)`, batch block `program_id(2)`:
-    `data` is `(batch, nnz)`, `x` `(n, k)` if `shared_x` else `(batch, n, k)`, `out`
-    `(batch, m, k)`."""
-    row = pl.program_id(0)
-    # Loads read clamped indices (masked); stores take the unclamped ones, so that no two
-    # lanes of a masked store share an address.
-    out_cols = pl.program_id(1) * block_k + jnp.arange(block_k, dtype=jnp.int32)
-    k_mask = out_cols < k
-    k_cols = jnp.minimum(out_cols, k - 1)
-    out_members = pl.program_id(2) * block_batch + jnp.arange(block_batch, dtype=jnp.int32)
-    member_mask = out_members < batch
-    members = jnp.minimum(out_members, batch - 1)
-    start = indptr_ref[row]
-    end = indptr_ref[row + 1]
-    index_dtype = start.dtype
-    acc_dtype = accumulation_dtype(out_ref.dtype)
-    offsets = jnp.arange(block_nnz, dtype=index_dtype)
-    last = jnp.maximum(end - 1, 0)
+@dataclasses.dataclass(frozen=True)
+class _Tiles:
+    """The static sizes every kernel body needs."""
 
-    def body(step, acc):
-        positions = start + step.astype(index_dtype) * block_nnz + offsets
-        mask = positions < end
-        positions = jnp.minimum(positions, last)
-        cols = plgpu.load(indices_ref.at[positions], mask=mask, other=0)
+    m: int
+    n: int
+    nnz: int
+    k: int
+    batch: int
+    block_rows: int
+    lanes: int
+    row_cap: int
+    long_lanes: int
+    long_programs: int
+    owned: int  # blocks each long-row program owns, rounded up to a power of 2
+    block_k: int
+    block_batch: int
+
+
+def _k_columns(tiles: _Tiles, k_block):
+    """The operand columns of k-block `k_block`: clamped (for loads) and their mask."""
+    cols = k_block * tiles.block_k + jnp.arange(tiles.block_k, dtype=jnp.int32)
+    return jnp.minimum(cols, tiles.k - 1), cols < tiles.k, cols
+
+
+def _members(tiles: _Tiles):
+    """This program's batch members: clamped (for loads), their mask, unclamped (stores)."""
+    out = pl.program_id(2) * tiles.block_batch + jnp.arange(tiles.block_batch, dtype=jnp.int32)
+    return jnp.minimum(out, tiles.batch - 1), out < tiles.batch, out
+
+
+def _block_rows(indptr_ref, tiles: _Tiles, block):
+    """Rows of `block`: their ids (unclamped, for stores), mask, starts and lengths, and
+    whether each row's bounds are invalid (a bad row gets length 0 here; its result is
+    NaN)."""
+    index_dtype = indptr_ref.dtype
+    out_rows = block.astype(index_dtype) * tiles.block_rows
+    out_rows += jnp.arange(tiles.block_rows, dtype=index_dtype)
+    row_mask = out_rows < tiles.m
+    rows = jnp.minimum(out_rows, tiles.m - 1)
+    starts = plgpu.load(indptr_ref.at[rows], mask=row_mask, other=0)
+    ends = plgpu.load(indptr_ref.at[rows + 1], mask=row_mask, other=0)
+    bad = (starts < 0) | (ends > tiles.nnz) | (ends < starts)
+    bad |= (out_rows == 0) & (starts != 0)
+    bad |= (out_rows == tiles.m - 1) & (ends != tiles.nnz)
+    bad &= row_mask
+    return out_rows, row_mask, starts, jnp.where(bad, 0, ends - starts), bad
+
+
+def _gather(ref, batched: bool, members, member_mask, entries, entry_mask, k_cols, k_mask):
+    """`ref[(member,) entry, k_col]` for `entries` of shape `S`: `(block_batch, *S,
+    block_k)` if `batched`, else `(1, *S, block_k)`; masked lanes read nothing."""
+    entries, entry_mask = entries[..., None], entry_mask[..., None]
+    k_cols = k_cols.reshape((1,) * (entries.ndim - 1) + (-1,))
+    k_mask = k_mask.reshape(k_cols.shape)
+    if not batched:
+        return plgpu.load(ref.at[entries, k_cols], mask=entry_mask & k_mask, other=0)[None]
+    lead = (-1,) + (1,) * entries.ndim
+    members, member_mask = members.reshape(lead), member_mask.reshape(lead)
+    mask = member_mask & entry_mask[None] & k_mask[None]
+    return plgpu.load(ref.at[members, entries[None], k_cols[None]], mask=mask, other=0)
+
+
+def _entries(indices_ref, tiles: _Tiles, positions, mask):
+    """Columns of the entries at `positions` (masked lanes: column 0), and which of the
+    unmasked ones lie outside `[0, n)`."""
+    positions = jnp.where(mask, positions, 0)
+    cols = plgpu.load(indices_ref.at[positions], mask=mask, other=0)
+    outside = mask & ((cols < 0) | (cols >= tiles.n))
+    return positions, jnp.where(outside, 0, cols), outside
+
+
+def _distinct(positions, mask, tiles: _Tiles):
+    """Store addresses: `positions`, and past `nnz` a distinct one for each masked lane.
+    A masked lane writes nothing on a GPU, but interpret mode's masked store needs lanes
+    that share no address."""
+    lane = jnp.arange(mask.size, dtype=positions.dtype).reshape(mask.shape)
+    return jnp.where(mask, positions, tiles.nnz + lane)
+
+
+def _poisoned(values, bad):
+    """`values` with NaN where `bad` (broadcast over the trailing axes)."""
+    return jnp.where(bad, jnp.nan, values)
+
+
+def _count_long_rows(long_ref, block, lengths, tiles: _Tiles, bad_rows=None):
+    """Writes how many rows of `block` are long (-1 if `bad_rows` has one); returns the
+    lengths with the long rows' at 0."""
+    is_long = lengths > tiles.row_cap
+    count = jnp.sum(is_long.astype(jnp.int32))
+    if bad_rows is not None:
+        count = jnp.where(jnp.max(bad_rows.astype(jnp.int32)) > 0, -1, count)
+    long_ref[block] = count
+    return jnp.where(is_long, 0, lengths)
+
+
+# ---------------------------------------------------------------------------------------
+# Product `A @ x`
+
+
+def _matmul_rows_kernel(
+    indptr_ref, indices_ref, data_ref, x_ref, out_ref, long_ref, *, tiles: _Tiles, shared_x
+):
+    """Rows block `program_id(0)`, k-block `program_id(1)`, batch block `program_id(2)`:
+    `data` `(batch, nnz)`, `x` `(n, k)` if `shared_x` else `(batch, n, k)`, `out`
+    `(batch, m, k)`; `long_ref` `(blocks,)` counts the rows left to the long-row kernel."""
+    block = pl.program_id(0)
+    k_cols, k_mask, out_k = _k_columns(tiles, pl.program_id(1))
+    members, member_mask, out_members = _members(tiles)
+    out_rows, row_mask, starts, lengths, bad_rows = _block_rows(indptr_ref, tiles, block)
+    lengths = _count_long_rows(long_ref, block, lengths, tiles)
+    lane = jnp.arange(tiles.lanes, dtype=starts.dtype)[None, :]
+    acc_dtype = accumulation_dtype(out_ref.dtype)
+
+    def step(s, carry):
+        acc, bad = carry
+        offset = s.astype(starts.dtype) * tiles.lanes + lane
+        mask = offset < lengths[:, None]
+        positions, cols, outside = _entries(indices_ref, tiles, starts[:, None] + offset, mask)
         vals = plgpu.load(
-            data_ref.at[members[:, None], positions[None, :]],
-            mask=member_mask[:, None] & mask[None, :],
+            data_ref.at[members[:, None, None], positions[None]],
+            mask=member_mask[:, None, None] & mask[None],
             other=0,
         )
-        if shared_x:
-            x_rows = plgpu.load(
-                x_ref.at[cols[:, None], k_cols[None, :]],
-                mask=mask[:, None] & k_mask[None, :],
-                other=0,
-            )[None]
-        else:
-            x_rows = plgpu.load(
-                x_ref.at[members[:, None, None], cols[None, :, None], k_cols[None, None, :]],
-                mask=member_mask[:, None, None] & mask[None, :, None] & k_mask[None, None, :],
+        x_rows = _gather(x_ref, not shared_x, members, member_mask, cols, mask, k_cols, k_mask)
+        products = vals.astype(acc_dtype)[..., None] * x_rows.astype(acc_dtype)
+        return acc + jnp.sum(products, axis=2), bad | (jnp.max(outside.astype(jnp.int32), 1) > 0)
+
+    num_steps = ((jnp.max(lengths) + tiles.lanes - 1) // tiles.lanes).astype(jnp.int32)
+    zeros = jnp.zeros((tiles.block_batch, tiles.block_rows, tiles.block_k), acc_dtype)
+    acc, bad = lax.fori_loop(0, num_steps, step, (zeros, bad_rows))
+    plgpu.store(
+        out_ref.at[out_members[:, None, None], out_rows[None, :, None], out_k[None, None, :]],
+        _poisoned(acc, bad[None, :, None]).astype(out_ref.dtype),
+        mask=member_mask[:, None, None] & row_mask[None, :, None] & k_mask[None, None, :],
+    )
+
+
+def _for_each_long_row(indptr_ref, long_ref, tiles: _Tiles, body, skip=False):
+    """Calls `body(row, start, length)` for every long row of the blocks that this
+    long-row program owns (`program_id(0)`, every `long_programs`-th block); none where
+    `skip` (traced) is true."""
+    blocks_total = pl.cdiv(tiles.m, tiles.block_rows)
+    program = pl.program_id(0)  # read outside the loops: interpret mode needs it there
+    owned = program + tiles.long_programs * jnp.arange(tiles.owned, dtype=jnp.int32)
+    counts = plgpu.load(
+        long_ref.at[jnp.minimum(owned, blocks_total - 1)], mask=owned < blocks_total, other=0
+    )
+    rank = jnp.arange(tiles.block_rows, dtype=jnp.int32)
+
+    def one_block(j, _):
+        count = jnp.maximum(jnp.sum(jnp.where(jnp.arange(tiles.owned) == j, counts, 0)), 0)
+        block = program + tiles.long_programs * j
+
+        def one_row(_, previous):
+            _, _, starts, lengths, _ = _block_rows(indptr_ref, tiles, block)
+            later_long = (lengths > tiles.row_cap) & (rank > previous)
+            row = jnp.min(jnp.where(later_long, rank, tiles.block_rows))
+            start = jnp.sum(jnp.where(rank == row, starts, 0))
+            length = jnp.sum(jnp.where(rank == row, lengths, 0))
+            body(block * tiles.block_rows + row, start, length)
+            return row
+
+        lax.fori_loop(0, count, one_row, jnp.int32(-1))
+        return 0
+
+    lax.fori_loop(0, jnp.where(skip, 0, tiles.owned), one_block, 0)
+
+
+def _matmul_long_rows_kernel(
+    indptr_ref, indices_ref, data_ref, x_ref, long_ref, _, out_ref, *, tiles: _Tiles, shared_x
+):
+    """The rows longer than `row_cap`: program `program_id(0)` walks those of the blocks it
+    owns, `long_lanes` entries per step; `out` is the row-block kernel's output."""
+    k_cols, k_mask, out_k = _k_columns(tiles, pl.program_id(1))
+    members, member_mask, out_members = _members(tiles)
+    acc_dtype = accumulation_dtype(out_ref.dtype)
+
+    def one_row(row, start, length):
+        lane = jnp.arange(tiles.long_lanes, dtype=start.dtype)
+
+        def step(s, carry):
+            acc, bad = carry
+            offset = s.astype(start.dtype) * tiles.long_lanes + lane
+            mask = offset < length
+            positions, cols, outside = _entries(indices_ref, tiles, start + offset, mask)
+            vals = plgpu.load(
+                data_ref.at[members[:, None], positions[None]],
+                mask=member_mask[:, None] & mask[None],
                 other=0,
             )
-        products = vals.astype(acc_dtype)[:, :, None] * x_rows.astype(acc_dtype)
-        return acc + jnp.sum(products, axis=1)
+            x_rows = _gather(x_ref, not shared_x, members, member_mask, cols, mask, k_cols, k_mask)
+            products = vals.astype(acc_dtype)[..., None] * x_rows.astype(acc_dtype)
+            return acc + jnp.sum(products, axis=1), bad | jnp.max(outside.astype(jnp.int32))
 
-    num_steps = ((end - start + block_nnz - 1) // block_nnz).astype(jnp.int32)
-    zeros = jnp.zeros((block_batch, block_k), acc_dtype)
-    acc = lax.fori_loop(0, num_steps, body, zeros)
-    plgpu.store(
-        out_ref.at[out_members[:, None], row, out_cols[None, :]],
-        acc.astype(out_ref.dtype),
-        mask=member_mask[:, None] & k_mask[None, :],
-    )
-
-
-def _sddmm_kernel(
-    rows_ref, indices_ref, g_ref, x_ref, out_ref,
-    *, block_nnz, block_k, block_batch, k, nnz, batch, batched,
-):  # fmt: skip
-    """Entries block `program_id(0)`, batch block `program_id(1)`: `g` and `x` are each
-    `(rows, k)` (shared) or `(batch, rows, k)` per `batched`, `out` `(batch, nnz)`."""
-    out_positions = pl.program_id(0) * block_nnz + jnp.arange(block_nnz, dtype=jnp.int32)
-    mask = out_positions < nnz
-    positions = jnp.minimum(out_positions, nnz - 1)
-    out_members = pl.program_id(1) * block_batch + jnp.arange(block_batch, dtype=jnp.int32)
-    member_mask = out_members < batch
-    members = jnp.minimum(out_members, batch - 1)
-    rows = plgpu.load(rows_ref.at[positions], mask=mask, other=0)
-    cols = plgpu.load(indices_ref.at[positions], mask=mask, other=0)
-    acc_dtype = accumulation_dtype(out_ref.dtype)
-
-    def gathered(ref, is_batched, entries, k_cols, k_mask):
-        if not is_batched:
-            return plgpu.load(
-                ref.at[entries[:, None], k_cols[None, :]],
-                mask=mask[:, None] & k_mask[None, :],
-                other=0,
-            )[None]
-        return plgpu.load(
-            ref.at[members[:, None, None], entries[None, :, None], k_cols[None, None, :]],
-            mask=member_mask[:, None, None] & mask[None, :, None] & k_mask[None, None, :],
-            other=0,
+        num_steps = ((length + tiles.long_lanes - 1) // tiles.long_lanes).astype(jnp.int32)
+        zeros = jnp.zeros((tiles.block_batch, tiles.block_k), acc_dtype)
+        acc, bad = lax.fori_loop(0, num_steps, step, (zeros, jnp.int32(0)))
+        plgpu.store(
+            out_ref.at[out_members[:, None], row, out_k[None, :]],
+            _poisoned(acc, bad > 0).astype(out_ref.dtype),
+            mask=member_mask[:, None] & k_mask[None, :],
         )
 
-    def body(step, acc):
-        k_cols = step * block_k + jnp.arange(block_k, dtype=jnp.int32)
-        k_mask = k_cols < k
-        k_cols = jnp.minimum(k_cols, k - 1)
-        g_rows = gathered(g_ref, batched[0], rows, k_cols, k_mask).astype(acc_dtype)
-        x_rows = gathered(x_ref, batched[1], cols, k_cols, k_mask).astype(acc_dtype)
-        return acc + jnp.sum(g_rows * x_rows, axis=2)
-
-    zeros = jnp.zeros((block_batch, block_nnz), acc_dtype)
-    acc = lax.fori_loop(0, pl.cdiv(k, block_k), body, zeros)
-    plgpu.store(
-        out_ref.at[out_members[:, None], out_positions[None, :]],
-        acc.astype(out_ref.dtype),
-        mask=member_mask[:, None] & mask[None, :],
-    )
+    _for_each_long_row(indptr_ref, long_ref, tiles, one_row)
 
 
-def _resolve(platform, interpret, block_sizes, num_cols, batch=1):
+# ---------------------------------------------------------------------------------------
+# Transposed product `A.T @ g`, scattered with atomic additions
+
+
+def _matmul_t_rows_kernel(
+    indptr_ref, indices_ref, data_ref, g_ref, _, out_ref, long_ref, *, tiles: _Tiles, shared_g
+):
+    """Rows block `program_id(0)` of `A`, k-block `program_id(1)`, batch block
+    `program_id(2)`: adds `data[p] * g[row(p)]` to `out[indices[p]]` for the block's short
+    rows; `out` `(batch, n, k)` starts at zero. `long_ref[block]` is the count of long
+    rows, or -1 if a row's bounds or a column were invalid."""
+    block = pl.program_id(0)
+    k_cols, k_mask, out_k = _k_columns(tiles, pl.program_id(1))
+    members, member_mask, out_members = _members(tiles)
+    out_rows, row_mask, starts, lengths, bad_rows = _block_rows(indptr_ref, tiles, block)
+    is_long = lengths > tiles.row_cap
+    lengths = jnp.where(is_long, 0, lengths)
+    rows = jnp.minimum(out_rows, tiles.m - 1)
+    acc_dtype = accumulation_dtype(out_ref.dtype)
+    g_rows = _gather(g_ref, not shared_g, members, member_mask, rows, row_mask, k_cols, k_mask)
+    g_rows = g_rows.astype(acc_dtype)[:, :, None, :]
+    lane = jnp.arange(tiles.lanes, dtype=starts.dtype)[None, :]
+
+    def step(s, bad):
+        offset = s.astype(starts.dtype) * tiles.lanes + lane
+        mask = offset < lengths[:, None]
+        positions, cols, outside = _entries(indices_ref, tiles, starts[:, None] + offset, mask)
+        vals = plgpu.load(
+            data_ref.at[members[:, None, None], positions[None]],
+            mask=member_mask[:, None, None] & mask[None],
+            other=0,
+        )
+        plgpu.atomic_add(
+            out_ref.at[
+                out_members[:, None, None, None], cols[None, :, :, None], out_k[None, None, None]
+            ],
+            (vals.astype(acc_dtype)[..., None] * g_rows).astype(out_ref.dtype),
+            mask=member_mask[:, None, None, None]
+            & (mask & ~outside)[None, :, :, None]
+            & k_mask[None, None, None],
+        )
+        return bad | jnp.max(outside.astype(jnp.int32))
+
+    num_steps = ((jnp.max(lengths) + tiles.lanes - 1) // tiles.lanes).astype(jnp.int32)
+    bad = lax.fori_loop(0, num_steps, step, jnp.max(bad_rows.astype(jnp.int32)))
+    long_ref[block] = jnp.where(bad > 0, -1, jnp.sum(is_long.astype(jnp.int32)))
+
+
+def _matmul_t_long_rows_kernel(
+    indptr_ref, indices_ref, data_ref, g_ref, long_ref, invalid_ref, _, out_ref, *, tiles, shared_g
+):
+    """The long rows of `A`, `long_lanes` entries per step, scattered into the row-block
+    kernel's output `out`; or, where `invalid_ref[0]` says a bound or a column was invalid,
+    NaN over all of `out`: where such entries belong is not defined."""
+    k_cols, k_mask, out_k = _k_columns(tiles, pl.program_id(1))
+    members, member_mask, out_members = _members(tiles)
+    acc_dtype = accumulation_dtype(out_ref.dtype)
+    program = pl.program_id(0)
+
+    def one_row(row, start, length):
+        lane = jnp.arange(tiles.long_lanes, dtype=start.dtype)
+        row_ids = jnp.full((1,), row, jnp.int32)
+        g_row = _gather(
+            g_ref, not shared_g, members, member_mask, row_ids, row_ids >= 0, k_cols, k_mask
+        )
+        g_row = g_row.astype(acc_dtype)
+
+        def step(s, bad):
+            offset = s.astype(start.dtype) * tiles.long_lanes + lane
+            mask = offset < length
+            positions, cols, outside = _entries(indices_ref, tiles, start + offset, mask)
+            vals = plgpu.load(
+                data_ref.at[members[:, None], positions[None]],
+                mask=member_mask[:, None] & mask[None],
+                other=0,
+            )
+            plgpu.atomic_add(
+                out_ref.at[out_members[:, None, None], cols[None, :, None], out_k[None, None]],
+                (vals.astype(acc_dtype)[..., None] * g_row).astype(out_ref.dtype),
+                mask=member_mask[:, None, None]
+                & (mask & ~outside)[None, :, None]
+                & k_mask[None, None],
+            )
+            return bad
+
+        num_steps = ((length + tiles.long_lanes - 1) // tiles.long_lanes).astype(jnp.int32)
+        lax.fori_loop(0, num_steps, step, 0)
+
+    invalid = invalid_ref[0] > 0
+    _for_each_long_row(indptr_ref, long_ref, tiles, one_row, skip=invalid)
+    share = pl.cdiv(tiles.n, tiles.long_programs)
+    lane = jnp.arange(tiles.long_lanes, dtype=jnp.int32)
+
+    def poison(s, _):
+        offset = s * tiles.long_lanes + lane
+        rows = program * share + offset
+        mask = (offset < share) & (rows < tiles.n)
+        nans = jnp.full(
+            (tiles.block_batch, tiles.long_lanes, tiles.block_k), jnp.nan, out_ref.dtype
+        )
+        plgpu.store(
+            out_ref.at[out_members[:, None, None], rows[None, :, None], out_k[None, None]],
+            nans,
+            mask=member_mask[:, None, None] & mask[None, :, None] & k_mask[None, None],
+        )
+        return 0
+
+    lax.fori_loop(0, jnp.where(invalid, pl.cdiv(share, tiles.long_lanes), 0), poison, 0)
+
+
+# ---------------------------------------------------------------------------------------
+# Sampled product `out[p] = g[row(p)] . x[indices[p]]`
+
+
+def _sddmm_rows_kernel(
+    indptr_ref, indices_ref, g_ref, x_ref, out_ref, long_ref, *, tiles: _Tiles, batched
+):
+    """Rows block `program_id(0)`, batch block `program_id(2)` (`program_id(1)` is 0): `g`
+    and `x` are `(rows, k)` (shared) or `(batch, rows, k)` per `batched`, `out`
+    `(batch, nnz)`; `long_ref` as the product's."""
+    block = pl.program_id(0)
+    members, member_mask, out_members = _members(tiles)
+    out_rows, row_mask, starts, lengths, bad_rows = _block_rows(indptr_ref, tiles, block)
+    lengths = _count_long_rows(long_ref, block, lengths, tiles, bad_rows)
+    rows = jnp.minimum(out_rows, tiles.m - 1).astype(jnp.int32)
+    lane = jnp.arange(tiles.lanes, dtype=starts.dtype)[None, :]
+    acc_dtype = accumulation_dtype(out_ref.dtype)
+
+    def step(s, _):
+        offset = s.astype(starts.dtype) * tiles.lanes + lane
+        mask = offset < lengths[:, None]
+        positions, cols, outside = _entries(indices_ref, tiles, starts[:, None] + offset, mask)
+
+        def k_step(kb, acc):
+            k_cols, k_mask, _ = _k_columns(tiles, kb)
+            g_rows = _gather(
+                g_ref, batched[0], members, member_mask, rows, row_mask, k_cols, k_mask
+            )
+            x_rows = _gather(x_ref, batched[1], members, member_mask, cols, mask, k_cols, k_mask)
+            products = g_rows.astype(acc_dtype)[:, :, None, :] * x_rows.astype(acc_dtype)
+            return acc + jnp.sum(products, axis=3)
+
+        zeros = jnp.zeros((tiles.block_batch, tiles.block_rows, tiles.lanes), acc_dtype)
+        acc = lax.fori_loop(0, pl.cdiv(tiles.k, tiles.block_k), k_step, zeros)
+        plgpu.store(
+            out_ref.at[out_members[:, None, None], _distinct(positions, mask, tiles)[None]],
+            _poisoned(acc, outside[None]).astype(out_ref.dtype),
+            mask=member_mask[:, None, None] & mask[None],
+        )
+        return 0
+
+    num_steps = ((jnp.max(lengths) + tiles.lanes - 1) // tiles.lanes).astype(jnp.int32)
+    lax.fori_loop(0, num_steps, step, 0)
+
+
+def _sddmm_long_rows_kernel(
+    indptr_ref, indices_ref, g_ref, x_ref, long_ref, invalid_ref, _, out_ref, *, tiles, batched
+):
+    """The entries of rows longer than `row_cap`, `long_lanes` per step, into the row-block
+    kernel's output `out`; or, where `invalid_ref[0]` says a row's bounds are invalid,
+    NaN over every entry: which entries such a row claims is not defined."""
+    members, member_mask, out_members = _members(tiles)
+    acc_dtype = accumulation_dtype(out_ref.dtype)
+
+    def one_row(row, start, length):
+        lane = jnp.arange(tiles.long_lanes, dtype=start.dtype)
+        g_row = jnp.full((1,), row, jnp.int32)
+        row_mask = jnp.full((1,), True)
+
+        def step(s, _):
+            offset = s.astype(start.dtype) * tiles.long_lanes + lane
+            mask = offset < length
+            positions, cols, outside = _entries(indices_ref, tiles, start + offset, mask)
+
+            def k_step(kb, acc):
+                k_cols, k_mask, _ = _k_columns(tiles, kb)
+                g_rows = _gather(
+                    g_ref, batched[0], members, member_mask, g_row, row_mask, k_cols, k_mask
+                )
+                x_rows = _gather(
+                    x_ref, batched[1], members, member_mask, cols, mask, k_cols, k_mask
+                )
+                return acc + jnp.sum(g_rows.astype(acc_dtype) * x_rows.astype(acc_dtype), axis=2)
+
+            zeros = jnp.zeros((tiles.block_batch, tiles.long_lanes), acc_dtype)
+            acc = lax.fori_loop(0, pl.cdiv(tiles.k, tiles.block_k), k_step, zeros)
+            plgpu.store(
+                out_ref.at[out_members[:, None], _distinct(positions, mask, tiles)[None]],
+                _poisoned(acc, outside[None]).astype(out_ref.dtype),
+                mask=member_mask[:, None] & mask[None],
+            )
+            return 0
+
+        num_steps = ((length + tiles.long_lanes - 1) // tiles.long_lanes).astype(jnp.int32)
+        lax.fori_loop(0, num_steps, step, 0)
+
+    invalid = invalid_ref[0] > 0
+    _for_each_long_row(indptr_ref, long_ref, tiles, one_row, skip=invalid)
+    share = pl.cdiv(tiles.nnz, tiles.long_programs)
+    lane = jnp.arange(tiles.long_lanes, dtype=jnp.int32)
+    program = pl.program_id(0)
+
+    def poison(s, _):
+        offset = s * tiles.long_lanes + lane
+        positions = program * share + offset
+        mask = (offset < share) & (positions < tiles.nnz)
+        nans = jnp.full((tiles.block_batch, tiles.long_lanes), jnp.nan, out_ref.dtype)
+        plgpu.store(
+            out_ref.at[out_members[:, None], _distinct(positions, mask, tiles)[None]],
+            nans,
+            mask=member_mask[:, None] & mask[None],
+        )
+        return 0
+
+    poison_steps = jnp.where(invalid, pl.cdiv(share, tiles.long_lanes), 0)
+    lax.fori_loop(0, poison_steps, poison, 0)
+
+
+# ---------------------------------------------------------------------------------------
+# Wrappers
+
+
+def _tiles(platform, interpret, block_sizes, *, shape, nnz, k, batch) -> tuple[_Tiles, BlockSizes]:
     if platform is None:
         platform = "cpu" if interpret else "cuda"
     _check_platform(platform)
-    return (block_sizes or BlockSizes()).filled(platform=platform, num_cols=num_cols, batch=batch)
+    m, n = shape
+    block_sizes = (block_sizes or BlockSizes()).filled(
+        platform=platform, num_cols=k, batch=batch, mean_row_length=nnz / max(m, 1)
+    )
+    blocks = pl.cdiv(m, block_sizes.block_rows)
+    long_programs = min(block_sizes.long_programs, blocks)
+    tiles = _Tiles(
+        m=m,
+        n=n,
+        nnz=nnz,
+        k=k,
+        batch=batch,
+        block_rows=block_sizes.block_rows,
+        lanes=block_sizes.lanes,
+        row_cap=block_sizes.lanes * block_sizes.row_steps,
+        long_lanes=block_sizes.long_lanes,
+        long_programs=long_programs,
+        owned=pl.next_power_of_2(pl.cdiv(blocks, long_programs)),
+        block_k=block_sizes.block_k,
+        block_batch=block_sizes.block_batch if batch > 1 else 1,
+    )
+    return tiles, block_sizes
+
+
+def _two_kernels(rows_kernel, long_kernel, operands, out_shape, tiles, k_blocks, options, **extra):
+    """The row-block kernel, then the long-row kernel writing into its output.
+
+    `extra`: `poison_all=True` gives the long-row kernel, after the counts of long rows,
+    whether any block was invalid (a count of -1); `initial=array` is the row-block
+    kernel's output before it runs (it takes it after `operands`, aliased)."""
+    interpret, block_sizes, name = options
+    blocks = pl.cdiv(tiles.m, tiles.block_rows)
+    batch_blocks = pl.cdiv(tiles.batch, tiles.block_batch)
+    params = _compiler_params(block_sizes)
+    initial = (extra["initial"],) if "initial" in extra else ()
+    out, long_rows = pl.pallas_call(
+        rows_kernel,
+        grid=(blocks, k_blocks, batch_blocks),
+        out_shape=(out_shape, jax.ShapeDtypeStruct((blocks,), jnp.int32)),
+        input_output_aliases={len(operands): 0} if initial else {},
+        compiler_params=params,
+        interpret=interpret,
+        name=f"{name}_rows",
+    )(*operands, *initial)
+    flags = (long_rows,)
+    if extra.get("poison_all"):
+        flags += ((jnp.min(long_rows, keepdims=True) < 0).astype(jnp.int32),)
+    return pl.pallas_call(
+        long_kernel,
+        grid=(tiles.long_programs, k_blocks, batch_blocks),
+        out_shape=out_shape,
+        input_output_aliases={len(operands) + len(flags): 0},
+        compiler_params=params,
+        interpret=interpret,
+        name=f"{name}_long_rows",
+    )(*operands, *flags, out)
 
 
 def csr_matmul_triton(
@@ -283,36 +708,42 @@ def csr_matmul_triton(
       interpreting, else `"cuda"`.
     - `block_sizes`: `None` fields take `BlockSizes.get_default`.
 
-    **Returns:** `(m, k)` array in `x`'s dtype (`(B, m, k)` for a batch).
+    **Returns:** `(m, k)` array in `x`'s dtype (`(B, m, k)` for a batch); NaN in the rows
+    of an invalid structure (see the module docstring).
     """
     m, n = shape
     check_structure(data, indices, indptr, shape)
     batch = data.shape[0] if data.ndim == 2 else None
     check_dense("x", x, n, data.dtype, batch)
-    k = x.shape[-1]
+    k, nnz = x.shape[-1], indices.shape[0]
     lead = data.shape[:-1]
-    block_sizes = _resolve(platform, interpret, block_sizes, k, batch or 1)
-    if m == 0 or k == 0 or data.shape[-1] == 0 or n == 0 or 0 in lead:
+    if m == 0 or k == 0 or nnz == 0 or n == 0 or 0 in lead:
         return jnp.zeros((*lead, m, k), x.dtype)
-    block_batch = block_sizes.block_batch if batch else 1
-    kernel = functools.partial(
-        _matmul_kernel,
-        block_nnz=block_sizes.block_nnz,
-        block_k=block_sizes.block_k,
-        block_batch=block_batch,
-        k=k,
-        batch=batch or 1,
-        shared_x=x.ndim == 2,
+    tiles, block_sizes = _tiles(
+        platform, interpret, block_sizes, shape=shape, nnz=nnz, k=k, batch=batch or 1
     )
-    out = pl.pallas_call(
-        kernel,
-        grid=(m, pl.cdiv(k, block_sizes.block_k), pl.cdiv(batch or 1, block_batch)),
-        out_shape=jax.ShapeDtypeStruct((batch or 1, m, k), x.dtype),
-        compiler_params=_compiler_params(block_sizes),
-        interpret=interpret,
-        name="csr_matmul",
-    )(indptr, indices, data.reshape(batch or 1, -1), x)
+    kernels = (
+        functools.partial(kernel, tiles=tiles, shared_x=x.ndim == 2)
+        for kernel in (_matmul_rows_kernel, _matmul_long_rows_kernel)
+    )
+    out = _two_kernels(
+        *kernels,
+        (indptr, indices, data.reshape(batch or 1, -1), x),
+        jax.ShapeDtypeStruct((batch or 1, m, k), x.dtype),
+        tiles,
+        pl.cdiv(k, tiles.block_k),
+        (interpret, block_sizes, "csr_matmul"),
+    )
     return out if batch else out[0]
+
+
+def _scatters_with_atomics(dtype, interpret: bool) -> bool:
+    """Whether the transposed product scatters with atomic additions: on a GPU for float32
+    and float64 (the dtypes with hardware atomic addition), unless `JAXSPARSE_DETERMINISTIC`
+    is `1`. Interpret mode has no masked atomics: it sorts."""
+    if interpret or os.environ.get(DETERMINISTIC_ENV_VAR) == "1":
+        return False
+    return jnp.dtype(dtype) in (jnp.float32, jnp.float64)
 
 
 def csr_matmul_t_triton(
@@ -326,23 +757,55 @@ def csr_matmul_t_triton(
     platform: str | None = None,
     block_sizes: BlockSizes | None = None,
 ) -> jax.Array:
-    """`Y = A.T @ g`: the product kernel on the transposed structure, built in XLA.
+    """`Y = A.T @ g`: on a GPU for float32 and float64 a scatter of every entry's
+    `data[p] * g[row(p)]` into `Y[indices[p]]` with atomic additions, so its bits may vary
+    from run to run (the order of the additions does); otherwise, or with
+    `JAXSPARSE_DETERMINISTIC=1`, the product kernels on the transposed structure, built in
+    XLA by a sort per call (deterministic).
 
     **Arguments:** as `csr_matmul_triton`, with `g` the `(m, k)` operand.
 
-    **Returns:** `(n, k)` array in `g`'s dtype (`(B, n, k)` for a batch).
+    **Returns:** `(n, k)` array in `g`'s dtype (`(B, n, k)` for a batch); NaN everywhere
+    for an invalid structure.
     """
-    return matmul_t_by_transposed_structure(
-        csr_matmul_triton,
-        data,
-        g,
-        indices,
-        indptr,
-        shape=shape,
-        interpret=interpret,
-        platform=platform,
-        block_sizes=block_sizes,
+    if not _scatters_with_atomics(data.dtype, interpret):
+        return matmul_t_by_transposed_structure(
+            csr_matmul_triton,
+            data,
+            g,
+            indices,
+            indptr,
+            shape=shape,
+            interpret=interpret,
+            platform=platform,
+            block_sizes=block_sizes,
+        )
+    m, n = shape
+    check_structure(data, indices, indptr, shape)
+    batch = data.shape[0] if data.ndim == 2 else None
+    check_dense("g", g, m, data.dtype, batch)
+    k, nnz = g.shape[-1], indices.shape[0]
+    lead = data.shape[:-1]
+    if m == 0 or k == 0 or nnz == 0 or n == 0 or 0 in lead:
+        return jnp.zeros((*lead, n, k), g.dtype)
+    tiles, block_sizes = _tiles(
+        platform, interpret, block_sizes, shape=shape, nnz=nnz, k=k, batch=batch or 1
     )
+    kernels = (
+        functools.partial(kernel, tiles=tiles, shared_g=g.ndim == 2)
+        for kernel in (_matmul_t_rows_kernel, _matmul_t_long_rows_kernel)
+    )
+    out = _two_kernels(
+        *kernels,
+        (indptr, indices, data.reshape(batch or 1, -1), g),
+        jax.ShapeDtypeStruct((batch or 1, n, k), g.dtype),
+        tiles,
+        pl.cdiv(k, tiles.block_k),
+        (interpret, block_sizes, "csr_matmul_t"),
+        poison_all=True,
+        initial=jnp.zeros((batch or 1, n, k), g.dtype),
+    )
+    return out if batch else out[0]
 
 
 def csr_sddmm_triton(
@@ -362,33 +825,30 @@ def csr_sddmm_triton(
     **Arguments:** `g`: `(m, k)`; `x`: `(n, k)`, same dtype; the rest as `csr_matmul_triton`.
 
     **Returns:** `(nnz,)` array in `g`'s dtype (`(B, nnz)` if `g` or `x` is a `(B, rows, k)`
-    batch).
+    batch); NaN for the entries of an invalid structure's rows.
     """
     check_sddmm(g, x, indices, indptr, shape)
     nnz, k = indices.shape[0], g.shape[-1]
     batch = next((a.shape[0] for a in (g, x) if a.ndim == 3), None)
     lead = (batch,) if batch is not None else ()
-    block_sizes = _resolve(platform, interpret, block_sizes, k, batch or 1)
-    if nnz == 0 or k == 0 or 0 in lead:
+    if nnz == 0 or 0 in lead:
         return jnp.zeros((*lead, nnz), g.dtype)
-    block_nnz = block_sizes.block_nnz
-    block_batch = block_sizes.block_batch if batch else 1
-    kernel = functools.partial(
-        _sddmm_kernel,
-        block_nnz=block_nnz,
-        block_k=block_sizes.block_k,
-        block_batch=block_batch,
-        k=k,
-        nnz=nnz,
-        batch=batch or 1,
-        batched=(g.ndim == 3, x.ndim == 3),
+    if k == 0 or shape[0] == 0:
+        return jnp.zeros((*lead, nnz), g.dtype)
+    tiles, block_sizes = _tiles(
+        platform, interpret, block_sizes, shape=shape, nnz=nnz, k=k, batch=batch or 1
     )
-    out = pl.pallas_call(
-        kernel,
-        grid=(pl.cdiv(nnz, block_nnz), pl.cdiv(batch or 1, block_batch)),
-        out_shape=jax.ShapeDtypeStruct((batch or 1, nnz), g.dtype),
-        compiler_params=_compiler_params(block_sizes),
-        interpret=interpret,
-        name="csr_sddmm",
-    )(row_ids(indptr, nnz), indices, g, x)
+    kernels = (
+        functools.partial(kernel, tiles=tiles, batched=(g.ndim == 3, x.ndim == 3))
+        for kernel in (_sddmm_rows_kernel, _sddmm_long_rows_kernel)
+    )
+    out = _two_kernels(
+        *kernels,
+        (indptr, indices, g, x),
+        jax.ShapeDtypeStruct((batch or 1, nnz), g.dtype),
+        tiles,
+        1,
+        (interpret, block_sizes, "csr_sddmm"),
+        poison_all=True,
+    )
     return out if batch else out[0]
