@@ -108,8 +108,13 @@ def _gpu_families() -> tuple[str, ...]:
     return tuple(f for f in _backend.PREFERENCES["auto", "cuda"] if f != "xla")
 
 
-def _jaxsparse_rows(fmt, matrix, x, with_xla: bool) -> list[dict]:
-    """One row per GPU kernel family that takes this product (then `xla`, if asked)."""
+def _relative_error(got, want) -> float:
+    return float(np.linalg.norm(np.asarray(got, np.float64) - want) / np.linalg.norm(want))
+
+
+def _jaxsparse_rows(fmt, matrix, x, with_xla: bool, expected) -> list[dict]:
+    """One row per GPU kernel family that takes this product (then `xla`, if asked), with
+    its relative error against `expected` (scipy, float64)."""
     rows = []
     table = _backend.PREFERENCES
     for family in (*_gpu_families(), *(("xla",) if with_xla else ())):
@@ -120,6 +125,7 @@ def _jaxsparse_rows(fmt, matrix, x, with_xla: bool) -> list[dict]:
             product = functools.partial(js.matmul, backend=backend)
             times = _product_times(product, matrix, x)
             times["gradient_s"] = _gradient_time(matrix, x, backend)
+            times["relative_error"] = _relative_error(jax.jit(product)(matrix, x), expected)
         except TypeError as declined:
             rows.append({"system": f"jaxsparse {family}", "declined": str(declined)[:120]})
             continue
@@ -199,7 +205,8 @@ def run(rows: int, ks=(1, 8, 64), with_xla: bool = False) -> dict:
             x = jnp.asarray(rng.standard_normal((csr.shape[1], k)), jnp.float32)
             case = {"matrix": name, "format": fmt, "rows": csr.shape[0], "nnz": csr.nnz, "k": k}
             case["bytes"] = _ideal_bytes(fmt, scipy_matrix if fmt == "dia" else csr, k)
-            systems = _jaxsparse_rows(fmt, matrix, x, with_xla)
+            expected = csr.astype(np.float64) @ np.asarray(x, np.float64)
+            systems = _jaxsparse_rows(fmt, matrix, x, with_xla, expected)
             systems.append(_bcsr_row(csr, x))
             cupy_row = _cupy_row(csr, x)
             if cupy_row:
@@ -239,13 +246,13 @@ def _print_case(case, copy_gbs):
 
 def summary(results) -> list[str]:
     """One line per case: jaxsparse's fastest family against cuSPARSE (CuPy) and BCSR,
-    the share of the measured copy bandwidth, and the gradient step over the product
-    (both single calls)."""
+    the share of the measured copy bandwidth, the gradient step over the product (both
+    single calls), and the product's relative error against scipy."""
     lines = [
         f"{results['device']}, JAX {results['jax']}, {results['date']}; "
         f"copy {results['copy_gbs']:.0f} GB/s",
         f"{'matrix':<22}{'k':>4}{'ours us':>10}{'CuPy us':>10}{'BCSR us':>10}"
-        f"{'vs CuPy':>9}{'vs best':>9}{'% copy':>8}{'grad/prod':>11}",
+        f"{'vs CuPy':>9}{'vs best':>9}{'% copy':>8}{'grad/prod':>11}{'rel err':>9}",
     ]
     for case in results["cases"]:
         ours = [s for s in case["systems"] if s["system"].startswith("jaxsparse") and "loop_s" in s]
@@ -266,6 +273,7 @@ def summary(results) -> list[str]:
             f"{name:<22}{case['k']:>4}{best['loop_s'] * 1e6:>10.1f}{cupy_us:>10}"
             f"{bcsr_s * 1e6:>10.1f}{vs_cupy:>9}{fastest_other / best['loop_s']:>9.2f}"
             f"{100 * gbs / results['copy_gbs']:>8.0f}{grad:>11.2f}"
+            f"{best.get('relative_error', float('nan')):>9.1e}"
         )
     return lines
 

@@ -46,6 +46,8 @@ def variants(default: BlockSizes, k: int) -> dict[str, BlockSizes]:
             "row steps /2": change(row_steps=max(default.row_steps // 2, 1)),
             "row steps x2": change(row_steps=default.row_steps * 2),
             "long lanes /4": change(long_lanes=max(default.long_lanes // 4, 16)),
+            "long programs x4": change(long_programs=default.long_programs * 4),
+            "long programs /4": change(long_programs=max(default.long_programs // 4, 1)),
         }
     return found
 

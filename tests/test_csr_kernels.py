@@ -301,3 +301,35 @@ def test_invalid_structures_on_the_gpu_give_nan_rows(name):
     np.testing.assert_allclose(got, _expected_rows(indptr, indices, x, bad_rows), rtol=1e-5)
     # The device is still usable afterwards.
     np.testing.assert_allclose(np.asarray(jnp.ones(3) + 1), 2.0)
+
+
+@pytest.mark.parametrize("k", [1, 8])
+def test_long_and_short_rows_on_the_default_device(k):
+    """Rows of 0 to 3000 entries through `js.matmul` and its gradient with the default
+    tiles: on a GPU the Triton kernels (row blocks and the long-row kernels), elsewhere
+    what `"auto"` runs there."""
+    import jaxsparse as js
+
+    rng = np.random.default_rng(5)
+    lengths = np.concatenate([rng.integers(0, 12, 500), [3000, 700, 0, 65, 129, 2000]])
+    rng.shuffle(lengths)
+    m, n = lengths.size, 4000
+    columns = [np.sort(rng.choice(n, length, replace=False)) for length in lengths]
+    indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    indices = np.concatenate(columns).astype(np.int32)
+    twin = sp.csr_array((rng.standard_normal(indptr[-1]), indices, indptr), shape=(m, n))
+    x = rng.standard_normal((n, k))
+    g = rng.standard_normal((m, k))
+    matrix = js.CSRMatrix.from_scipy(twin.astype(np.float32))
+    x32, g32 = jnp.asarray(x, jnp.float32), jnp.asarray(g, jnp.float32)
+
+    def loss(data, x):
+        return jnp.sum(js.matmul(matrix.with_data(data), x) * g32)
+
+    y = jax.jit(js.matmul)(matrix, x32)
+    d_data, d_x = jax.jit(jax.grad(loss, argnums=(0, 1)))(matrix.data, x32)
+    tol = tolerance(jnp.float32)
+    np.testing.assert_allclose(y, twin @ x, rtol=tol, atol=tol * 10)
+    np.testing.assert_allclose(d_x, twin.T @ g, rtol=tol, atol=tol * 10)
+    rows = np.repeat(np.arange(m), lengths)
+    np.testing.assert_allclose(d_data, np.sum(g[rows] * x[indices], 1), rtol=tol, atol=tol * 10)

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # `make gpu-check`, on a machine with a GPU whose Python already has JAX for it: install in
 # place, the suite with "auto" on the GPU, the CPU-behaviour tests with JAX on the CPU, the
-# CSR tile sweep, then the GPU benchmark, whose summary table prints last. Every phase runs
-# even when one before it failed (a short GPU lease should bring back all it can); the
-# exit status says whether all passed. Logs and the benchmark's JSON go to $GPU_CHECK_LOGS.
+# CSR tile sweep if GPU_CHECK_SWEEP=1, then the GPU benchmark, whose summary table prints
+# last. Every phase runs even when one before it failed (a short GPU lease should bring
+# back all it can); the exit status says whether all passed. Logs and the benchmark's
+# JSON go to $GPU_CHECK_LOGS.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 python=${GPU_PYTHON:-python3}
@@ -28,7 +29,9 @@ phase gpu-tests env XLA_PYTHON_CLIENT_PREALLOCATE=false \
     "$python" -m pytest -q -n "$workers" -p no:cacheprovider -m "not on_cpu"
 phase cpu-tests env JAX_PLATFORMS=cpu \
     "$python" -m pytest -q -n "$workers" -p no:cacheprovider -m on_cpu
-phase csr-tiles "$python" benchmarks/gpu_csr_tiles.py
+if [[ ${GPU_CHECK_SWEEP:-0} == 1 ]]; then
+    phase csr-tiles "$python" benchmarks/gpu_csr_tiles.py
+fi
 phase benchmark "$python" benchmarks/gpu.py --out "$logs/gpu.json"
 echo "=== total $SECONDS s"
 sed -n '/^== summary/,$p' "$logs/benchmark.log"

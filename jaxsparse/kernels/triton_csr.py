@@ -285,7 +285,7 @@ def _count_long_rows(long_ref, block, lengths, tiles: _Tiles, bad_rows=None):
     count = jnp.sum(is_long.astype(jnp.int32))
     if bad_rows is not None:
         count = jnp.where(jnp.max(bad_rows.astype(jnp.int32)) > 0, -1, count)
-    long_ref[block] = count
+    long_ref[block] = count.astype(jnp.int32)
     return jnp.where(is_long, 0, lengths)
 
 
@@ -345,21 +345,22 @@ def _for_each_long_row(indptr_ref, long_ref, tiles: _Tiles, body, skip=False):
 
     def one_block(j, _):
         count = jnp.maximum(jnp.sum(jnp.where(jnp.arange(tiles.owned) == j, counts, 0)), 0)
+        count = jnp.where(skip, 0, count)
         block = program + tiles.long_programs * j
 
         def one_row(_, previous):
             _, _, starts, lengths, _ = _block_rows(indptr_ref, tiles, block)
             later_long = (lengths > tiles.row_cap) & (rank > previous)
             row = jnp.min(jnp.where(later_long, rank, tiles.block_rows))
-            start = jnp.sum(jnp.where(rank == row, starts, 0))
-            length = jnp.sum(jnp.where(rank == row, lengths, 0))
+            start = jnp.sum(jnp.where(rank == row, starts, 0)).astype(starts.dtype)
+            length = jnp.sum(jnp.where(rank == row, lengths, 0)).astype(starts.dtype)
             body(block * tiles.block_rows + row, start, length)
             return row
 
-        lax.fori_loop(0, count, one_row, jnp.int32(-1))
+        lax.fori_loop(0, count.astype(jnp.int32), one_row, jnp.int32(-1))
         return 0
 
-    lax.fori_loop(0, jnp.where(skip, 0, tiles.owned), one_block, 0)
+    lax.fori_loop(0, tiles.owned, one_block, 0)
 
 
 def _matmul_long_rows_kernel(
@@ -433,9 +434,8 @@ def _matmul_t_rows_kernel(
             other=0,
         )
         plgpu.atomic_add(
-            out_ref.at[
-                out_members[:, None, None, None], cols[None, :, :, None], out_k[None, None, None]
-            ],
+            out_ref,
+            (out_members[:, None, None, None], cols[None, :, :, None], out_k[None, None, None]),
             (vals.astype(acc_dtype)[..., None] * g_rows).astype(out_ref.dtype),
             mask=member_mask[:, None, None, None]
             & (mask & ~outside)[None, :, :, None]
@@ -445,7 +445,7 @@ def _matmul_t_rows_kernel(
 
     num_steps = ((jnp.max(lengths) + tiles.lanes - 1) // tiles.lanes).astype(jnp.int32)
     bad = lax.fori_loop(0, num_steps, step, jnp.max(bad_rows.astype(jnp.int32)))
-    long_ref[block] = jnp.where(bad > 0, -1, jnp.sum(is_long.astype(jnp.int32)))
+    long_ref[block] = jnp.where(bad > 0, -1, jnp.sum(is_long.astype(jnp.int32))).astype(jnp.int32)
 
 
 def _matmul_t_long_rows_kernel(
@@ -477,7 +477,8 @@ def _matmul_t_long_rows_kernel(
                 other=0,
             )
             plgpu.atomic_add(
-                out_ref.at[out_members[:, None, None], cols[None, :, None], out_k[None, None]],
+                out_ref,
+                (out_members[:, None, None], cols[None, :, None], out_k[None, None]),
                 (vals.astype(acc_dtype)[..., None] * g_row).astype(out_ref.dtype),
                 mask=member_mask[:, None, None]
                 & (mask & ~outside)[None, :, None]
@@ -507,7 +508,8 @@ def _matmul_t_long_rows_kernel(
         )
         return 0
 
-    lax.fori_loop(0, jnp.where(invalid, pl.cdiv(share, tiles.long_lanes), 0), poison, 0)
+    poison_steps = invalid.astype(jnp.int32) * pl.cdiv(share, tiles.long_lanes)
+    lax.fori_loop(0, poison_steps, poison, 0)
 
 
 # ---------------------------------------------------------------------------------------
@@ -614,7 +616,7 @@ def _sddmm_long_rows_kernel(
         )
         return 0
 
-    poison_steps = jnp.where(invalid, pl.cdiv(share, tiles.long_lanes), 0)
+    poison_steps = invalid.astype(jnp.int32) * pl.cdiv(share, tiles.long_lanes)
     lax.fori_loop(0, poison_steps, poison, 0)
 
 
