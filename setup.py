@@ -8,6 +8,7 @@ products run on the XLA path with one warning (`jaxsparse/kernels/_native_librar
 """
 
 import importlib.util
+import os
 import pathlib
 import platform
 
@@ -39,6 +40,10 @@ def native_extension(module: str, flags: list[str]) -> Extension:
 extensions = [native_extension("_native_ffi", [])]
 if platform.machine().lower() in ("x86_64", "amd64"):
     extensions.append(native_extension("_native_ffi_avx2", ["-mavx2", "-mfma"]))
+# JAXSPARSE_BUILD_NATIVE=0 installs without the CPU kernels (CPU products then run on the
+# XLA path): a quick install where only accelerators run products.
+if os.environ.get("JAXSPARSE_BUILD_NATIVE") == "0":
+    extensions = []
 
 
 class BuildEachExtensionApart(build_ext):

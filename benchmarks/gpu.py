@@ -179,7 +179,7 @@ def copy_bandwidth(nbytes: int = 2**30) -> float:
     return 2 * nbytes / seconds / 1e9
 
 
-def run(rows: int, ks=(1, 8, 64), with_xla: bool = False) -> dict:
+def run(rows: int, ks=(1, 8, 64), with_xla: bool = False, formats=("dia", "csr")) -> dict:
     device = jax.devices()[0]
     peak = next((v for key, v in PEAK_TBS.items() if key in device.device_kind), None)
     results = {
@@ -194,7 +194,7 @@ def run(rows: int, ks=(1, 8, 64), with_xla: bool = False) -> dict:
     }
     print(f"{device.device_kind}, JAX {jax.__version__}; copy {results['copy_gbs']:.0f} GB/s")
     rng = np.random.default_rng(0)
-    for name, fmt, build in KINDS:
+    for name, fmt, build in (kind for kind in KINDS if kind[1] in formats):
         scipy_matrix = _normalized(build(rows, rng))
         csr = scipy.sparse.csr_array(scipy_matrix)
         if fmt == "dia":
@@ -284,12 +284,18 @@ def main():
     parser.add_argument("--ks", default="1,8,64", help="columns of the dense operand")
     parser.add_argument("--out", type=pathlib.Path, default=None)
     parser.add_argument("--with-xla", action="store_true", help="also time the xla backend")
+    parser.add_argument("--formats", default="dia,csr", help="the formats to time")
     args = parser.parse_args()
     if jax.default_backend() != "gpu":
         sys.exit(
             f"benchmarks/gpu.py needs a GPU; JAX's default backend is {jax.default_backend()!r}."
         )
-    results = run(args.rows, ks=tuple(int(k) for k in args.ks.split(",")), with_xla=args.with_xla)
+    results = run(
+        args.rows,
+        ks=tuple(int(k) for k in args.ks.split(",")),
+        with_xla=args.with_xla,
+        formats=tuple(args.formats.split(",")),
+    )
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(results, indent=1))

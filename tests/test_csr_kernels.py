@@ -157,7 +157,7 @@ def test_block_sizes():
     partial = triton_csr.BlockSizes(block_k=8, num_warps=4).filled(platform="cuda", num_cols=3)
     assert partial.block_k == 8 and partial.num_warps == 4 and partial.lanes is not None
     # A row's lanes follow the mean row length; long rows start past 8 steps and 64 entries.
-    for mean, lanes in ((1.0, 1), (5.0, 8), (8.0, 8), (11.8, 16), (300.0, 32)):
+    for mean, lanes in ((0.5, 1), (1.0, 1), (5.0, 4), (8.0, 8), (11.8, 8), (300.0, 32)):
         blocks = triton_csr.BlockSizes.get_default(
             platform="cuda", num_cols=1, mean_row_length=mean
         )

@@ -28,8 +28,9 @@ row whose `indptr` bounds are decreasing or outside `[0, nnz]` (or `indptr[0] !=
 `indptr[m] != nnz`), or that holds a column outside `[0, n)`, gets NaN in every column
 of its result. In the sampled product an entry with a column outside `[0, n)` gets NaN,
 and invalid bounds anywhere make every entry NaN (which entries such a row claims is not
-defined). The containers' `check()` reports the same problems as an error, off the hot
-path.
+defined). The transposed product with atomics is NaN everywhere for invalid bounds or a
+column outside in a short row, and has NaN in row 0 for a column outside in a long row.
+The containers' `check()` reports the same problems as an error, off the hot path.
 
 **Transposed product `A.T @ g`** (the operand's gradient). On a GPU, for float32 and
 float64: the same two kernels, each entry adding `data[p] * g[row(p)]` to `out[col]` with
@@ -146,14 +147,14 @@ class BlockSizes:
         """Defaults for a dense operand with `num_cols` columns on `platform`, `batch`
         matrices, and rows of `mean_row_length` entries on average (`nnz / m`).
 
-        A row's lanes cover its mean length, so most rows take one or two steps; a row
-        counts as long past 8 steps and at least 64 entries. The tiles stay near 2048
-        values.
+        A row's lanes are the largest power of 2 up to its mean length, so most rows take
+        one or two full steps; a row counts as long past 8 steps and at least 64 entries.
+        The tiles stay near 2048 values.
         """
         _check_platform(platform)
         block_k = min(pl.next_power_of_2(max(num_cols, 1)), 64)
         block_batch = min(pl.next_power_of_2(max(batch, 1)), 8)
-        lanes = min(pl.next_power_of_2(max(int(-(-mean_row_length // 1)), 1)), 32)
+        lanes = min(1 << max(int(mean_row_length), 1).bit_length() - 1, 32)
         rows_budget = _ROWS_TILE // (block_k * block_batch * lanes)
         block_rows = max(rows_budget, 1)
         if block_rows < 16:  # keep blocks of at least 16 rows: fewer lanes instead
@@ -321,7 +322,45 @@ def _matmul_rows_kernel(
         products = vals.astype(acc_dtype)[..., None] * x_rows.astype(acc_dtype)
         return acc + jnp.sum(products, axis=2), bad | (jnp.max(outside.astype(jnp.int32), 1) > 0)
 
+    def one_matrix_step(s, carry):
+        # One matrix and a shared operand: tiles without the batch axis (and, at k = 1,
+        # without the column axis), which Triton lays out without reshuffling.
+        acc, bad = carry
+        offset = s.astype(starts.dtype) * tiles.lanes + lane
+        mask = offset < lengths[:, None]
+        positions, cols, outside = _entries(indices_ref, tiles, starts[:, None] + offset, mask)
+        vals = plgpu.load(data_ref.at[0, positions], mask=mask, other=0).astype(acc_dtype)
+        if tiles.k == 1:
+            x_rows = plgpu.load(x_ref.at[cols, 0], mask=mask, other=0)
+            products = vals * x_rows.astype(acc_dtype)
+        else:
+            x_rows = plgpu.load(
+                x_ref.at[cols[:, :, None], k_cols[None, None, :]],
+                mask=mask[:, :, None] & k_mask[None, None, :],
+                other=0,
+            )
+            products = vals[:, :, None] * x_rows.astype(acc_dtype)
+        return acc + jnp.sum(products, axis=1), bad | (jnp.max(outside.astype(jnp.int32), 1) > 0)
+
     num_steps = ((jnp.max(lengths) + tiles.lanes - 1) // tiles.lanes).astype(jnp.int32)
+    if tiles.batch == 1 and shared_x:
+        shape = (tiles.block_rows,) if tiles.k == 1 else (tiles.block_rows, tiles.block_k)
+        acc, bad = lax.fori_loop(
+            0, num_steps, one_matrix_step, (jnp.zeros(shape, acc_dtype), bad_rows)
+        )
+        if tiles.k == 1:
+            plgpu.store(
+                out_ref.at[0, out_rows, 0],
+                _poisoned(acc, bad).astype(out_ref.dtype),
+                mask=row_mask,
+            )
+        else:
+            plgpu.store(
+                out_ref.at[0, out_rows[:, None], out_k[None, :]],
+                _poisoned(acc, bad[:, None]).astype(out_ref.dtype),
+                mask=row_mask[:, None] & k_mask[None, :],
+            )
+        return
     zeros = jnp.zeros((tiles.block_batch, tiles.block_rows, tiles.block_k), acc_dtype)
     acc, bad = lax.fori_loop(0, num_steps, step, (zeros, bad_rows))
     plgpu.store(
@@ -358,9 +397,8 @@ def _for_each_long_row(indptr_ref, long_ref, tiles: _Tiles, body, skip=False):
             return row
 
         lax.fori_loop(0, count.astype(jnp.int32), one_row, jnp.int32(-1))
-        return 0
 
-    lax.fori_loop(0, tiles.owned, one_block, 0)
+    lax.fori_loop(0, tiles.owned, one_block, None)
 
 
 def _matmul_long_rows_kernel(
@@ -453,7 +491,8 @@ def _matmul_t_long_rows_kernel(
 ):
     """The long rows of `A`, `long_lanes` entries per step, scattered into the row-block
     kernel's output `out`; or, where `invalid_ref[0]` says a bound or a column was invalid,
-    NaN over all of `out`: where such entries belong is not defined."""
+    NaN over all of `out`: where such entries belong is not defined. (A column outside in a
+    long row, which the row-block kernel does not see, adds NaN to row 0 of `out`.)"""
     k_cols, k_mask, out_k = _k_columns(tiles, pl.program_id(1))
     members, member_mask, out_members = _members(tiles)
     acc_dtype = accumulation_dtype(out_ref.dtype)
@@ -467,7 +506,7 @@ def _matmul_t_long_rows_kernel(
         )
         g_row = g_row.astype(acc_dtype)
 
-        def step(s, bad):
+        def step(s, _):
             offset = s.astype(start.dtype) * tiles.long_lanes + lane
             mask = offset < length
             positions, cols, outside = _entries(indices_ref, tiles, start + offset, mask)
@@ -476,18 +515,17 @@ def _matmul_t_long_rows_kernel(
                 mask=member_mask[:, None] & mask[None],
                 other=0,
             )
+            # An entry whose column is outside adds NaN to column 0 (where `cols` points).
+            products = vals.astype(acc_dtype)[..., None] * g_row
             plgpu.atomic_add(
                 out_ref,
                 (out_members[:, None, None], cols[None, :, None], out_k[None, None]),
-                (vals.astype(acc_dtype)[..., None] * g_row).astype(out_ref.dtype),
-                mask=member_mask[:, None, None]
-                & (mask & ~outside)[None, :, None]
-                & k_mask[None, None],
+                _poisoned(products, outside[None, :, None]).astype(out_ref.dtype),
+                mask=member_mask[:, None, None] & mask[None, :, None] & k_mask[None, None],
             )
-            return bad
 
         num_steps = ((length + tiles.long_lanes - 1) // tiles.long_lanes).astype(jnp.int32)
-        lax.fori_loop(0, num_steps, step, 0)
+        lax.fori_loop(0, num_steps, step, None)
 
     invalid = invalid_ref[0] > 0
     _for_each_long_row(indptr_ref, long_ref, tiles, one_row, skip=invalid)
@@ -506,10 +544,9 @@ def _matmul_t_long_rows_kernel(
             nans,
             mask=member_mask[:, None, None] & mask[None, :, None] & k_mask[None, None],
         )
-        return 0
 
     poison_steps = invalid.astype(jnp.int32) * pl.cdiv(share, tiles.long_lanes)
-    lax.fori_loop(0, poison_steps, poison, 0)
+    lax.fori_loop(0, poison_steps, poison, None)
 
 
 # ---------------------------------------------------------------------------------------
@@ -551,10 +588,9 @@ def _sddmm_rows_kernel(
             _poisoned(acc, outside[None]).astype(out_ref.dtype),
             mask=member_mask[:, None, None] & mask[None],
         )
-        return 0
 
     num_steps = ((jnp.max(lengths) + tiles.lanes - 1) // tiles.lanes).astype(jnp.int32)
-    lax.fori_loop(0, num_steps, step, 0)
+    lax.fori_loop(0, num_steps, step, None)
 
 
 def _sddmm_long_rows_kernel(
@@ -593,10 +629,9 @@ def _sddmm_long_rows_kernel(
                 _poisoned(acc, outside[None]).astype(out_ref.dtype),
                 mask=member_mask[:, None] & mask[None],
             )
-            return 0
 
         num_steps = ((length + tiles.long_lanes - 1) // tiles.long_lanes).astype(jnp.int32)
-        lax.fori_loop(0, num_steps, step, 0)
+        lax.fori_loop(0, num_steps, step, None)
 
     invalid = invalid_ref[0] > 0
     _for_each_long_row(indptr_ref, long_ref, tiles, one_row, skip=invalid)
@@ -614,10 +649,9 @@ def _sddmm_long_rows_kernel(
             nans,
             mask=member_mask[:, None] & mask[None],
         )
-        return 0
 
     poison_steps = invalid.astype(jnp.int32) * pl.cdiv(share, tiles.long_lanes)
-    lax.fori_loop(0, poison_steps, poison, 0)
+    lax.fori_loop(0, poison_steps, poison, None)
 
 
 # ---------------------------------------------------------------------------------------
