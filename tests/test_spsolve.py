@@ -11,11 +11,10 @@ import pytest
 import scipy.linalg.lapack
 import scipy.sparse
 import scipy.sparse.linalg
+from helpers import DIA_MATRICES, as_float64, dtype_id, random_csr, random_dia, random_values
 
 import jaxsparse as js
 from jaxsparse.kernels import native_banded_lu
-
-from helpers import DIA_MATRICES, as_float64, dtype_id, random_csr, random_dia, random_values
 
 SOLVE_DTYPES = (jnp.float32, jnp.float64, jnp.complex64, jnp.complex128)
 
@@ -68,8 +67,13 @@ def _tridiagonal_needing_pivots(rng, dtype):
 
 def _csr_system(rng, dtype, n, *, row_lengths=None, density=0.15, shift=4.0, repeat=False):
     matrix, twin = random_csr(
-        rng, (n, n), density=density, dtype=dtype, row_lengths=row_lengths,
-        shuffle_columns=True, repeat_columns=repeat,
+        rng,
+        (n, n),
+        density=density,
+        dtype=dtype,
+        row_lengths=row_lengths,
+        shuffle_columns=True,
+        repeat_columns=repeat,
     )
     return _shift_diagonal(matrix, twin, shift)
 
@@ -164,7 +168,9 @@ def test_band_factors_are_lapacks(offsets, dtype):
     n = 30
     data = random_values(rng, (len(offsets), n), dtype)
     kl, ku = native_banded_lu.bandwidths(offsets, n)
-    band, pivots, info = native_banded_lu.banded_lu(jnp.asarray(data), offsets=offsets, kl=kl, ku=ku)
+    band, pivots, info = native_banded_lu.banded_lu(
+        jnp.asarray(data), offsets=offsets, kl=kl, ku=ku
+    )
     lapack_band = np.zeros((2 * kl + ku + 1, n), data.dtype)
     for values, offset in zip(data, offsets, strict=True):
         columns = slice(max(0, offset), min(n, n + offset))
@@ -217,16 +223,23 @@ def test_vmap_over_values(name):
     n = matrix.shape[0]
     if isinstance(matrix, js.CSRMatrix):  # one shared structure, values from each member
         base = members[0][1]
-        members = [(m, scipy.sparse.csr_array((base.data * (1 + 0.1 * i), base.indices,
-                                                base.indptr), shape=base.shape))
-                   for i, (m, _) in enumerate(members)]
+        members = [
+            (
+                m,
+                scipy.sparse.csr_array(
+                    (base.data * (1 + 0.1 * i), base.indices, base.indptr), shape=base.shape
+                ),
+            )
+            for i, (m, _) in enumerate(members)
+        ]
         values = jnp.stack([jnp.asarray(twin.data) for _, twin in members])
         matrix = js.CSRMatrix(values[0], base.indices, base.indptr, base.shape)
     else:
         values = jnp.stack([m.data for m, _ in members])
     b = random_values(rng, (n,), jnp.float64)
-    solve = jax.jit(jax.vmap(lambda data, b: js.linalg.spsolve(matrix.with_data(data), b),
-                             in_axes=(0, None)))
+    solve = jax.jit(
+        jax.vmap(lambda data, b: js.linalg.spsolve(matrix.with_data(data), b), in_axes=(0, None))
+    )
     xs = solve(values, b)
     for (_, twin), x in zip(members, xs, strict=True):
         _assert_solution(x, _oracle(twin, b), jnp.float64)

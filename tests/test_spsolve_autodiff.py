@@ -5,19 +5,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import dtype_id, ignored_slots, random_csr, random_dia, random_values
 from jax.test_util import check_grads
 
 import jaxsparse as js
-
-from helpers import dtype_id, ignored_slots, random_csr, random_dia, random_values
 
 
 def _system(fmt, rng, dtype):
     """A small well-conditioned square system of each kind: banded DIA (junk in the ignored
     slots), a DIA matrix factored densely, CSR with repeated columns."""
     if fmt == "csr":
-        matrix, _ = random_csr(rng, (9, 9), density=0.3, dtype=dtype, shuffle_columns=True,
-                               repeat_columns=True)
+        matrix, _ = random_csr(
+            rng, (9, 9), density=0.3, dtype=dtype, shuffle_columns=True, repeat_columns=True
+        )
         dense_shift = js.CSRMatrix.fromdense(4 * jnp.eye(9, dtype=dtype))
         return matrix + dense_shift
     offsets, n = {"dia": ((-2, 0, 1), 9), "dia-dense": ((-3, 0, 4), 6)}[fmt]
@@ -50,7 +50,9 @@ def test_check_grads_of_transposed_solves(fmt, trans):
     b = jnp.asarray(random_values(rng, (matrix.shape[0],), jnp.complex128))
 
     def solve(data, b):
-        return jax.jit(lambda f, b: f.solve(b, trans))(js.linalg.factorized(matrix.with_data(data)), b)
+        return jax.jit(lambda f, b: f.solve(b, trans))(
+            js.linalg.factorized(matrix.with_data(data)), b
+        )
 
     check_grads(solve, (matrix.data, b), order=1, modes=("fwd", "rev"), eps=1e-6)
 
@@ -117,6 +119,8 @@ def test_gradient_under_vmap_over_values():
         return jnp.sum(jnp.linalg.solve(matrix.with_data(data).todense(), b) ** 2)
 
     np.testing.assert_allclose(
-        jax.jit(jax.vmap(jax.grad(loss)))(values), jax.vmap(jax.grad(dense_loss))(values),
-        rtol=1e-9, atol=1e-11,
+        jax.jit(jax.vmap(jax.grad(loss)))(values),
+        jax.vmap(jax.grad(dense_loss))(values),
+        rtol=1e-9,
+        atol=1e-11,
     )

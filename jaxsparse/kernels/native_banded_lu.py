@@ -148,7 +148,7 @@ def _solve_members(band, pivots, b, *, kl, ku, op, host):
     )
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _solver(kl: int, ku: int, op: str, host: bool):
     """`solve(band, pivots, b)` for one matrix and `b` of shape `(n, k)`, whose batching
     rule turns right-hand sides batched over shared factors into columns."""

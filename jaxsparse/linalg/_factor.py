@@ -24,8 +24,7 @@ def check_rhs(b, n: int, dtype, name: str = "b") -> jax.Array:
     b = jnp.asarray(b)
     if b.ndim not in (1, 2) or b.shape[0] != n:
         raise ValueError(
-            f"`{name}` must have shape ({n},) or ({n}, k) for a matrix of {n} rows, got "
-            f"{b.shape}."
+            f"`{name}` must have shape ({n},) or ({n}, k) for a matrix of {n} rows, got {b.shape}."
         )
     if not jnp.issubdtype(b.dtype, jnp.inexact) and not jnp.issubdtype(b.dtype, jnp.integer):
         raise TypeError(f"`{name}` must hold numbers, got dtype {b.dtype}.")

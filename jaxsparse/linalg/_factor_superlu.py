@@ -27,18 +27,19 @@ from jaxtyping import Array, Int
 from .._csr import CSRMatrix
 from ._factor import Factorization
 
-# The cache keeps the most recently used factors up to this many bytes of L and U (the
-# newest one always): enough for a few factorizations of 10^6-unknown 2-D problems.
-CACHE_BYTES = 2 << 30
+# The cache keeps the most recently used factors, at most CACHE_ENTRIES of them and
+# CACHE_BYTES of L and U (the newest one always): a solve's factors stay while a few other
+# factorizations are made, and a program that factors anew on every call holds no more.
+CACHE_ENTRIES = 8
+CACHE_BYTES = 1 << 30
 
 
 class _FactorCache:
-    """SuperLU objects by handle, least recently used evicted first past `CACHE_BYTES`."""
+    """SuperLU objects by handle, the least recently used evicted first past
+    `CACHE_ENTRIES` or `CACHE_BYTES`."""
 
     def __init__(self):
-        self._entries: collections.OrderedDict[int, tuple[object, int]] = (
-            collections.OrderedDict()
-        )
+        self._entries: collections.OrderedDict[int, tuple[object, int]] = collections.OrderedDict()
         self._next = itertools.count(1)
         self._lock = threading.Lock()
 
@@ -52,7 +53,9 @@ class _FactorCache:
             handle = next(self._next) % (2**31 - 1) + 1
             self._entries[handle] = (factors, size)
             total = sum(entry_size for _, entry_size in self._entries.values())
-            while total > CACHE_BYTES and len(self._entries) > 1:
+            while len(self._entries) > 1 and (
+                total > CACHE_BYTES or len(self._entries) > CACHE_ENTRIES
+            ):
                 _, (_, evicted) = self._entries.popitem(last=False)
                 total -= evicted
         return handle

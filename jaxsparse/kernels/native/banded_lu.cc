@@ -22,6 +22,7 @@
 #include "arrays.h"
 #include "dispatch.h"
 #include "handlers.h"
+#include "pages.h"
 #include "parallel.h"
 
 namespace jaxsparse {
@@ -54,23 +55,27 @@ std::complex<R> Conj(std::complex<R> value) {
   return std::conj(value);
 }
 
-// One matrix's band: row-major (rows, n), band(i - j + kv, j) == A[i, j].
-template <typename T>
+// One matrix's band: row-major (rows, n), band(kv + i - j, j) == A[i, j]. KL and KU are
+// the bandwidths when known at compile time (narrow bands: loops of fixed length that the
+// compiler unrolls), -1 when they are read from `kl` and `ku`.
+template <typename T, int KL = -1, int KU = -1>
 struct Band {
   T* values;
-  int64_t n, kl, ku;
-  int64_t kv() const { return kl + ku; }
+  int64_t n, runtime_kl, runtime_ku;
+  int64_t kl() const { return KL >= 0 ? KL : runtime_kl; }
+  int64_t ku() const { return KU >= 0 ? KU : runtime_ku; }
+  int64_t kv() const { return kl() + ku(); }
   T& at(int64_t i, int64_t j) const { return values[(kv() + i - j) * n + j]; }
 };
 
 // gbtf2: the unblocked LU of one band, in place; returns LAPACK's info.
-template <typename T>
-int32_t FactorBand(const Band<T>& a, int32_t* pivots) {
+template <typename T, int KL, int KU>
+int32_t FactorBand(const Band<T, KL, KU>& a, int32_t* pivots) {
   const int64_t n = a.n;
   int32_t info = 0;
   int64_t last_column = 0;  // the rightmost column any row interchange has reached so far
   for (int64_t j = 0; j < n; ++j) {
-    const int64_t below = std::min(a.kl, n - 1 - j);
+    const int64_t below = std::min(a.kl(), n - 1 - j);
     int64_t pivot = 0;
     double largest = PivotMagnitude(a.at(j, j));
     for (int64_t t = 1; t <= below; ++t) {
@@ -82,7 +87,7 @@ int32_t FactorBand(const Band<T>& a, int32_t* pivots) {
       if (info == 0) info = static_cast<int32_t>(j + 1);
       continue;
     }
-    last_column = std::max(last_column, std::min(j + a.ku + pivot, n - 1));
+    last_column = std::max(last_column, std::min(j + a.ku() + pivot, n - 1));
     if (pivot != 0) {
       for (int64_t c = j; c <= last_column; ++c) std::swap(a.at(j, c), a.at(j + pivot, c));
     }
@@ -91,7 +96,6 @@ int32_t FactorBand(const Band<T>& a, int32_t* pivots) {
     for (int64_t t = 1; t <= below; ++t) a.at(j + t, j) *= inverse;
     for (int64_t c = j + 1; c <= last_column; ++c) {
       const T u = a.at(j, c);
-      if (u == T(0)) continue;
       for (int64_t t = 1; t <= below; ++t) a.at(j + t, c) -= a.at(j + t, j) * u;
     }
   }
@@ -101,11 +105,13 @@ int32_t FactorBand(const Band<T>& a, int32_t* pivots) {
 // Which system a solve answers with the factors of A.
 enum class Op : int64_t { kPlain = 0, kTranspose = 1, kAdjoint = 2 };
 
-// gbtrs on columns [c0, c1) of one member's right-hand sides x (n, k), in place.
-template <typename T>
-void SolveBand(const Band<const T>& a, const int32_t* pivots, Op op, T* x, int64_t k, int64_t c0,
-               int64_t c1) {
+// gbtrs on columns [c0, c1) of one member's right-hand sides x (n, k), in place. W is the
+// number of columns when it is 1 (a vector: no inner loop), else 0.
+template <int W, typename T, int KL, int KU>
+void SolveBand(const Band<const T, KL, KU>& a, const int32_t* pivots, Op op, T* x, int64_t k,
+               int64_t c0, int64_t c1) {
   const int64_t n = a.n, kv = a.kv();
+  if constexpr (W == 1) c1 = c0 + 1;
   auto row = [&](int64_t i) { return x + i * k; };
   auto entry = [&](int64_t i, int64_t j) {
     const T value = a.at(i, j);
@@ -113,7 +119,7 @@ void SolveBand(const Band<const T>& a, const int32_t* pivots, Op op, T* x, int64
   };
   if (op == Op::kPlain) {
     for (int64_t j = 0; j + 1 < n; ++j) {  // L y = P b, interchanges as they were made
-      const int64_t below = std::min(a.kl, n - 1 - j);
+      const int64_t below = std::min(a.kl(), n - 1 - j);
       T* xj = row(j);
       if (pivots[j] != j) std::swap_ranges(xj + c0, xj + c1, row(pivots[j]) + c0);
       for (int64_t t = 1; t <= below; ++t) {
@@ -122,15 +128,15 @@ void SolveBand(const Band<const T>& a, const int32_t* pivots, Op op, T* x, int64
         for (int64_t c = c0; c < c1; ++c) xt[c] -= l * xj[c];
       }
     }
-    for (int64_t j = n - 1; j >= 0; --j) {  // U x = y, column by column from the right
+    for (int64_t j = n - 1; j >= 0; --j) {  // U x = y, row by row from the bottom
       T* xj = row(j);
+      for (int64_t i = j + 1; i <= std::min(n - 1, j + kv); ++i) {
+        const T u = a.at(j, i);
+        const T* xi = row(i);
+        for (int64_t c = c0; c < c1; ++c) xj[c] -= u * xi[c];
+      }
       const T inverse = T(1) / a.at(j, j);
       for (int64_t c = c0; c < c1; ++c) xj[c] *= inverse;
-      for (int64_t i = std::max<int64_t>(0, j - kv); i < j; ++i) {
-        const T u = a.at(i, j);
-        T* xi = row(i);
-        for (int64_t c = c0; c < c1; ++c) xi[c] -= u * xj[c];
-      }
     }
     return;
   }
@@ -145,7 +151,7 @@ void SolveBand(const Band<const T>& a, const int32_t* pivots, Op op, T* x, int64
     for (int64_t c = c0; c < c1; ++c) xj[c] *= inverse;
   }
   for (int64_t j = n - 2; j >= 0; --j) {  // L^T P^T x = y, interchanges undone in reverse
-    const int64_t below = std::min(a.kl, n - 1 - j);
+    const int64_t below = std::min(a.kl(), n - 1 - j);
     T* xj = row(j);
     for (int64_t t = 1; t <= below; ++t) {
       const T l = entry(j + t, j);
@@ -154,6 +160,17 @@ void SolveBand(const Band<const T>& a, const int32_t* pivots, Op op, T* x, int64
     }
     if (pivots[j] != j) std::swap_ranges(xj + c0, xj + c1, row(pivots[j]) + c0);
   }
+}
+
+// Calls fn(Band<T, KL, KU>) with the bandwidths as compile-time constants for the narrow
+// bands of tridiagonal and pentadiagonal systems and their one-sided kin, else at run time.
+template <typename T, typename F>
+void WithBand(T* values, int64_t n, int64_t kl, int64_t ku, const F& fn) {
+  if (kl == 1 && ku == 1) return fn(Band<T, 1, 1>{values, n, kl, ku});
+  if (kl == 2 && ku == 2) return fn(Band<T, 2, 2>{values, n, kl, ku});
+  if (kl == 1 && ku == 0) return fn(Band<T, 1, 0>{values, n, kl, ku});
+  if (kl == 0 && ku == 1) return fn(Band<T, 0, 1>{values, n, kl, ku});
+  fn(Band<T>{values, n, kl, ku});
 }
 
 // The band's bandwidths from the DIA offsets of an n x n matrix, diagonals outside it
@@ -203,17 +220,17 @@ ffi::Error Factor(ffi::ThreadPool& pool, const ffi::AnyBuffer& data,
   ParallelFor(pool, NumParts(pool, batch * n * (kl + 1) * (kv + 1), batch), [&](int64_t part) {
     const int64_t parts = NumParts(pool, batch * n * (kl + 1) * (kv + 1), batch);
     for (int64_t b = PieceStart(batch, parts, part); b < PieceStart(batch, parts, part + 1); ++b) {
-      Band<T> a{bands + b * rows * n, n, kl, ku};
-      std::fill(a.values, a.values + rows * n, T(0));
+      T* band_values = bands + b * rows * n;
+      std::fill(band_values, band_values + rows * n, T(0));
       const T* member = values + b * ndiag * n;
       for (int64_t d = 0; d < ndiag; ++d) {
         const int64_t offset = offsets[d];
         if (offset <= -n || offset >= n) continue;
         // data[d, j] == A[j - offset, j], inside the matrix for 0 <= j - offset < n.
         const int64_t lo = std::max<int64_t>(0, offset), hi = std::min(n, n + offset);
-        for (int64_t j = lo; j < hi; ++j) a.at(j - offset, j) += member[d * n + j];
+        std::copy(member + d * n + lo, member + d * n + hi, band_values + (kv - offset) * n + lo);
       }
-      all_info[b] = FactorBand(a, all_pivots + b * n);
+      WithBand(band_values, n, kl, ku, [&](auto a) { all_info[b] = FactorBand(a, all_pivots + b * n); });
     }
   });
   return ffi::Error::Success();
@@ -259,9 +276,15 @@ ffi::Error Solve(ffi::ThreadPool& pool, const ffi::AnyBuffer& band, const ffi::A
          ++item) {
       const int64_t b = item / column_blocks, block = item % column_blocks;
       const int64_t f = factor_batch == 1 ? 0 : b;
-      Band<const T> a{bands + f * rows * n, n, kl, ku};
-      SolveBand(a, all_pivots + f * n, static_cast<Op>(op), x + b * n * k, k,
-                PieceStart(k, column_blocks, block), PieceStart(k, column_blocks, block + 1));
+      const int64_t c0 = PieceStart(k, column_blocks, block);
+      const int64_t c1 = PieceStart(k, column_blocks, block + 1);
+      WithBand(bands + f * rows * n, n, kl, ku, [&](auto a) {
+        if (k == 1) {
+          SolveBand<1>(a, all_pivots + f * n, static_cast<Op>(op), x + b * n, 1, 0, 1);
+        } else {
+          SolveBand<0>(a, all_pivots + f * n, static_cast<Op>(op), x + b * n * k, k, c0, c1);
+        }
+      });
     }
   });
   return ffi::Error::Success();
@@ -270,6 +293,7 @@ ffi::Error Solve(ffi::ThreadPool& pool, const ffi::AnyBuffer& band, const ffi::A
 ffi::Error BandedLuImpl(ffi::ThreadPool pool, ffi::AnyBuffer data, ffi::Result<ffi::AnyBuffer> band,
                         ffi::Result<ffi::AnyBuffer> pivots, ffi::Result<ffi::AnyBuffer> info,
                         ffi::Span<const int64_t> offsets) {
+  AdviseHugePages(band);
   return WithValueType(data.element_type(), "DIA values", [&](auto value) {
     return Factor<decltype(value)>(pool, data, offsets, band, pivots, info);
   });
@@ -278,6 +302,7 @@ ffi::Error BandedLuImpl(ffi::ThreadPool pool, ffi::AnyBuffer data, ffi::Result<f
 ffi::Error BandedLuSolveImpl(ffi::ThreadPool pool, ffi::AnyBuffer band, ffi::AnyBuffer pivots,
                              ffi::AnyBuffer rhs, ffi::Result<ffi::AnyBuffer> out, int64_t kl,
                              int64_t ku, int64_t op) {
+  AdviseHugePages(out);
   return WithValueType(band.element_type(), "banded factors", [&](auto value) {
     return Solve<decltype(value)>(pool, band, pivots, rhs, kl, ku, op, out);
   });
