@@ -52,6 +52,7 @@ class Laplacian:
             for p, col in zip(
                 range(pattern.indptr[row], pattern.indptr[row + 1]),
                 pattern.indices[pattern.indptr[row] : pattern.indptr[row + 1]],
+                strict=True,
             )
         }
         self.off_diagonal = np.array([[position[a, b], position[b, a]] for a, b in edges])
