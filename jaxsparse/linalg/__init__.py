@@ -7,3 +7,4 @@ from ._factor_banded import DenseLU as DenseLU
 from ._factor_superlu import SuperLU as SuperLU
 from ._spsolve import factorized as factorized
 from ._spsolve import spsolve as spsolve
+from ._spsolve_lineax import LineaxSparseLU as LineaxSparseLU
