@@ -10,6 +10,7 @@ try:
     import lineax
 except ImportError:  # the optional extra is not installed
     lineax = None
+    SparseMatrixOperator = None
 
 if lineax is not None:
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import equinox as eqx
 
-from .._lineax import lineax
+from .._lineax import SparseMatrixOperator, lineax
 from ._factor import Factorization
 from ._spsolve import factorized
 
@@ -41,13 +41,12 @@ class LineaxSparseLU(_Base):
             )
 
     def init(self, operator, options: dict[str, Any]) -> _FactorState:
-        matrix = getattr(operator, "matrix", None)
-        if matrix is None:
+        if not isinstance(operator, SparseMatrixOperator):
             raise TypeError(
                 "`LineaxSparseLU` solves operators made by `js.lineax_operator(A)`, got "
                 f"{type(operator).__name__}."
             )
-        return _FactorState(factorized(matrix), transposed=False, conjugated=False)
+        return _FactorState(factorized(operator.matrix), transposed=False, conjugated=False)
 
     def compute(self, state: _FactorState, vector, options: dict[str, Any]):
         factors = state.factors
