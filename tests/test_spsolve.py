@@ -140,8 +140,26 @@ def _jitted(trans):
     return jax.jit(lambda A, b: js.linalg.factorized(A).solve(b, trans))
 
 
-@pytest.mark.parametrize("dtype", SOLVE_DTYPES, ids=dtype_id)
-@pytest.mark.parametrize("name", SYSTEMS)
+# Every system in float64 and complex64, and these also in float32 and complex128; the
+# rest of the sweep is marked slow (the same code paths, other dtypes).
+_EVERY_DTYPE = (
+    "dia-tridiagonal",
+    "dia-5-point",
+    "dia-needs-pivoting",
+    "csr-random",
+    "csr-needs-pivoting",
+)
+
+
+def _system_dtype_params():
+    for name in SYSTEMS:
+        for dtype in SOLVE_DTYPES:
+            core = name in _EVERY_DTYPE or dtype in (jnp.float64, jnp.complex64)
+            marks = () if core else (pytest.mark.slow,)
+            yield pytest.param(name, dtype, id=f"{name}-{dtype_id(dtype)}", marks=marks)
+
+
+@pytest.mark.parametrize(("name", "dtype"), list(_system_dtype_params()))
 def test_spsolve_matches_scipy(name, dtype):
     rng = np.random.default_rng(1)
     matrix, twin = SYSTEMS[name](rng, dtype)
@@ -295,8 +313,6 @@ def test_host_factor_cache_stays_bounded(monkeypatch):
     solve = jax.jit(lambda f, b: f.solve(b))
     first = factor(matrix)
     for scale in np.linspace(1.0, 2.0, 12):
-        _assert_solution(
-            solve(factor(matrix * scale), b), _oracle(twin * scale, b), jnp.float64
-        )
+        _assert_solution(solve(factor(matrix * scale), b), _oracle(twin * scale, b), jnp.float64)
         assert len(_factor_superlu.CACHE) <= 3
     _assert_solution(solve(first, b), _oracle(twin, b), jnp.float64)
