@@ -54,11 +54,14 @@ def parse_args(argv=None):
     parser.add_argument(
         "--band-grid", type=int, default=100, help="side of the 2-D grid solved as a DIA band"
     )
+    parser.add_argument(
+        "--reuse-grid", type=int, default=150, help="side of the 2-D CSR grid of 100 solves"
+    )
     parser.add_argument("--quick", action="store_true", help="tiny sizes, for the smoke test")
     parser.add_argument("--sections", default="banded,csr,reuse,gradient,memory")
     args = parser.parse_args(argv)
     if args.quick:
-        args.rows, args.grid, args.band_grid = 2000, 20, 10
+        args.rows, args.grid, args.band_grid, args.reuse_grid = 2000, 20, 10, 10
     return args
 
 
@@ -180,7 +183,7 @@ def reuse_section(args, rng) -> list[str]:
     lines.append(f"{'matrix':>14} {'100 spsolve':>12} {'factor+100':>11} {'speedup':>8}")
     systems = {
         "dia-5-point": laplacian_2d(args.band_grid),
-        "csr-5-point": laplacian_2d(args.grid),
+        "csr-5-point": laplacian_2d(args.reuse_grid),
     }
     solve = jax.jit(js.linalg.spsolve)
     factor = jax.jit(js.linalg.factorized)
@@ -283,14 +286,15 @@ def main(argv=None) -> str:
         f"# numpy streaming bandwidth {bandwidth['numpy_add_gbs']:.1f} GB/s; float64",
         f"# load before: {os.getloadavg()}",
     ]
+    print("\n".join(lines), flush=True)
     rng = np.random.default_rng(0)
     for section in args.sections.split(","):
-        lines += ["", *SECTIONS[section](args, rng)]
-        print(f"{section} done", file=sys.stderr, flush=True)
+        section_lines = ["", *SECTIONS[section](args, rng)]
+        print("\n".join(section_lines), flush=True)
+        lines += section_lines
     lines.append(f"# load after: {os.getloadavg()}")
-    text = "\n".join(lines)
-    print(text)
-    return text
+    print(lines[-1], flush=True)
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

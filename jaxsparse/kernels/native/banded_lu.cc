@@ -204,6 +204,9 @@ ffi::Error Factor(ffi::ThreadPool& pool, const ffi::AnyBuffer& data,
     return ffi::Error::InvalidArgument("banded LU: the band must be (..., " +
                                        std::to_string(rows) + ", " + std::to_string(n) + ")");
   }
+  if (band->element_type() != data.element_type()) {
+    return ffi::Error::InvalidArgument("banded LU: the band must have the values' dtype");
+  }
   if (pivots->element_type() != ffi::DataType::S32 || info->element_type() != ffi::DataType::S32) {
     return ffi::Error::InvalidArgument("banded LU: pivots and info must be int32");
   }
@@ -217,8 +220,8 @@ ffi::Error Factor(ffi::ThreadPool& pool, const ffi::AnyBuffer& data,
   int32_t* all_pivots = Data<int32_t>(pivots);
   int32_t* all_info = Data<int32_t>(info);
   const int64_t kv = kl + ku;
-  ParallelFor(pool, NumParts(pool, batch * n * (kl + 1) * (kv + 1), batch), [&](int64_t part) {
-    const int64_t parts = NumParts(pool, batch * n * (kl + 1) * (kv + 1), batch);
+  const int64_t parts = NumParts(pool, batch * n * (kl + 1) * (kv + 1), batch);
+  ParallelFor(pool, parts, [&](int64_t part) {
     for (int64_t b = PieceStart(batch, parts, part); b < PieceStart(batch, parts, part + 1); ++b) {
       T* band_values = bands + b * rows * n;
       std::fill(band_values, band_values + rows * n, T(0));
