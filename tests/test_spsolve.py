@@ -316,3 +316,29 @@ def test_host_factor_cache_stays_bounded(monkeypatch):
         _assert_solution(solve(factor(matrix * scale), b), _oracle(twin * scale, b), jnp.float64)
         assert len(_factor_superlu.CACHE) <= 3
     _assert_solution(solve(first, b), _oracle(twin, b), jnp.float64)
+
+
+def test_vmap_over_right_hand_sides_is_one_multi_column_solve(monkeypatch):
+    """DIA: the batch becomes columns of one native solve; CSR: one SuperLU solve of every
+    member's columns on the host."""
+    from jaxsparse.linalg import _factor_superlu
+
+    rng = np.random.default_rng(9)
+    dia, _ = SYSTEMS["dia-tridiagonal"](rng, jnp.float64)
+    bs = jnp.asarray(random_values(rng, (5, dia.shape[0], 2), jnp.float64))
+    solve_many = jax.vmap(js.linalg.spsolve, in_axes=(None, 0))
+    hlo = jax.jit(solve_many).lower(dia, bs).as_text()
+    solves = [line for line in hlo.splitlines() if "jaxsparse_banded_lu_solve" in line]
+    assert len(solves) == 1 and f"tensor<{dia.shape[0]}x10xf64>" in solves[0]
+
+    csr, twin = SYSTEMS["csr-random"](rng, jnp.float64)
+    bs = random_values(rng, (5, csr.shape[0], 2), jnp.float64)
+    calls = []
+    solve_one = _factor_superlu._solve_one
+    monkeypatch.setattr(
+        _factor_superlu, "_solve_one", lambda *args: calls.append(1) or solve_one(*args)
+    )
+    xs = solve_many(csr, jnp.asarray(bs))
+    assert len(calls) == 1
+    for b, x in zip(bs, xs, strict=True):
+        _assert_solution(x, _oracle(twin, b), jnp.float64)
