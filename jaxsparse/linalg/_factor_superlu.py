@@ -14,6 +14,8 @@ adjoint solve in a gradient) reuse it.
 """
 
 import collections
+import concurrent.futures
+import functools
 import itertools
 import threading
 
@@ -72,6 +74,19 @@ class _FactorCache:
 
 CACHE = _FactorCache()
 
+# scipy's SuperLU frees a factorization's memory only on the thread that allocated it: a
+# factorization made on one of XLA's callback threads and evicted on another was never
+# freed. Every SuperLU call, and every eviction, runs on this one thread.
+_SUPERLU_THREAD = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="jaxsparse-superlu")
+
+
+def _on_superlu_thread(fn):
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        return _SUPERLU_THREAD.submit(fn, *args, **kwargs).result()
+
+    return run
+
 
 def _splu(data, indices, indptr, n: int):
     matrix = scipy.sparse.csr_array((data, indices, indptr), shape=(n, n)).tocsc()
@@ -79,6 +94,7 @@ def _splu(data, indices, indptr, n: int):
     return scipy.sparse.linalg.splu(matrix, permc_spec="COLAMD")
 
 
+@_on_superlu_thread
 def _factor_on_host(data, indices, indptr, *, n):
     """Factors every member of a batch; returns their handles (0 for a singular one,
     whose solves return nan)."""
@@ -112,6 +128,7 @@ def _member_factors(handle, data, indices, indptr, n):
     return factors
 
 
+@_on_superlu_thread
 def _solve_on_host(handle, data, indices, indptr, b, *, n, op):
     """Solves `b` (`(..., n, k)`) with every member's factors; one multi-column solve when
     all members share them."""
