@@ -10,10 +10,25 @@ try:
     import lineax
 except ImportError:  # the optional extra is not installed
     lineax = None
+    SparseMatrixOperator = None
+
+if lineax is not None:
+
+    class SparseMatrixOperator(lineax.FunctionLinearOperator):
+        """`matrix @ x` as a lineax operator that keeps `matrix`, the jaxsparse matrix, for
+        solvers that factor it (`js.linalg.LineaxSparseLU`)."""
+
+        matrix: object
+
+        def __init__(self, matrix, tags):
+            vector = jax.ShapeDtypeStruct((matrix.shape[1],), matrix.dtype)
+            super().__init__(matrix.__matmul__, vector, tags=tags)
+            self.matrix = matrix
 
 
 def lineax_operator(matrix, *, symmetric: bool = False, positive_semidefinite: bool = False):
-    """A `lineax.FunctionLinearOperator` applying `matrix @ x`.
+    """A `lineax.FunctionLinearOperator` applying `matrix @ x` (that also keeps `matrix`, for
+    `js.linalg.LineaxSparseLU`).
 
     The matrix's values are leaves of the operator (lineax closure-converts the product),
     so `lineax.linear_solve` differentiates with respect to them and to the right-hand
@@ -38,5 +53,4 @@ def lineax_operator(matrix, *, symmetric: bool = False, positive_semidefinite: b
         tags.append(lineax.symmetric_tag)
     if positive_semidefinite:
         tags.append(lineax.positive_semidefinite_tag)
-    vector = jax.ShapeDtypeStruct((matrix.shape[1],), matrix.dtype)
-    return lineax.FunctionLinearOperator(matrix.__matmul__, vector, tags=tuple(tags))
+    return SparseMatrixOperator(matrix, tuple(tags))

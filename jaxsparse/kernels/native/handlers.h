@@ -21,6 +21,10 @@ XLA_FFI_Error* JaxsparseDiaMatmul(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* JaxsparseDiaMatmulT(XLA_FFI_CallFrame* call_frame);
 // (g, x; offsets) -> out[d, j] = g[j - offsets[d]] . x[j] inside the matrix, else 0
 XLA_FFI_Error* JaxsparseDiaSddmm(XLA_FFI_CallFrame* call_frame);
+// (data; offsets) -> (band, pivots, info): the banded LU of a square DIA matrix
+XLA_FFI_Error* JaxsparseDiaBandedLu(XLA_FFI_CallFrame* call_frame);
+// (band, pivots, b; kl, ku, op) -> x with A x = b, A^T x = b or A^H x = b
+XLA_FFI_Error* JaxsparseBandedLuSolve(XLA_FFI_CallFrame* call_frame);
 
 }  // extern "C"
 

@@ -31,6 +31,8 @@ constexpr Target kTargets[] = {
     {"jaxsparse_dia_matmul", JaxsparseDiaMatmul},
     {"jaxsparse_dia_matmul_t", JaxsparseDiaMatmulT},
     {"jaxsparse_dia_sddmm", JaxsparseDiaSddmm},
+    {"jaxsparse_dia_banded_lu", JaxsparseDiaBandedLu},
+    {"jaxsparse_banded_lu_solve", JaxsparseBandedLuSolve},
 };
 
 // Whether this CPU (and its operating system) runs AVX2 and FMA instructions.

@@ -1,0 +1,181 @@
+"""The banded LU of a square DIA matrix and its solves on CPU by jaxsparse's native kernels
+(`native/banded_lu.cc`), and the same on the host through LAPACK's `?gbtrf`/`?gbtrs`
+(scipy) for every other platform.
+
+Both produce the same factors: LAPACK's band layout as a row-major `(2 * kl + ku + 1, n)`
+array, `band[kl + ku + i - j, j] == A[i, j]`, 0-based int32 pivots, and LAPACK's `info`
+(0, or the 1-based column of the first zero pivot). Factors are plain arrays, so they are
+pytree leaves that `jit`, `vmap` and `eqx.filter_*` carry like any other.
+
+Batches: the factorization of values `(..., ndiag, n)` is one call over every member.
+A solve with shared factors and batched right-hand sides puts the batch into columns, one
+multi-column solve; batched factors solve member by member in one call (threads on CPU).
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import scipy.linalg.lapack
+
+from . import _native_library
+
+SOLVE_OPS = {"N": 0, "T": 1, "H": 2}
+_VALUE_DTYPES = tuple(np.dtype(t) for t in (np.float32, np.float64, np.complex64, np.complex128))
+
+
+def bandwidths(offsets, n: int) -> tuple[int, int]:
+    """`(kl, ku)`: the sub- and superdiagonals of an `n x n` DIA matrix with `offsets`,
+    diagonals wholly outside the matrix dropped."""
+    inside = [offset for offset in offsets if -n < offset < n]
+    return max([0, *(-offset for offset in inside)]), max([0, *inside])
+
+
+def native_available(dtype) -> bool:
+    """Whether the native kernels are built and take `dtype`."""
+    return _native_library.AVAILABLE and np.dtype(dtype) in _VALUE_DTYPES
+
+
+def _factor_shapes(data, kl, ku):
+    lead, n = data.shape[:-2], data.shape[-1]
+    return (
+        jax.ShapeDtypeStruct((*lead, 2 * kl + ku + 1, n), data.dtype),
+        jax.ShapeDtypeStruct((*lead, n), np.int32),
+        jax.ShapeDtypeStruct(lead, np.int32),
+    )
+
+
+def _factor_native(data, *, offsets, kl, ku):
+    call = jax.ffi.ffi_call(
+        "jaxsparse_dia_banded_lu", _factor_shapes(data, kl, ku), vmap_method="broadcast_all"
+    )
+    return tuple(call(data, offsets=np.asarray(offsets, np.int64)))
+
+
+def _band_on_host(data: np.ndarray, offsets, kl: int, ku: int) -> np.ndarray:
+    """LAPACK's `(2 * kl + ku + 1, n)` band of one member's DIA values, fill rows zero."""
+    n = data.shape[-1]
+    band = np.zeros((2 * kl + ku + 1, n), data.dtype)
+    for values, offset in zip(data, offsets, strict=True):
+        if -n < offset < n:
+            columns = slice(max(0, offset), min(n, n + offset))
+            band[kl + ku - offset, columns] = values[columns]
+    return band
+
+
+def _lapack(name: str, dtype):
+    return scipy.linalg.lapack.get_lapack_funcs(name, dtype=np.dtype(dtype))
+
+
+def _factor_on_host(data, *, offsets, kl, ku):
+    data = np.asarray(data)
+    lead = data.shape[:-2]
+    band_shape, pivots_shape, info_shape = _factor_shapes(data, kl, ku)
+    bands = np.empty(band_shape.shape, data.dtype)
+    pivots = np.empty(pivots_shape.shape, np.int32)
+    info = np.empty(info_shape.shape, np.int32)
+    gbtrf = _lapack("gbtrf", data.dtype)
+    for index in np.ndindex(*lead):
+        band = _band_on_host(data[index], offsets, kl, ku)
+        lu, piv, status = gbtrf(band, kl, ku)
+        bands[index], pivots[index] = lu, piv
+        info[index] = max(status, 0)
+    return bands, pivots, info
+
+
+def _factor_host(data, *, offsets, kl, ku):
+    return jax.pure_callback(
+        functools.partial(_factor_on_host, offsets=tuple(offsets), kl=kl, ku=ku),
+        _factor_shapes(data, kl, ku),
+        data,
+        vmap_method="broadcast_all",
+    )
+
+
+def banded_lu(data, *, offsets, kl: int, ku: int, host: bool = False):
+    """The banded LU of the square DIA matrix with values `data` (`(..., ndiag, n)`) and
+    static `offsets`: `(band, pivots, info)`, each with `data`'s leading batch axes.
+
+    On CPU with the native kernels built (and `host` False): one native call; elsewhere
+    LAPACK's `?gbtrf` on the host through `jax.pure_callback`."""
+    kwargs = dict(offsets=tuple(offsets), kl=kl, ku=ku)
+    if host or not native_available(data.dtype):
+        return _factor_host(data, **kwargs)
+    return jax.lax.platform_dependent(
+        data,
+        cpu=functools.partial(_factor_native, **kwargs),
+        default=functools.partial(_factor_host, **kwargs),
+    )
+
+
+def _solve_native(band, pivots, b, *, kl, ku, op):
+    out = jax.ShapeDtypeStruct(b.shape, b.dtype)
+    call = jax.ffi.ffi_call("jaxsparse_banded_lu_solve", out, vmap_method="broadcast_all")
+    return call(band, pivots, b, kl=np.int64(kl), ku=np.int64(ku), op=np.int64(SOLVE_OPS[op]))
+
+
+def _solve_on_host(band, pivots, b, *, kl, ku, op):
+    band, pivots, b = np.asarray(band), np.asarray(pivots), np.asarray(b)
+    gbtrs = _lapack("gbtrs", b.dtype)
+    x = np.empty_like(b)
+    for index in np.ndindex(*b.shape[:-2]):
+        x[index], _ = gbtrs(band[index], kl, ku, b[index], pivots[index], trans=SOLVE_OPS[op])
+    return x
+
+
+def _solve_host(band, pivots, b, *, kl, ku, op):
+    return jax.pure_callback(
+        functools.partial(_solve_on_host, kl=kl, ku=ku, op=op),
+        jax.ShapeDtypeStruct(b.shape, b.dtype),
+        band,
+        pivots,
+        b,
+        vmap_method="broadcast_all",
+    )
+
+
+def _solve_members(band, pivots, b, *, kl, ku, op, host):
+    kwargs = dict(kl=kl, ku=ku, op=op)
+    if host or not native_available(b.dtype):
+        return _solve_host(band, pivots, b, **kwargs)
+    return jax.lax.platform_dependent(
+        band,
+        pivots,
+        b,
+        cpu=functools.partial(_solve_native, **kwargs),
+        default=functools.partial(_solve_host, **kwargs),
+    )
+
+
+@functools.cache
+def _solver(kl: int, ku: int, op: str, host: bool):
+    """`solve(band, pivots, b)` for one matrix and `b` of shape `(n, k)`, whose batching
+    rule turns right-hand sides batched over shared factors into columns."""
+
+    @jax.custom_batching.custom_vmap
+    def solve(band, pivots, b):
+        return _solve_members(band, pivots, b, kl=kl, ku=ku, op=op, host=host)
+
+    @solve.def_vmap
+    def _(axis_size, in_batched, band, pivots, b):
+        band_batched, pivots_batched, b_batched = in_batched
+        if not (band_batched or pivots_batched):
+            n, k = b.shape[1:]
+            columns = jnp.moveaxis(b, 0, 1).reshape(n, axis_size * k)
+            x = solve(band, pivots, columns).reshape(n, axis_size, k)
+            return jnp.moveaxis(x, 1, 0), True
+        batched = [
+            value if is_batched else jnp.broadcast_to(value, (axis_size, *value.shape))
+            for value, is_batched in zip((band, pivots, b), in_batched, strict=True)
+        ]
+        return _solve_members(*batched, kl=kl, ku=ku, op=op, host=host), True
+
+    return solve
+
+
+def banded_lu_solve(band, pivots, b, *, kl: int, ku: int, op: str = "N", host: bool = False):
+    """`x` with `A x = b` (`op="N"`), `A^T x = b` ("T") or `A^H x = b` ("H") from the factors
+    of `banded_lu`; `b` of shape `(n, k)`. No zero-pivot check: a singular factor gives
+    inf or nan."""
+    return _solver(kl, ku, op, host)(band, pivots, b)

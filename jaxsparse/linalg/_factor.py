@@ -1,0 +1,101 @@
+"""`Factorization`: what every sparse factorization shares, the solves with `A`, `A^T` and
+`A^H` as implicit functions of the matrix, so that they differentiate.
+
+A solve `x = A^{-1} b` goes through `jax.lax.custom_linear_solve` with the matrix's own
+product as `matvec` and the factors' solves as `solve` and `transpose_solve`. Its
+derivatives are then adjoint solves from the same factors: the cotangent of `b` is
+`lambda = A^{-T} g` and that of the stored values is `-lambda[row(p)] * x[col(p)]` on the
+stored pattern (the product's own transpose), and forward mode solves `A dx = db - dA x`.
+JAX's convention for complex values holds: transposes are plain, never conjugate. The
+factors themselves carry no derivative (`stop_gradient` where they are made).
+"""
+
+import abc
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+_OPERATIONS = ("N", "T", "H")
+
+
+def check_rhs(b, n: int, dtype, name: str = "b") -> jax.Array:
+    """`b` as an array of `dtype`, of shape `(n,)` or `(n, k)`, or a clear error."""
+    b = jnp.asarray(b)
+    if b.ndim not in (1, 2) or b.shape[0] != n:
+        raise ValueError(
+            f"`{name}` must have shape ({n},) or ({n}, k) for a matrix of {n} rows, got {b.shape}."
+        )
+    if not jnp.issubdtype(b.dtype, jnp.inexact) and not jnp.issubdtype(b.dtype, jnp.integer):
+        raise TypeError(f"`{name}` must hold numbers, got dtype {b.dtype}.")
+    if jnp.issubdtype(b.dtype, jnp.complexfloating) and not jnp.issubdtype(
+        dtype, jnp.complexfloating
+    ):
+        raise TypeError(
+            f"`{name}` is complex ({b.dtype}) but the matrix is real ({dtype}): convert the "
+            "matrix with `.astype` first."
+        )
+    return b.astype(dtype)
+
+
+class Factorization(eqx.Module):
+    """A factorization of a square sparse matrix `A`, reusable for any number of solves.
+
+    Solves differentiate with respect to the right-hand side and to the matrix's stored
+    values (through `matrix`), in reverse and forward mode; `jax.vmap` over right-hand
+    sides runs one multi-column solve.
+    """
+
+    matrix: eqx.AbstractVar[object]
+
+    @abc.abstractmethod
+    def _solve_columns(self, b: jax.Array, op: str) -> jax.Array:
+        """`A^{-1} b`, `A^{-T} b` or `A^{-H} b` (`op` "N", "T", "H") for `b` of shape
+        `(n, k)` in the factors' dtype, with no derivative rule."""
+
+    def _solve(self, b: jax.Array, op: str) -> jax.Array:
+        if op not in _OPERATIONS:
+            raise ValueError(f"`trans` must be 'N', 'T' or 'H', got {op!r}.")
+        n = self.matrix.shape[0]
+        b = check_rhs(b, n, self.matrix.dtype)
+        vector = b.ndim == 1
+        columns = b[:, None] if vector else b
+        adjoint = {"N": "T", "T": "N", "H": "C"}[op]
+
+        def matvec(x):
+            # Transposed products as `x^T A`, with no transposed copy of the structure.
+            if op == "N":
+                return self.matrix @ x
+            matrix = self.matrix.conj() if op == "H" else self.matrix
+            return (x.T @ matrix).T
+
+        def solve(_, rhs):
+            return self._solve_columns(rhs, op)
+
+        def transpose_solve(_, rhs):
+            # The plain transpose of A^H is conj(A): its solve conjugates around A^{-1}.
+            if adjoint == "C":
+                return self._solve_columns(rhs.conj(), "N").conj()
+            return self._solve_columns(rhs, adjoint)
+
+        x = jax.lax.custom_linear_solve(matvec, columns, solve, transpose_solve)
+        return x[:, 0] if vector else x
+
+    def solve(self, b, trans: str = "N") -> jax.Array:
+        """The solution of `A x = b` (`trans="N"`), `A^T x = b` ("T") or `A^H x = b` ("H").
+
+        **Arguments:**
+
+        - `b`: `(n,)` or `(n, k)` right-hand sides; converted to the matrix's dtype (a
+          complex `b` with a real matrix is a `TypeError`).
+        - `trans`: "N", "T" or "H", as `scipy.sparse.linalg.SuperLU.solve`.
+
+        **Returns:** `x`, shaped like `b`, in the matrix's dtype. A singular matrix gives
+        `inf` or `nan` entries.
+        """
+        return self._solve(b, trans)
+
+    def __call__(self, b) -> jax.Array:
+        """`solve(b)`: the factorization is also the solve function that
+        `scipy.sparse.linalg.factorized` returns."""
+        return self._solve(b, "N")

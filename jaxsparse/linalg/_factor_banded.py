@@ -1,0 +1,71 @@
+"""`BandedLU` and `DenseLU`: the factorizations of a square `DIAMatrix`.
+
+A DIA matrix with `kl` sub- and `ku` superdiagonals factors as a band, LU with partial
+pivoting (LAPACK's `gbtrf`), into a fixed-size `(2 * kl + ku + 1, n)` array and `n`
+pivots: no handles, so a factorization made inside `jit` is an ordinary array that `vmap`
+batches and that is freed like any other. On CPU the native kernels factor and solve;
+on other platforms LAPACK runs on the host (`kernels/native_banded_lu.py`).
+
+A band at least as tall as the matrix (`2 * kl + ku + 1 >= n`) stores more than the dense
+matrix, so such a matrix is factored densely (`jax.scipy.linalg.lu_factor`) instead.
+"""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.scipy.linalg
+from jaxtyping import Array, Inexact, Int
+
+from .._dia import DIAMatrix
+from ..kernels import native_banded_lu
+from ._factor import Factorization
+
+
+class BandedLU(Factorization):
+    """The LU factorization with partial pivoting of a square banded `DIAMatrix`.
+
+    `band[kl + ku + i - j, j]` holds `U[i, j]` for `i <= j` and the multipliers of `L`
+    below, as LAPACK's `?gbtrf` leaves them; `pivots[j]` is the row that row `j` was
+    swapped with (0-based). `info` is 0, or the 1-based column of the first zero pivot:
+    then the matrix is singular and every solve returns `nan`.
+    """
+
+    matrix: DIAMatrix
+    band: Inexact[Array, "rows n"]
+    pivots: Int[Array, " n"]
+    info: Int[Array, ""]
+    kl: int = eqx.field(static=True)
+    ku: int = eqx.field(static=True)
+
+    def _solve_columns(self, b, op):
+        x = native_banded_lu.banded_lu_solve(
+            self.band, self.pivots, b, kl=self.kl, ku=self.ku, op=op
+        )
+        return jnp.where(self.info == 0, x, jnp.full_like(x, jnp.nan))
+
+
+class DenseLU(Factorization):
+    """The dense LU factorization of a `DIAMatrix` whose band is no narrower than the
+    matrix (`jax.scipy.linalg.lu_factor`): `lu` and 0-based `pivots`. A singular matrix
+    gives `inf` or `nan` in solves."""
+
+    matrix: DIAMatrix
+    lu: Inexact[Array, "n n"]
+    pivots: Int[Array, " n"]
+
+    def _solve_columns(self, b, op):
+        trans = {"N": 0, "T": 1, "H": 2}[op]
+        return jax.scipy.linalg.lu_solve((self.lu, self.pivots), b, trans=trans)
+
+
+def factor_dia(matrix: DIAMatrix) -> BandedLU | DenseLU:
+    """`BandedLU` of a square `DIAMatrix`, or `DenseLU` where the band would be no smaller
+    than the dense matrix."""
+    n = matrix.shape[0]
+    kl, ku = native_banded_lu.bandwidths(matrix.offsets, n)
+    values = jax.lax.stop_gradient(matrix.data)
+    if 2 * kl + ku + 1 >= n:
+        lu, pivots = jax.scipy.linalg.lu_factor(jax.lax.stop_gradient(matrix.todense()))
+        return DenseLU(matrix, lu, pivots)
+    band, pivots, info = native_banded_lu.banded_lu(values, offsets=matrix.offsets, kl=kl, ku=ku)
+    return BandedLU(matrix, band, pivots, info, kl, ku)

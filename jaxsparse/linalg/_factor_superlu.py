@@ -1,0 +1,189 @@
+"""`SuperLU`: the sparse LU factorization of a square `CSRMatrix` by scipy's SuperLU
+(`scipy.sparse.linalg.splu`: COLAMD fill-reducing column ordering, threshold partial
+pivoting; float32, float64, complex64, complex128), on the host through
+`jax.pure_callback`, on every platform.
+
+SuperLU's factors have a size known only once they are computed, so they cannot be
+arrays of a compiled program. They live on the host in a bounded cache, keyed by an int32
+handle that the factorization callback returns; the module holds the handle and the
+matrix. Every solve callback also receives the matrix, so a handle whose factors were
+evicted (or that another process made) is refactored, never wrong: the cache bounds memory
+however many factorizations `jit`-compiled code makes, and repeated solves with one
+factorization (`factorized(A)` then `.solve` for many right-hand sides, or a solve and its
+adjoint solve in a gradient) reuse it.
+"""
+
+import collections
+import concurrent.futures
+import functools
+import itertools
+import threading
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import scipy.sparse
+import scipy.sparse.linalg
+from jaxtyping import Array, Int
+
+from .._csr import CSRMatrix
+from ._factor import Factorization
+
+# The cache keeps the most recently used factors, at most CACHE_ENTRIES of them and
+# CACHE_BYTES of L and U (the newest one always): a solve's factors stay while a few other
+# factorizations are made, and a program that factors anew on every call holds no more.
+CACHE_ENTRIES = 8
+CACHE_BYTES = 1 << 30
+
+
+class _FactorCache:
+    """SuperLU objects by handle, the least recently used evicted first past
+    `CACHE_ENTRIES` or `CACHE_BYTES`."""
+
+    def __init__(self):
+        self._entries: collections.OrderedDict[int, tuple[object, int]] = collections.OrderedDict()
+        self._next = itertools.count(1)
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def add(self, factors) -> int:
+        """Stores `factors` under a new handle (a positive int32) and returns it."""
+        size = (factors.L.nnz + factors.U.nnz) * (factors.L.dtype.itemsize + 4)
+        with self._lock:
+            handle = next(self._next) % (2**31 - 1) + 1
+            self._entries[handle] = (factors, size)
+            total = sum(entry_size for _, entry_size in self._entries.values())
+            while len(self._entries) > 1 and (
+                total > CACHE_BYTES or len(self._entries) > CACHE_ENTRIES
+            ):
+                _, (_, evicted) = self._entries.popitem(last=False)
+                total -= evicted
+        return handle
+
+    def get(self, handle: int):
+        """The factors under `handle`, or None if evicted or never made here."""
+        with self._lock:
+            entry = self._entries.get(handle)
+            if entry is None:
+                return None
+            self._entries.move_to_end(handle)
+            return entry[0]
+
+
+CACHE = _FactorCache()
+
+# scipy's SuperLU frees a factorization's memory only on the thread that allocated it: a
+# factorization made on one of XLA's callback threads and evicted on another was never
+# freed. Every SuperLU call, and every eviction, runs on this one thread.
+_SUPERLU_THREAD = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="jaxsparse-superlu")
+
+
+def _on_superlu_thread(fn):
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        return _SUPERLU_THREAD.submit(fn, *args, **kwargs).result()
+
+    return run
+
+
+def _splu(data, indices, indptr, n: int):
+    matrix = scipy.sparse.csr_array((data, indices, indptr), shape=(n, n)).tocsc()
+    matrix.sum_duplicates()
+    return scipy.sparse.linalg.splu(matrix, permc_spec="COLAMD")
+
+
+@_on_superlu_thread
+def _factor_on_host(data, indices, indptr, *, n):
+    """Factors every member of a batch; returns their handles (0 for a singular one,
+    whose solves return nan)."""
+    data, indices, indptr = np.asarray(data), np.asarray(indices), np.asarray(indptr)
+    lead = np.broadcast_shapes(data.shape[:-1], indices.shape[:-1], indptr.shape[:-1])
+    handles = np.zeros(lead, np.int32)
+    for index in np.ndindex(*lead):
+        member = [np.broadcast_to(a, (*lead, a.shape[-1]))[index] for a in (data, indices, indptr)]
+        try:
+            handles[index] = CACHE.add(_splu(*member, n))
+        except RuntimeError:  # SuperLU: "Factor is exactly singular"
+            handles[index] = 0
+    return handles
+
+
+def _solve_one(factors, b, op: str):
+    if factors is None:
+        return np.full_like(b, np.nan)
+    return factors.solve(np.ascontiguousarray(b), trans=op).reshape(b.shape)
+
+
+def _member_factors(handle, data, indices, indptr, n):
+    factors = CACHE.get(int(handle))
+    if factors is not None or handle == 0:
+        return factors
+    try:
+        factors = _splu(data, indices, indptr, n)
+    except RuntimeError:
+        return None
+    CACHE.add(factors)
+    return factors
+
+
+@_on_superlu_thread
+def _solve_on_host(handle, data, indices, indptr, b, *, n, op):
+    """Solves `b` (`(..., n, k)`) with every member's factors; one multi-column solve when
+    all members share them."""
+    handle, data, indices, indptr, b = (np.asarray(a) for a in (handle, data, indices, indptr, b))
+    structure = (data, indices, indptr)
+    factor_lead = np.broadcast_shapes(handle.shape, *(a.shape[:-1] for a in structure))
+    lead = np.broadcast_shapes(factor_lead, b.shape[:-2])
+    b = np.broadcast_to(b, (*lead, *b.shape[-2:]))
+    if int(np.prod(factor_lead)) == 1:
+        members = [a.reshape(-1, a.shape[-1])[0] for a in structure]
+        factors = _member_factors(handle.reshape(-1)[0], *members, n)
+        columns = np.moveaxis(b.reshape(-1, n, b.shape[-1]), 0, 1).reshape(n, -1)
+        x = _solve_one(factors, columns, op).reshape(n, -1, b.shape[-1])
+        return np.moveaxis(x, 1, 0).reshape(b.shape)
+    handle = np.broadcast_to(handle, lead)
+    structure = [np.broadcast_to(a, (*lead, a.shape[-1])) for a in structure]
+    x = np.empty(b.shape, b.dtype)
+    for index in np.ndindex(*lead):
+        factors = _member_factors(handle[index], *(a[index] for a in structure), n)
+        x[index] = _solve_one(factors, b[index], op)
+    return x
+
+
+class SuperLU(Factorization):
+    """The sparse LU factorization of a square `CSRMatrix` by scipy's SuperLU, kept on the
+    host (see the module's description): `handle` names the factors in the host cache.
+    A matrix that SuperLU finds exactly singular gets handle 0 and solves return `nan`."""
+
+    matrix: CSRMatrix
+    handle: Int[Array, ""]
+
+    def _solve_columns(self, b, op):
+        n = self.matrix.shape[0]
+        m = self.matrix
+        return jax.pure_callback(
+            lambda *args: _solve_on_host(*args, n=n, op=op),
+            jax.ShapeDtypeStruct(b.shape, b.dtype),
+            self.handle,
+            jax.lax.stop_gradient(m.data),
+            m.indices,
+            m.indptr,
+            b,
+            vmap_method="expand_dims",
+        )
+
+
+def factor_csr(matrix: CSRMatrix) -> SuperLU:
+    """`SuperLU` of a square `CSRMatrix`: one host callback that factors and caches."""
+    n = matrix.shape[0]
+    handle = jax.pure_callback(
+        lambda *args: _factor_on_host(*args, n=n),
+        jax.ShapeDtypeStruct((), jnp.int32),
+        jax.lax.stop_gradient(matrix.data),
+        matrix.indices,
+        matrix.indptr,
+        vmap_method="expand_dims",
+    )
+    return SuperLU(matrix, handle)
