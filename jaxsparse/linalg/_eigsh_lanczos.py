@@ -1,0 +1,158 @@
+"""Thick-restart Lanczos with full reorthogonalization (Wu and Simon, 2000), in JAX.
+
+The Krylov basis has a static size `ncv`, so one compiled program serves every restart: a
+cycle extends the basis from `kept` to `ncv` vectors, takes the Ritz pairs of the projected
+matrix, and keeps the `kept` best of them with the residual direction as the next cycle's
+start. `lax.while_loop` runs the
+cycles until the wanted Ritz pairs converge or `maxiter` cycles have run.
+"""
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+
+class LanczosResult(NamedTuple):
+    """The wanted Ritz values `(k,)` (in `which`'s order), vectors `(n, k)` and how it ended."""
+
+    values: jax.Array
+    vectors: jax.Array
+    converged: jax.Array
+    cycles: jax.Array
+
+
+class _Basis(NamedTuple):
+    vectors: jax.Array  # (ncv + 1, n): rows are the orthonormal Krylov basis
+    projected: jax.Array  # (ncv, ncv): V^H A V, Hermitian
+    residual_norm: jax.Array  # the norm of A v_last's part outside the basis
+
+
+def kept_vectors(k: int, ncv: int) -> int:
+    """How many Ritz vectors a restart keeps: the `k` wanted and half of the rest, which
+    speeds convergence, and at least one new vector per cycle."""
+    return min(k + (ncv - k) // 2, ncv - 1)
+
+
+def _order(values: jax.Array, which: str) -> jax.Array:
+    """Indices of `values` from most to least wanted."""
+    key = {"LA": -values, "SA": values, "LM": -jnp.abs(values)}[which]
+    return jnp.argsort(key, stable=True)
+
+
+def _extend(matvec, basis: _Basis, start: int, stop: int, key) -> _Basis:
+    """Lanczos steps `start .. stop - 1`: each adds one basis vector and one column of the
+    projected matrix, orthogonalized twice against every earlier vector (classical
+    Gram-Schmidt repeated: the twice-is-enough rule keeps the basis orthonormal). Rows past
+    the current step are masked out, so one compiled step serves every `j`."""
+
+    def step(j, basis):
+        vectors, projected, _ = basis
+        earlier = (jnp.arange(vectors.shape[0]) <= j)[:, None]
+        previous = jnp.where(earlier, vectors, 0)
+        w = matvec(vectors[j])
+        coefficients = jnp.zeros((vectors.shape[0],), w.dtype)
+        for _ in range(2):
+            h = jnp.conj(previous) @ w
+            w = w - h @ previous
+            coefficients = coefficients + h
+        residual_norm = jnp.linalg.norm(w)
+        scale = jnp.max(jnp.abs(coefficients))
+        tiny = jnp.finfo(residual_norm.dtype).eps * jnp.maximum(scale, 1)
+        # An invariant subspace: continue from a random vector orthogonal to the basis; the
+        # coupling to it is zero, so the projected matrix stays exact.
+        broke_down = residual_norm <= tiny
+        w = lax.cond(
+            broke_down, _fresh_direction, lambda *_: w, previous, jax.random.fold_in(key, j)
+        )
+        residual_norm = jnp.where(broke_down, 0, residual_norm)
+        vectors = vectors.at[j + 1].set(w / jnp.linalg.norm(w).astype(w.dtype))
+        coefficients = coefficients[:-1].at[j].set(jnp.real(coefficients[j]).astype(w.dtype))
+        projected = projected.at[:, j].set(coefficients).at[j, :].set(jnp.conj(coefficients))
+        return _Basis(vectors, projected, residual_norm)
+
+    return lax.fori_loop(start, stop, step, basis)
+
+
+def _fresh_direction(previous: jax.Array, key) -> jax.Array:
+    w = _random_vector(key, previous.shape[1], previous.dtype)
+    for _ in range(2):
+        w = w - (jnp.conj(previous) @ w) @ previous
+    return w
+
+
+def _random_vector(key, n: int, dtype) -> jax.Array:
+    if jnp.issubdtype(dtype, jnp.complexfloating):
+        real = jnp.finfo(dtype).dtype
+        parts = jax.random.normal(key, (2, n), real)
+        return lax.complex(parts[0], parts[1]).astype(dtype)
+    return jax.random.normal(key, (n,), dtype)
+
+
+def start_vector(v0: jax.Array | None, n: int, dtype) -> jax.Array:
+    """`v0` normalized, or a fixed pseudo-random vector (so results are reproducible)."""
+    v = _random_vector(jax.random.key(0), n, dtype) if v0 is None else v0
+    return v / jnp.linalg.norm(v).astype(v.dtype)
+
+
+def thick_restart_lanczos(
+    matvec: Callable[[jax.Array], jax.Array],
+    v0: jax.Array,
+    *,
+    k: int,
+    ncv: int,
+    which: str,
+    tol: float,
+    maxiter: int,
+) -> LanczosResult:
+    """The `k` wanted eigenpairs of the Hermitian operator `matvec` (see the module).
+
+    **Arguments:**
+
+    - `matvec`: `v -> A v` for `v` of shape `(n,)`.
+    - `v0`: the unit start vector, in the computation's dtype.
+    - `k`, `ncv`: wanted pairs and the Krylov basis size, `k < ncv <= n` (static).
+    - `which`: `"LA"`, `"SA"` or `"LM"`.
+    - `tol`: a Ritz pair converges when its residual norm `|| A y - theta y ||` is at most
+      `tol` times the largest Ritz value's magnitude (an estimate of `||A||_2`).
+    - `maxiter`: the most restart cycles.
+
+    **Returns:** a `LanczosResult`.
+    """
+    n = v0.shape[0]
+    dtype = v0.dtype
+    kept = kept_vectors(k, ncv)
+    key = jax.random.key(1)
+    vectors = jnp.zeros((ncv + 1, n), dtype).at[0].set(v0)
+    projected = jnp.zeros((ncv, ncv), dtype)
+    basis = _extend(
+        matvec, _Basis(vectors, projected, jnp.zeros((), jnp.finfo(dtype).dtype)), 0, kept, key
+    )
+
+    def cycle(state):
+        basis, _, cycles = state
+        basis = _extend(matvec, basis, kept, ncv, jax.random.fold_in(key, cycles + 1))
+        values, rotation = jnp.linalg.eigh(basis.projected)
+        order = _order(values, which)[:kept]
+        values, rotation = values[order], rotation[:, order]
+        residuals = basis.residual_norm * jnp.abs(rotation[-1, :k])
+        scale = jnp.max(jnp.abs(values))
+        converged = jnp.all(residuals <= tol * scale)
+        ritz = rotation.T.astype(dtype) @ basis.vectors[:ncv]
+        vectors = jnp.zeros_like(basis.vectors).at[:kept].set(ritz).at[kept].set(basis.vectors[ncv])
+        projected = (
+            jnp.zeros_like(basis.projected).at[:kept, :kept].set(jnp.diag(values).astype(dtype))
+        )
+        return _Basis(vectors, projected, basis.residual_norm), converged, cycles + 1
+
+    def unfinished(state):
+        _, converged, cycles = state
+        return ~converged & (cycles < maxiter)
+
+    basis, converged, cycles = lax.while_loop(
+        unfinished, cycle, (basis, jnp.zeros((), bool), jnp.zeros((), jnp.int32))
+    )
+    values = jnp.real(jnp.diagonal(basis.projected)[:k])
+    return LanczosResult(values, basis.vectors[:k].T, converged, cycles)
