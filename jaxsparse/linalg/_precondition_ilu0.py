@@ -36,11 +36,7 @@ class ILU0Preconditioner(Preconditioner):
     def __call__(self, r):
         r = jnp.asarray(r)
         self._check_operand(r)
-        dtype = jnp.result_type(self.lower_values.dtype, r.dtype)
-        padded = jnp.concatenate([r.astype(dtype), jnp.zeros((1, *r.shape[1:]), dtype)])
-        y = _sweep(padded, self.forward_levels, self.lower_values, self.lower_cols, None)
-        x = _sweep(y, self.backward_levels, self.upper_values, self.upper_cols, self.upper_diagonal)
-        return x[:-1]
+        return _apply(self, r)
 
     @property
     def dtype(self):
@@ -93,15 +89,28 @@ def spilu0(A: SparseMatrix) -> ILU0Preconditioner:
     )
 
 
+@jax.jit
+def _apply(M: ILU0Preconditioner, r: jax.Array) -> jax.Array:
+    dtype = jnp.result_type(M.dtype, r.dtype)
+    padded = jnp.concatenate([r.astype(dtype), jnp.zeros((1, *r.shape[1:]), dtype)])
+    y = _sweep(padded, M.forward_levels, M.lower_values, M.lower_cols, None)
+    x = _sweep(y, M.backward_levels, M.upper_values, M.upper_cols, M.upper_diagonal)
+    return x[:-1]
+
+
 def _factorize(values: jax.Array, schedule: Schedule) -> jax.Array:
     """ILU(0) in place on the pattern's values, level by level; within a level, one lower
     entry rank at a time (a row's pivots must be eliminated left to right)."""
+    pivot_diagonals = schedule.diagonal[schedule.lower_cols]
+    return _factorize_levels(
+        values, schedule.lower_positions, pivot_diagonals, schedule.forward_levels, schedule.updates
+    )
+
+
+@jax.jit
+def _factorize_levels(values, lower_positions, pivot_diagonals, levels, updates):
     scratch = jnp.array([0, 1], values.dtype)
     a = jnp.concatenate([values, scratch])
-    lower_positions = jnp.asarray(schedule.lower_positions)
-    pivot_diagonals = jnp.asarray(schedule.diagonal)[jnp.asarray(schedule.lower_cols)]
-    levels = jnp.asarray(schedule.forward_levels)
-    updates = jnp.asarray(schedule.updates)
 
     def level_step(level, a):
         rows = levels[level]
