@@ -142,7 +142,7 @@ def _eigsh_jvp(primals, tangents, *, settings: _Settings):
     dA_vectors = A.with_data(A_dot.data) @ vectors
     coupling = jnp.conj(vectors).T @ dA_vectors  # [j, i] = v_j^H dA v_i
     values_dot = jnp.real(jnp.diagonal(coupling))
-    gaps = values[None, :] - values[:, None]  # [j, i] = lambda_i - lambda_j
+    gaps = (values[None, :] - values[:, None]).astype(vectors.dtype)  # [j, i]: lambda_i - lambda_j
     off_diagonal = ~jnp.eye(settings.k, dtype=bool)
     inside = jnp.where(off_diagonal, coupling / jnp.where(off_diagonal, gaps, 1), 0)
     outside = _complement_solve(A, values, vectors, dA_vectors - vectors @ coupling, settings)

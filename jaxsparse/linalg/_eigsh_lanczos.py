@@ -111,7 +111,7 @@ def thick_restart_lanczos(
 
     **Arguments:**
 
-    - `matvec`: `v -> A v` for `v` of shape `(n,)`.
+    - `matvec`: `v -> A v` for `v` of shape `(n,)` or `(n, k)`.
     - `v0`: the unit start vector, in the computation's dtype.
     - `k`, `ncv`: wanted pairs and the Krylov basis size, `k < ncv <= n` (static).
     - `which`: `"LA"`, `"SA"` or `"LM"`.
@@ -137,10 +137,13 @@ def thick_restart_lanczos(
         values, rotation = jnp.linalg.eigh(basis.projected)
         order = _order(values, which)[:kept]
         values, rotation = values[order], rotation[:, order]
-        residuals = basis.residual_norm * jnp.abs(rotation[-1, :k])
-        scale = jnp.max(jnp.abs(values))
-        converged = jnp.all(residuals <= tol * scale)
         ritz = rotation.T.astype(dtype) @ basis.vectors[:ncv]
+        # Residuals computed, not estimated from the projected matrix: the estimate can
+        # declare convergence before a second copy of a repeated eigenvalue (which a single
+        # start vector reaches only through rounding errors, as in ARPACK) has appeared.
+        wanted = ritz[:k].T
+        residuals = jnp.linalg.norm(matvec(wanted) - wanted * values[:k].astype(dtype), axis=0)
+        converged = jnp.all(residuals <= tol * jnp.max(jnp.abs(values)))
         vectors = jnp.zeros_like(basis.vectors).at[:kept].set(ritz).at[kept].set(basis.vectors[ncv])
         projected = (
             jnp.zeros_like(basis.projected).at[:kept, :kept].set(jnp.diag(values).astype(dtype))
