@@ -16,7 +16,9 @@ solve). Run: `flock /tmp/jaxsparse-bench.lock python benchmarks/eigen.py [--smal
 
 import argparse
 import os
+import pathlib
 import platform
+import sys
 import time
 
 import jax
@@ -30,6 +32,9 @@ import scipy.sparse.linalg as sla  # noqa: E402
 from timing import blocking, streaming_bandwidth, time_call  # noqa: E402
 
 import jaxsparse as js  # noqa: E402
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "examples"))
+from diffusion_ilu import diffusion_3d, pcg  # noqa: E402
 
 
 def laplacian_2d(rows: int, cols: int):
@@ -54,60 +59,6 @@ def hamiltonian_5(n: int, rng):
     return sp.diags_array(
         [far.conj(), near.conj(), onsite, near, far], offsets=[-2, -1, 0, 1, 2]
     ).todia()
-
-
-def diffusion_3d(side: int, rng):
-    """`-div(k grad u)` on a `side^3` grid with zero Dirichlet walls, `k = exp(g)` for a
-    smoothed Gaussian field `g` of unit deviation (contrasts of about 10^3 over the grid),
-    face coefficients by harmonic means."""
-    g = rng.standard_normal((side, side, side))
-    for axis in range(3):
-        for _ in range(3):
-            g = (g + np.roll(g, 1, axis) + np.roll(g, -1, axis)) / 3
-    k = np.exp(g / g.std())
-    diagonal = np.zeros((side, side, side))
-    diagonals, offsets = [], []
-    for axis, stride in ((2, 1), (1, side), (0, side * side)):
-        following = np.roll(k, -1, axis)
-        face = 2 * k * following / (k + following)
-        last = [slice(None)] * 3
-        last[axis] = side - 1
-        face[tuple(last)] = 0
-        first = [slice(None)] * 3
-        first[axis] = 0
-        wall = np.zeros_like(k)
-        wall[tuple(first)] = 2 * k[tuple(first)]
-        wall[tuple(last)] += 2 * k[tuple(last)]
-        diagonal += face + np.roll(face, 1, axis) + wall
-        band = -face.reshape(-1)[:-stride]
-        diagonals += [band, band]
-        offsets += [stride, -stride]
-    return sp.diags_array([diagonal.reshape(-1), *diagonals], offsets=[0, *offsets]).todia()
-
-
-@jax.jit
-def pcg(A, b, M, tol):
-    """Conjugate gradients to `||r|| <= tol ||b||`; returns `(x, iterations)`."""
-    apply = (lambda r: r) if M is None else M
-
-    def body(state):
-        x, r, z, p, rz, it = state
-        q = A @ p
-        alpha = rz / jnp.vdot(p, q)
-        x, r = x + alpha * p, r - alpha * q
-        z = apply(r)
-        rz_new = jnp.vdot(r, z)
-        return x, r, z, z + (rz_new / rz) * p, rz_new, it + 1
-
-    def unfinished(state):
-        _, r, *_, it = state
-        return (jnp.linalg.norm(r) > tol * jnp.linalg.norm(b)) & (it < 20000)
-
-    z = apply(b)
-    x, _, _, _, _, it = jax.lax.while_loop(
-        unfinished, body, (jnp.zeros_like(b), b, z, z, jnp.vdot(b, z), 0)
-    )
-    return x, it
 
 
 def machine() -> str:
