@@ -43,7 +43,6 @@ FAST = [
     ("csr", jnp.complex128, "SA"),
     ("dia", jnp.complex64, "LM"),
     ("csr", jnp.float32, "LM"),
-    ("csr", jnp.float64, "SA"),
 ]
 SWEEP = [
     pytest.param(fmt, dtype, which, marks=pytest.mark.slow)
@@ -118,16 +117,20 @@ def test_eigenvalue_and_eigenvector_derivatives_match_finite_differences():
     params = jnp.asarray(rng.standard_normal(3 * n - 2))
     probe = jnp.asarray(rng.standard_normal(n) + 1j * rng.standard_normal(n))
 
-    def values(params):
-        return js.linalg.eigsh(_hermitian_tridiagonal(params, n), 3, which="SA", ncv=10)[0]
-
-    def overlaps(params):
+    def eigenvalues_and_overlaps(params):
         # |<probe, v_i>|^2 does not depend on the eigenvectors' phases.
-        _, v = js.linalg.eigsh(_hermitian_tridiagonal(params, n), 3, which="SA", ncv=10)
-        return jnp.abs(jnp.conj(probe) @ v) ** 2
+        w, v = js.linalg.eigsh(_hermitian_tridiagonal(params, n), 3, which="SA", ncv=10)
+        return jnp.concatenate([w, jnp.abs(jnp.conj(probe) @ v) ** 2])
 
-    check_grads(values, (params,), order=1, modes=("fwd", "rev"), eps=1e-6, atol=1e-5, rtol=1e-5)
-    check_grads(overlaps, (params,), order=1, modes=("fwd", "rev"), eps=1e-6, atol=1e-5, rtol=1e-5)
+    check_grads(
+        eigenvalues_and_overlaps,
+        (params,),
+        order=1,
+        modes=("fwd", "rev"),
+        eps=1e-6,
+        atol=1e-5,
+        rtol=1e-5,
+    )
 
 
 def test_eigenvalue_gradient_is_v_v_on_the_pattern():
