@@ -160,3 +160,9 @@ def test_bad_arguments_raise():
         js.linalg.eigsh(js.DIAMatrix(jnp.ones((1, 4)), (0,), (3, 4)), 1)
     with pytest.raises(TypeError, match="jaxsparse matrix"):
         js.linalg.eigsh(np.eye(4), 1)
+
+
+def test_no_convergence_is_an_error():
+    A, _ = hermitian("csr", jnp.float64)
+    with pytest.raises(Exception, match="no convergence"):
+        js.linalg.eigsh(A, 4, which="SA", maxiter=1, tol=1e-14)

@@ -69,8 +69,8 @@ def eigsh(
 
     **Returns:** `(w, v)`: the eigenvalues `(k,)` in ascending order (real, in `A`'s real
     dtype) and the unit eigenvectors `(n, k)` as columns; or `w` alone. If the iteration
-    has not converged after `maxiter` cycles, the current Ritz pairs are returned (scipy
-    raises `ArpackNoConvergence`; inside `jit` that cannot be checked on the host).
+    has not converged after `maxiter` cycles, it raises an error (`eqx.error_if`, also
+    inside `jit`; scipy raises `ArpackNoConvergence`).
     """
     if not isinstance(A, SparseMatrix):
         raise TypeError(f"eigsh: `A` must be a jaxsparse matrix, got {type(A).__name__}.")
@@ -129,7 +129,13 @@ def _eigsh(A, v0, *, settings: _Settings):
         maxiter=settings.maxiter,
     )
     order = jnp.argsort(result.values)
-    return result.values[order], result.vectors[:, order]
+    values = eqx.error_if(
+        result.values[order],
+        ~result.converged,
+        "eigsh: no convergence within `maxiter` restart cycles; raise `maxiter` or `ncv`, "
+        "or loosen `tol`.",
+    )
+    return values, result.vectors[:, order]
 
 
 @_eigsh.def_jvp

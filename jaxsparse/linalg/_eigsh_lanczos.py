@@ -16,18 +16,17 @@ from jax import lax
 
 
 class LanczosResult(NamedTuple):
-    """The wanted Ritz values `(k,)` (in `which`'s order), vectors `(n, k)` and how it ended."""
+    """The wanted Ritz values `(k,)` (in `which`'s order), their vectors `(n, k)`, and whether
+    they converged."""
 
     values: jax.Array
     vectors: jax.Array
     converged: jax.Array
-    cycles: jax.Array
 
 
 class _Basis(NamedTuple):
     vectors: jax.Array  # (ncv + 1, n): rows are the orthonormal Krylov basis
     projected: jax.Array  # (ncv, ncv): V^H A V, Hermitian
-    residual_norm: jax.Array  # the norm of A v_last's part outside the basis
 
 
 def kept_vectors(k: int, ncv: int) -> int:
@@ -49,7 +48,7 @@ def _extend(matvec, basis: _Basis, start: int, stop: int, key) -> _Basis:
     the current step are masked out, so one compiled step serves every `j`."""
 
     def step(j, basis):
-        vectors, projected, _ = basis
+        vectors, projected = basis
         earlier = (jnp.arange(vectors.shape[0]) <= j)[:, None]
         previous = jnp.where(earlier, vectors, 0)
         w = matvec(vectors[j])
@@ -67,11 +66,10 @@ def _extend(matvec, basis: _Basis, start: int, stop: int, key) -> _Basis:
         w = lax.cond(
             broke_down, _fresh_direction, lambda *_: w, previous, jax.random.fold_in(key, j)
         )
-        residual_norm = jnp.where(broke_down, 0, residual_norm)
         vectors = vectors.at[j + 1].set(w / jnp.linalg.norm(w).astype(w.dtype))
         coefficients = coefficients[:-1].at[j].set(jnp.real(coefficients[j]).astype(w.dtype))
         projected = projected.at[:, j].set(coefficients).at[j, :].set(jnp.conj(coefficients))
-        return _Basis(vectors, projected, residual_norm)
+        return _Basis(vectors, projected)
 
     return lax.fori_loop(start, stop, step, basis)
 
@@ -127,9 +125,7 @@ def thick_restart_lanczos(
     key = jax.random.key(1)
     vectors = jnp.zeros((ncv + 1, n), dtype).at[0].set(v0)
     projected = jnp.zeros((ncv, ncv), dtype)
-    basis = _extend(
-        matvec, _Basis(vectors, projected, jnp.zeros((), jnp.finfo(dtype).dtype)), 0, kept, key
-    )
+    basis = _extend(matvec, _Basis(vectors, projected), 0, kept, key)
 
     def cycle(state):
         basis, _, cycles = state
@@ -148,14 +144,14 @@ def thick_restart_lanczos(
         projected = (
             jnp.zeros_like(basis.projected).at[:kept, :kept].set(jnp.diag(values).astype(dtype))
         )
-        return _Basis(vectors, projected, basis.residual_norm), converged, cycles + 1
+        return _Basis(vectors, projected), converged, cycles + 1
 
     def unfinished(state):
         _, converged, cycles = state
         return ~converged & (cycles < maxiter)
 
-    basis, converged, cycles = lax.while_loop(
+    basis, converged, _ = lax.while_loop(
         unfinished, cycle, (basis, jnp.zeros((), bool), jnp.zeros((), jnp.int32))
     )
     values = jnp.real(jnp.diagonal(basis.projected)[:k])
-    return LanczosResult(values, basis.vectors[:k].T, converged, cycles)
+    return LanczosResult(values, basis.vectors[:k].T, converged)
