@@ -44,18 +44,18 @@ def _order(values: jax.Array, which: str) -> jax.Array:
 def _extend(matvec, basis: _Basis, start: int, stop: int, key) -> _Basis:
     """Lanczos steps `start .. stop - 1`: each adds one basis vector and one column of the
     projected matrix, orthogonalized twice against every earlier vector (classical
-    Gram-Schmidt repeated: the twice-is-enough rule keeps the basis orthonormal). Rows past
-    the current step are masked out, so one compiled step serves every `j`."""
+    Gram-Schmidt repeated: the twice-is-enough rule keeps the basis orthonormal). The
+    coefficients of rows past the current step are masked out (the basis is never copied),
+    so one compiled step serves every `j`."""
 
     def step(j, basis):
         vectors, projected = basis
-        earlier = (jnp.arange(vectors.shape[0]) <= j)[:, None]
-        previous = jnp.where(earlier, vectors, 0)
+        earlier = jnp.arange(vectors.shape[0]) <= j
         w = matvec(vectors[j])
         coefficients = jnp.zeros((vectors.shape[0],), w.dtype)
         for _ in range(2):
-            h = jnp.conj(previous) @ w
-            w = w - h @ previous
+            h = _components(vectors, earlier, w)
+            w = w - h @ vectors
             coefficients = coefficients + h
         residual_norm = jnp.linalg.norm(w)
         scale = jnp.max(jnp.abs(coefficients))
@@ -64,7 +64,12 @@ def _extend(matvec, basis: _Basis, start: int, stop: int, key) -> _Basis:
         # coupling to it is zero, so the projected matrix stays exact.
         broke_down = residual_norm <= tiny
         w = lax.cond(
-            broke_down, _fresh_direction, lambda *_: w, previous, jax.random.fold_in(key, j)
+            broke_down,
+            _fresh_direction,
+            lambda *_: w,
+            vectors,
+            earlier,
+            jax.random.fold_in(key, j),
         )
         vectors = vectors.at[j + 1].set(w / jnp.linalg.norm(w).astype(w.dtype))
         coefficients = coefficients[:-1].at[j].set(jnp.real(coefficients[j]).astype(w.dtype))
@@ -74,10 +79,16 @@ def _extend(matvec, basis: _Basis, start: int, stop: int, key) -> _Basis:
     return lax.fori_loop(start, stop, step, basis)
 
 
-def _fresh_direction(previous: jax.Array, key) -> jax.Array:
-    w = _random_vector(key, previous.shape[1], previous.dtype)
+def _components(vectors: jax.Array, earlier: jax.Array, w: jax.Array) -> jax.Array:
+    """`V^H w` over the rows marked `earlier` (zero elsewhere), conjugating `w` rather than
+    the basis."""
+    return jnp.where(earlier, jnp.conj(vectors @ jnp.conj(w)), 0)
+
+
+def _fresh_direction(vectors: jax.Array, earlier: jax.Array, key) -> jax.Array:
+    w = _random_vector(key, vectors.shape[1], vectors.dtype)
     for _ in range(2):
-        w = w - (jnp.conj(previous) @ w) @ previous
+        w = w - _components(vectors, earlier, w) @ vectors
     return w
 
 
