@@ -60,11 +60,13 @@ def eigsh(
     - `v0`: the start vector `(n,)`; by default a fixed pseudo-random vector.
     - `ncv`: the Krylov basis size, `k < ncv <= n` (static; default `min(n, max(2k + 1,
       20))`, as scipy). Memory is `(ncv + 1) * n` values.
-    - `maxiter`: the most restart cycles (static; default `n // (ncv - k)` clipped to
-      100..1000). Each cycle costs `ncv - kept` products, `kept = k + (ncv - k) // 2`.
+    - `maxiter`: the most restart cycles (static; default `10 n`, as scipy). Each cycle
+      costs `ncv - kept` products, `kept = k + (ncv - k) // 2`, and one product with `k`
+      columns for the residuals.
     - `tol`: a pair is converged when `||A v - lambda v|| <= tol * |lambda_max|`, where
       `|lambda_max|` is the largest Ritz value's magnitude (an estimate of `||A||_2`);
-      `0` (the default) means machine precision of the dtype times 100.
+      `0` (the default) means machine precision of the dtype times 100. Repeated
+      eigenvalues: see the guide (`docs/eigen.md`).
     - `return_eigenvectors`: if `False`, return the eigenvalues only.
 
     **Returns:** `(w, v)`: the eigenvalues `(k,)` in ascending order (real, in `A`'s real
@@ -106,7 +108,7 @@ def _settings(A, k, which, ncv, maxiter, tol) -> _Settings:
     if not isinstance(ncv, int) or not k < ncv <= n:
         raise ValueError(f"eigsh: `ncv` must be an int with k < ncv <= n = {n}, got {ncv!r}.")
     if maxiter is None:
-        maxiter = min(1000, max(100, n // (ncv - k)))
+        maxiter = 10 * n
     if not isinstance(maxiter, int) or maxiter < 1:
         raise ValueError(f"eigsh: `maxiter` must be a positive int, got {maxiter!r}.")
     if not tol >= 0:
