@@ -1,0 +1,199 @@
+"""`eigsh`: a few eigenpairs of a sparse Hermitian matrix, after `scipy.sparse.linalg.eigsh`.
+
+The iteration is thick-restart Lanczos (`_eigsh_lanczos.py`) on the library's products, so
+it runs on every backend, under `jax.jit` and `jax.vmap`. Derivatives come from a custom
+JVP (reverse mode is its transpose): an eigenvalue moves by `Re(v^H dA v)`, an eigenvector
+by its components along the other computed eigenvectors plus a projected solve
+`(A - lambda) x = -(I - V V^H) dA v` on the complement of the computed ones.
+"""
+
+import dataclasses
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from .._base import SparseMatrix
+from ._eigsh_lanczos import start_vector, thick_restart_lanczos
+from ._working_dtype import working_dtype
+
+_WHICH = ("LA", "SA", "LM")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Settings:
+    k: int
+    ncv: int
+    which: str
+    tol: float
+    maxiter: int
+
+
+def eigsh(
+    A: SparseMatrix,
+    k: int = 6,
+    M=None,
+    sigma=None,
+    which: str = "LM",
+    v0=None,
+    ncv: int | None = None,
+    maxiter: int | None = None,
+    tol: float = 0,
+    return_eigenvectors: bool = True,
+):
+    """`k` eigenvalues and eigenvectors of the real symmetric or complex Hermitian `A`.
+
+    Thick-restart Lanczos with full reorthogonalization, in JAX on `A`'s products: it runs
+    under `jax.jit` (the loop over restarts is a `lax.while_loop`), batches with `jax.vmap`
+    over `A`'s values, and is differentiable in `A`'s values (forward and reverse mode).
+
+    **Arguments:**
+
+    - `A`: a square `DIAMatrix` or `CSRMatrix`, Hermitian (only products with it are used;
+      a non-Hermitian `A` gives meaningless results, as in scipy).
+    - `k`: how many eigenpairs, `1 <= k < n` (static).
+    - `M`, `sigma`: the generalized problem and shift-invert mode are not supported yet
+      (shift-invert needs `js.linalg.factorized`); anything but `None` raises `ValueError`.
+    - `which`: `"LM"` (largest magnitude, scipy's default), `"LA"` (largest algebraic) or
+      `"SA"` (smallest algebraic).
+    - `v0`: the start vector `(n,)`; by default a fixed pseudo-random vector.
+    - `ncv`: the Krylov basis size, `k < ncv <= n` (static; default `min(n, max(2k + 1,
+      20))`, as scipy). Memory is `(ncv + 1) * n` values.
+    - `maxiter`: the most restart cycles (static; default `10 n`, as scipy). Each cycle
+      costs `ncv - kept` products, `kept = k + (ncv - k) // 2`, and one product with `k`
+      columns for the residuals.
+    - `tol`: a pair is converged when `||A v - lambda v|| <= tol * |lambda_max|`, where
+      `|lambda_max|` is the largest Ritz value's magnitude (an estimate of `||A||_2`);
+      `0` (the default) means machine precision of the dtype times 100. Repeated
+      eigenvalues: see the guide (`docs/eigen.md`).
+    - `return_eigenvectors`: if `False`, return the eigenvalues only.
+
+    **Returns:** `(w, v)`: the eigenvalues `(k,)` in ascending order (real, in `A`'s real
+    dtype) and the unit eigenvectors `(n, k)` as columns; or `w` alone. If the iteration
+    has not converged after `maxiter` cycles, it raises an error (`eqx.error_if`, also
+    inside `jit`; scipy raises `ArpackNoConvergence`).
+    """
+    if not isinstance(A, SparseMatrix):
+        raise TypeError(f"eigsh: `A` must be a jaxsparse matrix, got {type(A).__name__}.")
+    if sigma is not None:
+        raise ValueError(
+            "eigsh: shift-invert (`sigma=`) needs `js.linalg.factorized`, which is not in "
+            "this version yet; use `which='SA'` or `'LA'` for the ends of the spectrum."
+        )
+    if M is not None:
+        raise ValueError("eigsh: the generalized problem (`M=`) is not supported.")
+    settings = _settings(A, k, which, ncv, maxiter, tol)
+    n = A.shape[0]
+    dtype = working_dtype(A.dtype)
+    if v0 is not None:
+        v0 = jnp.asarray(v0)
+        if v0.shape != (n,):
+            raise ValueError(f"eigsh: `v0` must have shape ({n},), got {v0.shape}.")
+        v0 = v0.astype(dtype)
+    values, vectors = _compiled_eigsh(A.astype(dtype), v0, settings=settings)
+    return (values, vectors) if return_eigenvectors else values
+
+
+def _settings(A, k, which, ncv, maxiter, tol) -> _Settings:
+    m, n = A.shape
+    if m != n:
+        raise ValueError(f"eigsh: `A` must be square, got shape {A.shape}.")
+    if not isinstance(k, int) or not 1 <= k < n:
+        raise ValueError(f"eigsh: `k` must be an int with 1 <= k < n = {n}, got {k!r}.")
+    if which not in _WHICH:
+        raise ValueError(f"eigsh: `which` must be one of {_WHICH}, got {which!r}.")
+    if ncv is None:
+        ncv = min(n, max(2 * k + 1, 20))
+    if not isinstance(ncv, int) or not k < ncv <= n:
+        raise ValueError(f"eigsh: `ncv` must be an int with k < ncv <= n = {n}, got {ncv!r}.")
+    if maxiter is None:
+        maxiter = 10 * n
+    if not isinstance(maxiter, int) or maxiter < 1:
+        raise ValueError(f"eigsh: `maxiter` must be a positive int, got {maxiter!r}.")
+    if not tol >= 0:
+        raise ValueError(f"eigsh: `tol` must be >= 0, got {tol!r}.")
+    if tol == 0:
+        tol = 100 * float(jnp.finfo(working_dtype(A.dtype)).eps)
+    return _Settings(k, ncv, which, float(tol), maxiter)
+
+
+@eqx.filter_custom_jvp
+def _eigsh(A, v0, *, settings: _Settings):
+    n = A.shape[0]
+    result = thick_restart_lanczos(
+        lambda v: A @ v,
+        start_vector(v0, n, A.dtype),
+        k=settings.k,
+        ncv=settings.ncv,
+        which=settings.which,
+        tol=settings.tol,
+        maxiter=settings.maxiter,
+    )
+    order = jnp.argsort(result.values)
+    values = eqx.error_if(
+        result.values[order],
+        ~result.converged,
+        "eigsh: no convergence within `maxiter` restart cycles; raise `maxiter` or `ncv`, "
+        "or loosen `tol`.",
+    )
+    return values, result.vectors[:, order]
+
+
+@_eigsh.def_jvp
+def _eigsh_jvp(primals, tangents, *, settings: _Settings):
+    A, v0 = primals
+    A_dot, _ = tangents
+    values, vectors = _eigsh(A, v0, settings=settings)
+    if A_dot is None or A_dot.data is None:
+        return (values, vectors), (jnp.zeros_like(values), jnp.zeros_like(vectors))
+    dA_vectors = A.with_data(A_dot.data) @ vectors
+    coupling = jnp.conj(vectors).T @ dA_vectors  # [j, i] = v_j^H dA v_i
+    values_dot = jnp.real(jnp.diagonal(coupling))
+    gaps = (values[None, :] - values[:, None]).astype(vectors.dtype)  # [j, i]: lambda_i - lambda_j
+    off_diagonal = ~jnp.eye(settings.k, dtype=bool)
+    inside = jnp.where(off_diagonal, coupling / jnp.where(off_diagonal, gaps, 1), 0)
+    outside = _complement_solve(A, values, vectors, dA_vectors - vectors @ coupling, settings)
+    return (values, vectors), (values_dot, vectors @ inside + outside)
+
+
+_compiled_eigsh = eqx.filter_jit(_eigsh)
+
+
+def _complement_solve(A, values, vectors, rhs, settings: _Settings):
+    """`X` with `(I - V V^H)(A - lambda_i)(I - V V^H) x_i = -rhs_i` and `x_i` orthogonal to
+    `V`, for every column `i`.
+
+    Each `lambda_i` lies outside the spectrum of `A` on the complement of `V` (that is the
+    separation condition), so `s_i (A - lambda_i)` is positive definite there for the sign
+    `s_i` below, and one conjugate-gradient solve serves all columns.
+    """
+    sign = {"LA": -jnp.ones_like(values), "SA": jnp.ones_like(values)}.get(
+        settings.which, -jnp.sign(values)
+    ).astype(vectors.dtype)
+    shift = values.astype(vectors.dtype)
+
+    def project(X):
+        return X - vectors @ (jnp.conj(vectors).T @ X)
+
+    def operator(X):
+        X = project(X)
+        return project((A @ X - X * shift) * sign)
+
+    # The operator is singular on span(V): both solves project first, so they apply its
+    # pseudo-inverse, and a cotangent with a part along V does not make CG diverge.
+    def solve(_, b):
+        return project(_cg(operator, project(b)))
+
+    # The operator is Hermitian, so its plain transpose is its complex conjugate.
+    def transpose_solve(_, b):
+        return jnp.conj(solve(None, jnp.conj(b)))
+
+    b = -project(rhs) * sign
+    return lax.custom_linear_solve(operator, b, solve, transpose_solve)
+
+
+def _cg(operator, b):
+    rtol = float(jnp.finfo(b.dtype).eps) ** 0.75
+    x, _ = jax.scipy.sparse.linalg.cg(operator, b, tol=rtol, maxiter=10 * b.shape[0])
+    return x

@@ -1,0 +1,149 @@
+"""`spilu0`: the incomplete LU factorization with zero fill, as a preconditioner.
+
+The symbolic work (`_precondition_ilu0_schedule.py`) runs once on the host; the numeric
+factorization and both triangular solves are `lax.fori_loop`s over the level schedules in
+pure JAX, so they run under `jit` on every backend (the same program on CPU and GPU).
+"""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from .._base import SparseMatrix
+from ._precondition import Preconditioner, check_square
+from ._precondition_ilu0_schedule import Schedule, ilu0_schedule, matrix_pattern
+from ._working_dtype import working_dtype
+
+
+class ILU0Preconditioner(Preconditioner):
+    """`M @ r = U^{-1} L^{-1} r` for the ILU(0) factors `A ~ L U` (unit lower `L`).
+
+    The factors are held as padded per-row tables, so applying `M` costs two passes over
+    the levels of the pattern; they are constants for autodiff (`stop_gradient`).
+    """
+
+    lower_values: jax.Array  # (n + 1, T): L's strictly lower entries per row
+    lower_cols: jax.Array
+    upper_values: jax.Array  # (n + 1, T'): U's strictly upper entries per row
+    upper_cols: jax.Array
+    upper_diagonal: jax.Array  # (n + 1,)
+    forward_levels: jax.Array
+    backward_levels: jax.Array
+    shape: tuple[int, int] = eqx.field(static=True)
+
+    def __call__(self, r):
+        r = jnp.asarray(r)
+        self._check_operand(r)
+        return _apply(self, r)
+
+    @property
+    def dtype(self):
+        return self.lower_values.dtype
+
+    def factors(self):
+        """`(L, U)` as dense `(n, n)` arrays (for checks on small matrices)."""
+        n = self.shape[0]
+        lower = _dense_rows(self.lower_values, self.lower_cols, n) + jnp.eye(n, dtype=self.dtype)
+        upper = _dense_rows(self.upper_values, self.upper_cols, n)
+        upper = upper + jnp.diag(self.upper_diagonal[:n])
+        return lower, upper
+
+
+def spilu0(A: SparseMatrix) -> ILU0Preconditioner:
+    """The ILU(0) preconditioner of the square `A`: `L U` matches `A` on its pattern.
+
+    For a symmetric positive definite `A` the factors satisfy `U = D L^T`, so `M` is the
+    incomplete Cholesky IC(0) preconditioner and suits conjugate gradients.
+
+    **Arguments:**
+
+    - `A`: a square `DIAMatrix` (any values, also traced under `jit`) or `CSRMatrix` (whose
+      index arrays must be concrete: build it outside `jit`). Every diagonal entry must be
+      in the pattern. A zero pivot gives `inf`/`nan` in `M @ r`, as in exact arithmetic.
+
+    **Returns:** an `ILU0Preconditioner` `M`; `M @ r` and `M(r)` apply it to `(n,)` or
+    `(n, k)` operands. Pass it as `M=` to `jax.scipy.sparse.linalg.cg`, `gmres` or
+    `bicgstab`, or `M.lineax_operator()` as lineax's preconditioner. It is a pytree: it can
+    be passed into `jit`. Its values are `stop_gradient`ed: gradients through a solve
+    preconditioned by it never differentiate the factorization.
+    """
+    check_square(A, "spilu0")
+    pattern = matrix_pattern(A)
+    schedule = ilu0_schedule(pattern)
+    dtype = working_dtype(A.dtype)
+    flat = lax.stop_gradient(A.data).astype(dtype).reshape(-1)
+    values = jnp.zeros((schedule.nnz,), dtype).at[pattern.target].add(flat[pattern.source])
+    factored = _factorize(values, schedule)
+    n = pattern.n
+    return ILU0Preconditioner(
+        lower_values=factored[schedule.lower_positions],
+        lower_cols=jnp.asarray(schedule.lower_cols),
+        upper_values=factored[schedule.upper_positions],
+        upper_cols=jnp.asarray(schedule.upper_cols),
+        upper_diagonal=factored[schedule.diagonal],
+        forward_levels=jnp.asarray(schedule.forward_levels),
+        backward_levels=jnp.asarray(schedule.backward_levels),
+        shape=(n, n),
+    )
+
+
+@jax.jit
+def _apply(M: ILU0Preconditioner, r: jax.Array) -> jax.Array:
+    dtype = jnp.result_type(M.dtype, r.dtype)
+    padded = jnp.concatenate([r.astype(dtype), jnp.zeros((1, *r.shape[1:]), dtype)])
+    y = _sweep(padded, M.forward_levels, M.lower_values, M.lower_cols, None)
+    x = _sweep(y, M.backward_levels, M.upper_values, M.upper_cols, M.upper_diagonal)
+    return x[:-1]
+
+
+def _factorize(values: jax.Array, schedule: Schedule) -> jax.Array:
+    """ILU(0) in place on the pattern's values, level by level; within a level, one lower
+    entry rank at a time (a row's pivots must be eliminated left to right)."""
+    pivot_diagonals = schedule.diagonal[schedule.lower_cols]
+    return _factorize_levels(
+        values, schedule.lower_positions, pivot_diagonals, schedule.forward_levels, schedule.updates
+    )
+
+
+@jax.jit
+def _factorize_levels(values, lower_positions, pivot_diagonals, levels, updates):
+    scratch = jnp.array([0, 1], values.dtype)
+    a = jnp.concatenate([values, scratch])
+
+    def level_step(level, a):
+        rows = levels[level]
+        for rank in range(lower_positions.shape[1]):
+            pivots = lower_positions[rows, rank]
+            a = a.at[pivots].set(a[pivots] / a[pivot_diagonals[rows, rank]])
+            target, pivot, source = updates[level, rank]
+            a = a.at[target].add(-a[pivot] * a[source])
+            # Padded slots must keep their scratch values for the next stage.
+            a = a.at[-2:].set(scratch)
+        return a
+
+    return lax.fori_loop(0, levels.shape[0], level_step, a)
+
+
+def _sweep(x, levels, values, cols, diagonal):
+    """A triangular solve over the level schedule: per level, `x[i] = (x[i] - sum_j
+    t_ij x[j]) / t_ii` for all its rows at once (`t_ii = 1` when `diagonal` is `None`)."""
+
+    def level_step(level, x):
+        rows = levels[level]
+        row_values = values[rows].reshape(*values[rows].shape, *(1,) * (x.ndim - 1))
+        solved = x[rows] - jnp.sum(row_values * x[cols[rows]], axis=1)
+        if diagonal is not None:
+            pivot = diagonal[rows].reshape(-1, *(1,) * (x.ndim - 1))
+            solved = solved / pivot
+        x = x.at[rows].set(solved)
+        return x.at[-1].set(0)
+
+    return lax.fori_loop(0, levels.shape[0], level_step, x)
+
+
+def _dense_rows(values, cols, n: int) -> jax.Array:
+    rows = np.broadcast_to(np.arange(n + 1)[:, None], cols.shape)
+    dense = jnp.zeros((n + 1, n + 1), values.dtype).at[rows, cols].add(values)
+    return dense[:n, :n]

@@ -1,0 +1,27 @@
+"""The examples of `eigsh`, `expm_multiply` and ILU(0) run with small settings, and their
+checks hold (against scipy and finite differences)."""
+
+import pathlib
+import sys
+
+EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
+sys.path.insert(0, str(EXAMPLES))
+
+import diffusion_ilu  # noqa: E402
+import spin_chain  # noqa: E402
+
+
+def test_spin_chain_matches_scipy_and_finite_differences():
+    errors = spin_chain.main(spins=5, h=0.9, t=0.8)
+    assert errors["energy_error"] < 1e-10
+    assert errors["state_error"] < 1e-10
+    assert errors["energy_gradient_error"] < 1e-6
+    assert errors["magnetization_gradient_error"] < 1e-6
+
+
+def test_ilu0_cuts_cg_iterations_on_3d_diffusion():
+    result = diffusion_ilu.main(side=10)
+    iterations = result["iterations"]
+    assert max(result["errors"].values()) < 1e-6
+    assert iterations["ILU(0)"] * 3 <= iterations["none"]
+    assert iterations["ILU(0)"] < iterations["Jacobi"] < iterations["none"]

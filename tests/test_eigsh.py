@@ -1,0 +1,168 @@
+"""`js.linalg.eigsh` against `scipy.sparse.linalg.eigsh` and dense `eigh`: eigenvalues for
+LA, SA and LM over both formats and four dtypes, eigenvector residuals, jit, vmap, and
+derivatives of eigenvalues and eigenvectors against finite differences."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.sparse
+import scipy.sparse.linalg
+from helpers import MATRICES, random_csr
+from jax.test_util import check_grads
+
+import jaxsparse as js
+
+SQUARE_DIA = {case.name: case for case in MATRICES}["dia-unsorted-offsets"]
+
+# Eigenvalue tolerance relative to ||A||_2, by dtype.
+EIGEN_TOLERANCE = {
+    np.dtype(jnp.float32): 1e-4,
+    np.dtype(jnp.float64): 1e-10,
+    np.dtype(jnp.complex64): 1e-4,
+    np.dtype(jnp.complex128): 1e-10,
+}
+
+
+def hermitian(fmt, dtype, seed=0):
+    """A Hermitian (real symmetric for real dtypes) matrix of `fmt` and its scipy twin:
+    `S + S^H` of a registry matrix (DIA) or of a random square CSR matrix."""
+    rng = np.random.default_rng(seed)
+    if fmt == "dia":
+        _, twin = SQUARE_DIA.make(rng, dtype)
+    else:
+        _, twin = random_csr(rng, (40, 40), density=0.15, dtype=dtype)
+    twin = twin + twin.conj().T
+    if fmt == "dia":
+        return js.DIAMatrix.from_scipy(twin.todia()).astype(dtype), twin.tocsr()
+    return js.CSRMatrix.from_scipy(twin.tocsr()).astype(dtype), twin.tocsr()
+
+
+FAST = [
+    ("dia", jnp.float64, "LA"),
+    ("csr", jnp.complex128, "SA"),
+    ("dia", jnp.complex64, "LM"),
+    ("csr", jnp.float32, "LM"),
+]
+SWEEP = [
+    pytest.param(fmt, dtype, which, marks=pytest.mark.slow)
+    for fmt in ("dia", "csr")
+    for dtype in (jnp.float32, jnp.float64, jnp.complex64, jnp.complex128)
+    for which in ("LA", "SA", "LM")
+    if (fmt, dtype, which) not in FAST
+]
+
+
+@pytest.mark.parametrize("fmt, dtype, which", [*FAST, *SWEEP])
+def test_eigenpairs_match_scipy(fmt, dtype, which):
+    A, twin = hermitian(fmt, dtype)
+    k = 4
+    w, v = js.linalg.eigsh(A, k, which=which)
+    expected = scipy.sparse.linalg.eigsh(twin, k, which=which, tol=1e-12)[0]
+    norm = np.max(np.abs(np.linalg.eigvalsh(twin.toarray())))
+    assert w.dtype == jnp.finfo(dtype).dtype and v.dtype == dtype
+    assert v.shape == (A.shape[0], k)
+    tolerance = EIGEN_TOLERANCE[np.dtype(dtype)]
+    np.testing.assert_allclose(np.asarray(w), np.sort(expected), atol=tolerance * norm)
+    v = np.asarray(v).astype(np.complex128)
+    residual = twin @ v - v * np.asarray(w)
+    assert np.max(np.linalg.norm(residual, axis=0)) < 100 * np.sqrt(tolerance) * norm
+    np.testing.assert_allclose(v.conj().T @ v, np.eye(k), atol=100 * np.sqrt(tolerance))
+
+
+def test_invariant_start_vector_and_full_basis():
+    """`v0` inside an invariant subspace makes Lanczos break down at once (it must continue
+    from a fresh direction), and `ncv = n` spans the whole space."""
+    n = 12
+    diagonal = np.arange(1.0, n + 1)
+    A = js.DIAMatrix(jnp.asarray(diagonal)[None, :], (0,), (n, n))
+    w, v = js.linalg.eigsh(A, 3, which="LA", v0=jnp.eye(n)[0], ncv=n)
+    np.testing.assert_allclose(np.asarray(w), diagonal[-3:], rtol=1e-12)
+    np.testing.assert_allclose(np.abs(np.asarray(v)), np.eye(n)[:, -3:], atol=1e-10)
+
+
+def test_jit_reuses_compilation_and_vmap_over_values():
+    A, twin = hermitian("dia", jnp.float64)
+    eig = jax.jit(lambda data: js.linalg.eigsh(A.with_data(data), 3, which="LA")[0])
+    first = eig(A.data)
+    second = eig(2 * A.data)
+    assert eig._cache_size() == 1
+    np.testing.assert_allclose(np.asarray(second), 2 * np.asarray(first), rtol=1e-10)
+    batch = jnp.stack([A.data, -A.data])
+    batched = jax.vmap(lambda data: js.linalg.eigsh(A.with_data(data), 3, which="LA")[0])(batch)
+    dense = np.linalg.eigvalsh(twin.toarray())
+    np.testing.assert_allclose(np.asarray(batched[0]), dense[-3:], atol=1e-9)
+    np.testing.assert_allclose(np.asarray(batched[1]), np.sort(-dense[:3]), atol=1e-9)
+
+
+def _hermitian_tridiagonal(params, n):
+    """A Hermitian tridiagonal DIA matrix from real parameters: the diagonal, then the
+    real and imaginary parts of the superdiagonal."""
+    main = params[:n]
+    upper = jax.lax.complex(params[n : 2 * n - 1], params[2 * n - 1 :])
+    zero = jnp.zeros((1,), upper.dtype)
+    data = jnp.stack(
+        [
+            jnp.concatenate([jnp.conj(upper), zero]),  # data[j] = A[j + 1, j]
+            main.astype(upper.dtype),
+            jnp.concatenate([zero, upper]),  # data[j] = A[j - 1, j]
+        ]
+    )
+    return js.DIAMatrix(data, (-1, 0, 1), (n, n))
+
+
+def test_eigenvalue_and_eigenvector_derivatives_match_finite_differences():
+    n = 16
+    rng = np.random.default_rng(3)
+    params = jnp.asarray(rng.standard_normal(3 * n - 2))
+    probe = jnp.asarray(rng.standard_normal(n) + 1j * rng.standard_normal(n))
+
+    def eigenvalues_and_overlaps(params):
+        # |<probe, v_i>|^2 does not depend on the eigenvectors' phases.
+        w, v = js.linalg.eigsh(_hermitian_tridiagonal(params, n), 3, which="SA", ncv=10)
+        return jnp.concatenate([w, jnp.abs(jnp.conj(probe) @ v) ** 2])
+
+    check_grads(
+        eigenvalues_and_overlaps,
+        (params,),
+        order=1,
+        modes=("fwd", "rev"),
+        eps=1e-6,
+        atol=1e-5,
+        rtol=1e-5,
+    )
+
+
+def test_eigenvalue_gradient_is_v_v_on_the_pattern():
+    """The gradient with respect to stored values is `conj(v_i) v_j` at entry `(i, j)`."""
+    A, twin = hermitian("csr", jnp.float64, seed=5)
+    grad = jax.grad(lambda data: js.linalg.eigsh(A.with_data(data), 1, which="LA")[0][0])(A.data)
+    _, v = np.linalg.eigh(twin.toarray())
+    top = v[:, -1]
+    rows = np.repeat(np.arange(A.shape[0]), np.diff(np.asarray(A.indptr)))
+    expected = top[rows] * top[np.asarray(A.indices)]
+    np.testing.assert_allclose(np.asarray(grad), expected, atol=1e-8)
+
+
+def test_bad_arguments_raise():
+    A, _ = hermitian("dia", jnp.float64)
+    with pytest.raises(ValueError, match="factorized"):
+        js.linalg.eigsh(A, 2, sigma=0.5)
+    with pytest.raises(ValueError, match="`k`"):
+        js.linalg.eigsh(A, A.shape[0])
+    with pytest.raises(ValueError, match="`which`"):
+        js.linalg.eigsh(A, 2, which="SM")
+    with pytest.raises(ValueError, match="`ncv`"):
+        js.linalg.eigsh(A, 4, ncv=4)
+    with pytest.raises(ValueError, match="`v0`"):
+        js.linalg.eigsh(A, 2, v0=jnp.ones(3))
+    with pytest.raises(ValueError, match="square"):
+        js.linalg.eigsh(js.DIAMatrix(jnp.ones((1, 4)), (0,), (3, 4)), 1)
+    with pytest.raises(TypeError, match="jaxsparse matrix"):
+        js.linalg.eigsh(np.eye(4), 1)
+
+
+def test_no_convergence_is_an_error():
+    A, _ = hermitian("csr", jnp.float64)
+    with pytest.raises(Exception, match="no convergence"):
+        js.linalg.eigsh(A, 4, which="SA", maxiter=1, tol=1e-14)
