@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "arrays.h"
+#include "buffer_checks.h"
 #include "dispatch.h"
 #include "handlers.h"
 #include "pages.h"
@@ -837,9 +838,6 @@ ffi::Error MatmulPullback(ffi::ThreadPool& pool, const ffi::AnyBuffer& g, const 
                           const ffi::AnyBuffer& indptr_buffer,
                           ffi::Result<ffi::AnyBuffer>& dvalues_buffer,
                           ffi::Result<ffi::AnyBuffer>& dx_buffer) {
-  if (data.dimensions().size() != 1) {
-    return ffi::Error::InvalidArgument("the CSR gradient step takes one matrix, not a batch");
-  }
   const int64_t m = Trailing(g, 2), k = Trailing(g, 1);
   const int64_t n = Trailing(x, 2), nnz = indices_buffer.dimensions()[0];
   const I* indptr = Data<I>(indptr_buffer);
@@ -881,11 +879,78 @@ ffi::Error MatmulPullback(ffi::ThreadPool& pool, const ffi::AnyBuffer& g, const 
   return in_range ? ffi::Error::Success() : ColumnError(n);
 }
 
+// The buffers of `A @ x` (transposed: `A^T @ g`): data `(nnz,)` and the dense operand
+// `(rows, k)`, each with a batch axis or shared; the structure for one matrix; the result
+// `(rows, k)`, batched where an input is. The product's result has m rows, the transposed
+// product's operand.
+ffi::Error CheckProductBuffers(const ffi::AnyBuffer& data, const ffi::AnyBuffer& dense,
+                               const ffi::AnyBuffer& indices, const ffi::AnyBuffer& indptr,
+                               const ffi::AnyBuffer& out, bool transposed) {
+  const ffi::DataType type = data.element_type();
+  const NamedBuffer values{data, "data", 1}, operand{dense, transposed ? "g" : "x", 2};
+  const NamedBuffer result{out, "the result", 2};
+  JAXSPARSE_RETURN_IF_ERROR(CheckStructure(indices, indptr));
+  JAXSPARSE_RETURN_IF_ERROR(CheckBuffer(values, type, /*may_batch=*/true));
+  JAXSPARSE_RETURN_IF_ERROR(CheckBuffer(operand, type, /*may_batch=*/true));
+  JAXSPARSE_RETURN_IF_ERROR(CheckBuffer(result, type, /*may_batch=*/true));
+  const int64_t m = indptr.dimensions()[0] - 1, nnz = indices.dimensions()[0];
+  JAXSPARSE_RETURN_IF_ERROR(CheckAxis(values, 0, nnz, "the length of indices"));
+  JAXSPARSE_RETURN_IF_ERROR(
+      CheckAxis(transposed ? operand : result, 0, m, "the rows of indptr, its length - 1"));
+  JAXSPARSE_RETURN_IF_ERROR(CheckAxis(result, 1, operand.Axis(1), "the operand's columns"));
+  JAXSPARSE_RETURN_IF_ERROR(CheckBatch(values, result));
+  return CheckBatch(operand, result);
+}
+
+// The buffers of the sampled product: g `(m, k)` and x `(n, k)`, each with a batch axis or
+// shared; the structure for one matrix; the result `(nnz,)`, batched where an input is.
+ffi::Error CheckSddmmBuffers(const ffi::AnyBuffer& g, const ffi::AnyBuffer& x,
+                             const ffi::AnyBuffer& indices, const ffi::AnyBuffer& indptr,
+                             const ffi::AnyBuffer& out) {
+  const ffi::DataType type = g.element_type();
+  const NamedBuffer cotangent{g, "g", 2}, operand{x, "x", 2}, result{out, "the result", 1};
+  JAXSPARSE_RETURN_IF_ERROR(CheckStructure(indices, indptr));
+  JAXSPARSE_RETURN_IF_ERROR(CheckBuffer(cotangent, type, /*may_batch=*/true));
+  JAXSPARSE_RETURN_IF_ERROR(CheckBuffer(operand, type, /*may_batch=*/true));
+  JAXSPARSE_RETURN_IF_ERROR(CheckBuffer(result, type, /*may_batch=*/true));
+  const int64_t m = indptr.dimensions()[0] - 1, nnz = indices.dimensions()[0];
+  JAXSPARSE_RETURN_IF_ERROR(CheckAxis(cotangent, 0, m, "the rows of indptr, its length - 1"));
+  JAXSPARSE_RETURN_IF_ERROR(CheckAxis(operand, 1, cotangent.Axis(1), "g's columns"));
+  JAXSPARSE_RETURN_IF_ERROR(CheckAxis(result, 0, nnz, "the length of indices"));
+  JAXSPARSE_RETURN_IF_ERROR(CheckBatch(cotangent, result));
+  return CheckBatch(operand, result);
+}
+
+// The buffers of the gradient step of one matrix: g `(m, k)`, data `(nnz,)`, x `(n, k)`,
+// the structure, and the results `(nnz,)` and `(n, k)`; none has a batch axis.
+ffi::Error CheckPullbackBuffers(const ffi::AnyBuffer& g, const ffi::AnyBuffer& data,
+                                const ffi::AnyBuffer& x, const ffi::AnyBuffer& indices,
+                                const ffi::AnyBuffer& indptr, const ffi::AnyBuffer& dvalues,
+                                const ffi::AnyBuffer& dx) {
+  const ffi::DataType type = data.element_type();
+  const NamedBuffer cotangent{g, "g", 2}, values{data, "data", 1}, operand{x, "x", 2};
+  const NamedBuffer values_gradient{dvalues, "the values' gradient", 1};
+  const NamedBuffer operand_gradient{dx, "the operand's gradient", 2};
+  JAXSPARSE_RETURN_IF_ERROR(CheckStructure(indices, indptr));
+  for (const NamedBuffer* named :
+       {&cotangent, &values, &operand, &values_gradient, &operand_gradient}) {
+    JAXSPARSE_RETURN_IF_ERROR(CheckBuffer(*named, type, /*may_batch=*/false));
+  }
+  const int64_t m = indptr.dimensions()[0] - 1, nnz = indices.dimensions()[0];
+  JAXSPARSE_RETURN_IF_ERROR(CheckAxis(cotangent, 0, m, "the rows of indptr, its length - 1"));
+  JAXSPARSE_RETURN_IF_ERROR(CheckAxis(values, 0, nnz, "the length of indices"));
+  JAXSPARSE_RETURN_IF_ERROR(CheckAxis(operand, 1, cotangent.Axis(1), "g's columns"));
+  JAXSPARSE_RETURN_IF_ERROR(CheckAxis(values_gradient, 0, nnz, "the length of indices"));
+  JAXSPARSE_RETURN_IF_ERROR(CheckAxis(operand_gradient, 0, operand.Axis(0), "x's rows"));
+  return CheckAxis(operand_gradient, 1, cotangent.Axis(1), "g's columns");
+}
+
 ffi::Error CsrMatmulImpl(ffi::ThreadPool pool, ffi::AnyBuffer data, ffi::AnyBuffer x,
                          ffi::AnyBuffer indices, ffi::AnyBuffer indptr,
                          ffi::Result<ffi::AnyBuffer> out) {
+  JAXSPARSE_RETURN_IF_ERROR(CheckProductBuffers(data, x, indices, indptr, *out, /*transposed=*/false));
   AdviseHugePages(out);
-  return WithValueType(data.element_type(), "CSR values", [&](auto value) {
+  return WithValueType(data.element_type(), "data", [&](auto value) {
     return WithIndexType(indices.element_type(), [&](auto index) {
       return Matmul<decltype(value), decltype(index)>(pool, data, x, indices, indptr, out);
     });
@@ -895,8 +960,9 @@ ffi::Error CsrMatmulImpl(ffi::ThreadPool pool, ffi::AnyBuffer data, ffi::AnyBuff
 ffi::Error CsrMatmulTImpl(ffi::ThreadPool pool, ffi::AnyBuffer data, ffi::AnyBuffer g,
                           ffi::AnyBuffer indices, ffi::AnyBuffer indptr,
                           ffi::Result<ffi::AnyBuffer> out) {
+  JAXSPARSE_RETURN_IF_ERROR(CheckProductBuffers(data, g, indices, indptr, *out, /*transposed=*/true));
   AdviseHugePages(out);
-  return WithValueType(data.element_type(), "CSR values", [&](auto value) {
+  return WithValueType(data.element_type(), "data", [&](auto value) {
     return WithIndexType(indices.element_type(), [&](auto index) {
       return MatmulT<decltype(value), decltype(index)>(pool, data, g, indices, indptr, out);
     });
@@ -906,8 +972,9 @@ ffi::Error CsrMatmulTImpl(ffi::ThreadPool pool, ffi::AnyBuffer data, ffi::AnyBuf
 ffi::Error CsrSddmmImpl(ffi::ThreadPool pool, ffi::AnyBuffer g, ffi::AnyBuffer x,
                         ffi::AnyBuffer indices, ffi::AnyBuffer indptr,
                         ffi::Result<ffi::AnyBuffer> out) {
+  JAXSPARSE_RETURN_IF_ERROR(CheckSddmmBuffers(g, x, indices, indptr, *out));
   AdviseHugePages(out);
-  return WithValueType(g.element_type(), "CSR operands", [&](auto value) {
+  return WithValueType(g.element_type(), "g", [&](auto value) {
     return WithIndexType(indices.element_type(), [&](auto index) {
       return Sddmm<decltype(value), decltype(index)>(pool, g, x, indices, indptr, out);
     });
@@ -918,9 +985,11 @@ ffi::Error CsrMatmulPullbackImpl(ffi::ThreadPool pool, ffi::AnyBuffer g, ffi::An
                                  ffi::AnyBuffer x, ffi::AnyBuffer indices, ffi::AnyBuffer indptr,
                                  ffi::Result<ffi::AnyBuffer> dvalues,
                                  ffi::Result<ffi::AnyBuffer> dx) {
+  JAXSPARSE_RETURN_IF_ERROR(
+      CheckPullbackBuffers(g, data, x, indices, indptr, *dvalues, *dx));
   AdviseHugePages(dvalues);
   AdviseHugePages(dx);
-  return WithValueType(data.element_type(), "CSR values", [&](auto value) {
+  return WithValueType(data.element_type(), "data", [&](auto value) {
     return WithIndexType(indices.element_type(), [&](auto index) {
       return MatmulPullback<decltype(value), decltype(index)>(pool, g, data, x, indices, indptr,
                                                                dvalues, dx);

@@ -24,6 +24,7 @@
 #include <utility>
 
 #include "arrays.h"
+#include "buffer_checks.h"
 #include "dispatch.h"
 #include "handlers.h"
 #include "pages.h"
@@ -351,26 +352,62 @@ ffi::Error Sddmm(ffi::ThreadPool& pool, const ffi::AnyBuffer& g, const ffi::AnyB
   return ffi::Error::Success();
 }
 
+// The buffers of `A @ x` (transposed: `A^T @ g`): data `(ndiag, n)` and the dense operand
+// `(rows, k)`, each with a batch axis or shared; the result `(rows, k)`, batched where an
+// input is. The product's operand has n rows, the transposed product's result.
+ffi::Error CheckProductBuffers(const ffi::AnyBuffer& data, const ffi::AnyBuffer& dense,
+                               const ffi::AnyBuffer& out, bool transposed) {
+  const ffi::DataType type = data.element_type();
+  const NamedBuffer values{data, "data", 2}, operand{dense, transposed ? "g" : "x", 2};
+  const NamedBuffer result{out, "the result", 2};
+  JAXSPARSE_RETURN_IF_ERROR(CheckBuffer(values, type, /*may_batch=*/true));
+  JAXSPARSE_RETURN_IF_ERROR(CheckBuffer(operand, type, /*may_batch=*/true));
+  JAXSPARSE_RETURN_IF_ERROR(CheckBuffer(result, type, /*may_batch=*/true));
+  JAXSPARSE_RETURN_IF_ERROR(
+      CheckAxis(transposed ? result : operand, 0, values.Axis(1), "data's columns, n"));
+  JAXSPARSE_RETURN_IF_ERROR(CheckAxis(result, 1, operand.Axis(1), "the operand's columns"));
+  JAXSPARSE_RETURN_IF_ERROR(CheckBatch(values, result));
+  return CheckBatch(operand, result);
+}
+
+// The buffers of the values' gradient: g `(m, k)` and x `(n, k)`, each with a batch axis or
+// shared; the result `(ndiag, n)`, batched where an input is.
+ffi::Error CheckSddmmBuffers(const ffi::AnyBuffer& g, const ffi::AnyBuffer& x,
+                             const ffi::AnyBuffer& out) {
+  const ffi::DataType type = g.element_type();
+  const NamedBuffer cotangent{g, "g", 2}, operand{x, "x", 2}, result{out, "the result", 2};
+  JAXSPARSE_RETURN_IF_ERROR(CheckBuffer(cotangent, type, /*may_batch=*/true));
+  JAXSPARSE_RETURN_IF_ERROR(CheckBuffer(operand, type, /*may_batch=*/true));
+  JAXSPARSE_RETURN_IF_ERROR(CheckBuffer(result, type, /*may_batch=*/true));
+  JAXSPARSE_RETURN_IF_ERROR(CheckAxis(operand, 0, result.Axis(1), "the result's columns, n"));
+  JAXSPARSE_RETURN_IF_ERROR(CheckAxis(operand, 1, cotangent.Axis(1), "g's columns"));
+  JAXSPARSE_RETURN_IF_ERROR(CheckBatch(cotangent, result));
+  return CheckBatch(operand, result);
+}
+
 ffi::Error DiaMatmulImpl(ffi::ThreadPool pool, ffi::AnyBuffer data, ffi::AnyBuffer x,
                          ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> offsets) {
+  JAXSPARSE_RETURN_IF_ERROR(CheckProductBuffers(data, x, *out, /*transposed=*/false));
   AdviseHugePages(out);
-  return WithValueType(data.element_type(), "DIA values", [&](auto value) {
+  return WithValueType(data.element_type(), "data", [&](auto value) {
     return Product<decltype(value)>(pool, data, x, offsets, out, /*transposed=*/false);
   });
 }
 
 ffi::Error DiaMatmulTImpl(ffi::ThreadPool pool, ffi::AnyBuffer data, ffi::AnyBuffer g,
                           ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> offsets) {
+  JAXSPARSE_RETURN_IF_ERROR(CheckProductBuffers(data, g, *out, /*transposed=*/true));
   AdviseHugePages(out);
-  return WithValueType(data.element_type(), "DIA values", [&](auto value) {
+  return WithValueType(data.element_type(), "data", [&](auto value) {
     return Product<decltype(value)>(pool, data, g, offsets, out, /*transposed=*/true);
   });
 }
 
 ffi::Error DiaSddmmImpl(ffi::ThreadPool pool, ffi::AnyBuffer g, ffi::AnyBuffer x,
                         ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> offsets) {
+  JAXSPARSE_RETURN_IF_ERROR(CheckSddmmBuffers(g, x, *out));
   AdviseHugePages(out);
-  return WithValueType(g.element_type(), "DIA operands", [&](auto value) {
+  return WithValueType(g.element_type(), "g", [&](auto value) {
     return Sddmm<decltype(value)>(pool, g, x, offsets, out);
   });
 }
