@@ -7,6 +7,7 @@ The extensions are optional: without a compiler the package still installs, and 
 products run on the XLA path with one warning (`jaxsparse/kernels/_native_library.py`).
 """
 
+import copy
 import importlib.util
 import pathlib
 import platform
@@ -34,24 +35,30 @@ def native_extension(module: str, flags: list[str]) -> Extension:
 
 
 # The baseline build runs on any CPU of the architecture. On x86-64 a second build uses
-# AVX2 and FMA, which `kernels/_native_library.py` loads where the CPU has them (the
-# 27-point DIA product at k = 1, 10^6 rows: 2.6 vs 3.5 ms; CSR at k = 64: 8-18% faster).
+# AVX2 and FMA, which `kernels/_native_library.py` loads where the CPU has them (its
+# speedups are in `benchmarks/results/native-kernels.md`).
 extensions = [native_extension("_native_ffi", [])]
 if platform.machine().lower() in ("x86_64", "amd64"):
     extensions.append(native_extension("_native_ffi_avx2", ["-mavx2", "-mfma"]))
 
 
-class BuildEachExtensionApart(build_ext):
-    """`build_ext` with a temporary directory per extension: both builds compile the same
-    sources with different flags, so their object files must not share a path."""
+class BuildExtensionsAtOnce(build_ext):
+    """`build_ext` compiling every extension at once (the builds are independent, so two
+    cores halve the install's wait), each in a temporary directory of its own: both
+    builds compile the same sources with different flags, so their object files must not
+    share a path."""
+
+    def finalize_options(self):
+        super().finalize_options()
+        if not self.parallel:
+            self.parallel = len(self.extensions)
 
     def build_extension(self, ext):
-        shared_temp = self.build_temp
-        self.build_temp = str(pathlib.Path(shared_temp, ext.name))
-        try:
-            super().build_extension(ext)
-        finally:
-            self.build_temp = shared_temp
+        # A copy per extension: the builds run in threads, and each needs its own
+        # `build_temp`.
+        apart = copy.copy(self)
+        apart.build_temp = str(pathlib.Path(self.build_temp, ext.name))
+        super(BuildExtensionsAtOnce, apart).build_extension(ext)
 
 
-setup(ext_modules=extensions, cmdclass={"build_ext": BuildEachExtensionApart})
+setup(ext_modules=extensions, cmdclass={"build_ext": BuildExtensionsAtOnce})
