@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.jaxsparse-installed
 
-.PHONY: demo test bench lint clean gpu-check gpu-compile
+.PHONY: demo test test-slow bench lint docs clean gpu-check gpu-compile
 
 $(STAMP): pyproject.toml setup.py $(wildcard jaxsparse/kernels/native/*)
 	$(PYTHON) -m venv $(VENV)
@@ -16,9 +16,14 @@ $(STAMP): pyproject.toml setup.py $(wildcard jaxsparse/kernels/native/*)
 demo: $(STAMP)
 	$(BIN)/python examples/quickstart.py
 
-# The suite is mostly single-threaded XLA compilation: one pytest worker per core.
+# The suite is mostly single-threaded XLA compilation: one pytest worker per core. The
+# exhaustive sweeps (marked `slow`) repeat paths the suite already covers: CI runs them
+# once, on the newest Python (`make test-slow`).
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n auto --dist worksteal
+	$(BIN)/python -m pytest -q -n auto --dist worksteal -m "not slow"
+
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -q -n auto --dist worksteal -m slow
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py
@@ -33,9 +38,27 @@ gpu-check:
 	JAX_PLATFORMS=cpu $(GPU_PYTHON) -m pytest -q -n 8 -p no:cacheprovider -m on_cpu
 	$(GPU_PYTHON) benchmarks/gpu.py --out benchmarks/results/gpu.json
 
+NATIVE_SOURCES := $(wildcard jaxsparse/kernels/native/*.cc jaxsparse/kernels/native/*.h)
+
 lint: $(STAMP)
-	$(BIN)/ruff check jaxsparse tests examples benchmarks tools
-	$(BIN)/ruff format --check jaxsparse tests examples benchmarks tools
+	$(BIN)/ruff check jaxsparse tests examples benchmarks tools docs
+	$(BIN)/ruff format --check jaxsparse tests examples benchmarks tools docs
+	$(BIN)/clang-format --dry-run --Werror $(NATIVE_SOURCES)
+
+# The documentation site (mkdocs.yml) in its own environment: the package without its
+# native kernels (the site only reads it) and the `docs` extra. `--strict` fails on a
+# broken link or a missing reference.
+DOCS_VENV := .venv-docs
+DOCS_STAMP := $(DOCS_VENV)/.jaxsparse-installed
+
+$(DOCS_STAMP): pyproject.toml setup.py
+	$(PYTHON) -m venv $(DOCS_VENV)
+	$(DOCS_VENV)/bin/python -m pip install --quiet --upgrade pip
+	JAXSPARSE_BUILD_NATIVE=0 $(DOCS_VENV)/bin/python -m pip install --quiet -e '.[docs]'
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	$(DOCS_VENV)/bin/mkdocs build --strict
 
 # Not one of the two commands: compiles every GPU kernel to sm_90a machine code without a
 # GPU, in its own environment with the CUDA plugin (about 1.3 GB), on the newest Python
@@ -56,4 +79,4 @@ gpu-compile: $(GPU_COMPILE_STAMP)
 	JAX_SKIP_CUDA_CONSTRAINTS_CHECK=1 $(GPU_COMPILE_VENV)/bin/python tools/gpu_compile.py $(GPU_COMPILE_ARGS)
 
 clean:
-	rm -rf $(VENV) .venv-* .pytest_cache
+	rm -rf $(VENV) .venv-* .pytest_cache site

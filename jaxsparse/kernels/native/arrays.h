@@ -265,8 +265,7 @@ JAXSPARSE_INLINE void EightFixedDots(const T* const (&a)[8], const T* const (&b)
     const __m256 sums1 = _mm256_shuffle_ps(low01, low23, 0xEE);
     const __m256 sums2 = _mm256_shuffle_ps(high01, high23, 0x44);
     const __m256 sums3 = _mm256_shuffle_ps(high01, high23, 0xEE);
-    _mm256_storeu_ps(dots,
-                     _mm256_add_ps(_mm256_add_ps(sums0, sums2), _mm256_add_ps(sums1, sums3)));
+    _mm256_storeu_ps(dots, _mm256_add_ps(_mm256_add_ps(sums0, sums2), _mm256_add_ps(sums1, sums3)));
     return;
   }
 #endif

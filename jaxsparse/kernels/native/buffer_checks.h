@@ -12,11 +12,11 @@
 #include "xla/ffi/api/ffi.h"
 
 // Returns the error of `expr` from the calling function unless it is a success.
-#define JAXSPARSE_RETURN_IF_ERROR(expr)                  \
-  do {                                                   \
+#define JAXSPARSE_RETURN_IF_ERROR(expr)                         \
+  do {                                                          \
     if (::xla::ffi::Error error_ = (expr); !error_.success()) { \
-      return error_;                                     \
-    }                                                    \
+      return error_;                                            \
+    }                                                           \
   } while (false)
 
 namespace jaxsparse {

@@ -81,15 +81,14 @@ ffi::Error CheckIndptr(ffi::ThreadPool& pool, const I* indptr, int64_t m, int64_
   });
   const int64_t row = *std::min_element(first_decrease.begin(), first_decrease.end());
   if (row < m) {
-    return ffi::Error::InvalidArgument(
-        "CSR indptr must be a non-decreasing sequence: indptr[" + std::to_string(row + 1) +
-        "] = " + std::to_string(indptr[row + 1]) + " < indptr[" + std::to_string(row) +
-        "] = " + std::to_string(indptr[row]));
+    return ffi::Error::InvalidArgument("CSR indptr must be a non-decreasing sequence: indptr[" +
+                                       std::to_string(row + 1) +
+                                       "] = " + std::to_string(indptr[row + 1]) + " < indptr[" +
+                                       std::to_string(row) + "] = " + std::to_string(indptr[row]));
   }
   if (indptr[m] != nnz) {
     return ffi::Error::InvalidArgument("last value of CSR index pointer should be nnz = " +
-                                       std::to_string(nnz) + ", got " +
-                                       std::to_string(indptr[m]));
+                                       std::to_string(nnz) + ", got " + std::to_string(indptr[m]));
   }
   return ffi::Error::Success();
 }
@@ -143,8 +142,7 @@ JAXSPARSE_INLINE uint64_t ClampedColumn(uint64_t column, int64_t n) {
 // Whether the columns of the entries [begin, end) all lie in [0, n), in one pass the
 // compiler vectorizes (read as unsigned: see ColumnLimit).
 template <typename I>
-JAXSPARSE_INLINE bool ChunkColumnsInRange(const I* indices, int64_t begin, int64_t end,
-                                          int64_t n) {
+JAXSPARSE_INLINE bool ChunkColumnsInRange(const I* indices, int64_t begin, int64_t end, int64_t n) {
   using U = std::make_unsigned_t<I>;
   U largest = 0;
   for (int64_t p = begin; p < end; ++p) largest = std::max(largest, static_cast<U>(indices[p]));
@@ -283,7 +281,7 @@ JAXSPARSE_INLINE void ProductRows(const T* values, const I* indices, const I* in
       const int64_t first = indptr[first_row];
       WithRowLength(length, [&](auto row_length) {
         SumEvenRows<decltype(row_length)::value>(values + first, indices + first, dense,
-                                                last_row - first_row, out + first_row);
+                                                 last_row - first_row, out + first_row);
       });
       return;
     }
@@ -310,8 +308,7 @@ JAXSPARSE_INLINE void ProductRows(const T* values, const I* indices, const I* in
 template <int G, typename T, typename I>
 JAXSPARSE_INLINE void SharedVectorRows(const T* values, int64_t values_stride, const I* indices,
                                        const I* indptr, const T* x, int64_t first_row,
-                                       int64_t last_row, int64_t end, T* out,
-                                       int64_t out_stride) {
+                                       int64_t last_row, int64_t end, T* out, int64_t out_stride) {
   for (int64_t row = first_row; row < last_row; ++row) {
     const int64_t row_end = std::min<int64_t>(indptr[row + 1], end);
     T sums[G] = {};
@@ -427,9 +424,9 @@ ffi::Error Matmul(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi::
         int64_t b = 0;
         if (k == 1 && x_stride == 0 && values_stride != 0) {
           for (; b + kSharedVectorGroup <= batch; b += kSharedVectorGroup) {
-            SharedVectorRows<kSharedVectorGroup>(values + b * values_stride, values_stride,
-                                                 indices, indptr, dense, chunk_row, chunk_end,
-                                                 end, out + b * m, m);
+            SharedVectorRows<kSharedVectorGroup>(values + b * values_stride, values_stride, indices,
+                                                 indptr, dense, chunk_row, chunk_end, end,
+                                                 out + b * m, m);
           }
         }
         for (; b < batch; ++b) {
@@ -477,8 +474,7 @@ bool ScatterEntries(const T* values, int64_t values_stride, const T* cotangent, 
                     const I* indices, const I* indptr, int64_t m, int64_t n, int64_t k,
                     int64_t begin, int64_t end, int64_t first_member, int64_t last_member,
                     bool prefetch, T* rows) {
-  const int64_t chunk_size =
-      last_member - first_member > 1 ? kChunkEntries : kCheckedChunkEntries;
+  const int64_t chunk_size = last_member - first_member > 1 ? kChunkEntries : kCheckedChunkEntries;
   auto scatter_chunk = [&](int64_t chunk, int64_t chunk_end, int64_t chunk_row) {
     for (int64_t b = first_member; b < last_member; ++b) {
       const T* member_values = values + b * values_stride;
@@ -490,8 +486,7 @@ bool ScatterEntries(const T* values, int64_t values_stride, const T* cotangent, 
         const T* source = member_g + row * k;
         if (prefetch) PrefetchAhead(member_rows, indices, row_begin, row_end, end, n, k);
         for (int64_t p = row_begin; p < row_end; ++p) {
-          AddEntry(member_rows + static_cast<int64_t>(indices[p]) * k, member_values[p], source,
-                   k);
+          AddEntry(member_rows + static_cast<int64_t>(indices[p]) * k, member_values[p], source, k);
         }
       }
     }
@@ -504,8 +499,8 @@ bool ScatterEntries(const T* values, int64_t values_stride, const T* cotangent, 
 // the others to `deferrals`, once for all members.
 template <typename T, typename I>
 void ScatterOwnedEntries(const T* values, int64_t values_stride, const T* cotangent,
-                         int64_t g_stride, const I* indices, const I* indptr, int64_t m,
-                         int64_t n, int64_t k, int64_t batch, int64_t begin, int64_t end,
+                         int64_t g_stride, const I* indices, const I* indptr, int64_t m, int64_t n,
+                         int64_t k, int64_t batch, int64_t begin, int64_t end,
                          const OwnedColumns owned, T* out, Deferrals& deferrals) {
   const int64_t chunk_size = batch > 1 ? kChunkEntries : end - begin;
   for (int64_t chunk = begin; chunk < end; chunk += chunk_size) {
@@ -598,8 +593,8 @@ ffi::Error MatmulT(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi:
           ? ScatterInPieces(pool, nnz, n, k, batch, work, out,
                             [&](int64_t begin, int64_t end, T* rows) {
                               return ScatterEntries(values, values_stride, cotangent, g_stride,
-                                                    indices, indptr, m, n, k, begin, end, 0,
-                                                    batch, prefetch, rows);
+                                                    indices, indptr, m, n, k, begin, end, 0, batch,
+                                                    prefetch, rows);
                             })
           : ScatterOwnedColumns(
                 pool, indices, nnz, n, k, batch, work, out,
@@ -608,8 +603,8 @@ ffi::Error MatmulT(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi:
                                       m, n, k, batch, begin, end, owned, out, deferrals);
                 },
                 [&](const DeferredEntry& deferred) {
-                  AddDeferredEntry(values, values_stride, cotangent, g_stride, indices, n, k,
-                                   batch, deferred, out);
+                  AddDeferredEntry(values, values_stride, cotangent, g_stride, indices, n, k, batch,
+                                   deferred, out);
                 });
   return in_range ? ffi::Error::Success() : ColumnError(n);
 }
@@ -771,8 +766,8 @@ constexpr int64_t kEvenChunkRows = 128;
 // PullbackEvenRows, others PullbackRows.
 template <typename T, typename I>
 void PullbackOneColumn(const T* values, const I* indices, const I* indptr, int64_t m, int64_t n,
-                       const T* cotangent, const T* dense, int64_t begin, int64_t end,
-                       T* dvalues, T* out, const OwnedColumns owned, Deferrals& deferrals) {
+                       const T* cotangent, const T* dense, int64_t begin, int64_t end, T* dvalues,
+                       T* out, const OwnedColumns owned, Deferrals& deferrals) {
   const int64_t last_row = FirstRowFrom(indptr, m, end);
   for (int64_t row = RowOf(indptr, m, begin); row < last_row; row += kEvenChunkRows) {
     const int64_t chunk_end = std::min(last_row, row + kEvenChunkRows);
@@ -786,8 +781,8 @@ void PullbackOneColumn(const T* values, const I* indices, const I* indptr, int64
     }
     WithRowLength(length, [&](auto row_length) {
       PullbackEvenRows<decltype(row_length)::value>(values, indices, n, cotangent, dense, row,
-                                                   chunk_end, indptr[row], dvalues, out, owned,
-                                                   deferrals);
+                                                    chunk_end, indptr[row], dvalues, out, owned,
+                                                    deferrals);
     });
   }
 }
@@ -799,9 +794,8 @@ void PullbackOneColumn(const T* values, const I* indices, const I* indptr, int64
 // 48 vs 63 ms choosing blocks per entry).
 template <typename T, typename I>
 void PullbackColumnBlocks(const T* values, const I* indices, const I* indptr, int64_t m, int64_t n,
-                          int64_t k, const T* cotangent, const T* dense, int64_t begin,
-                          int64_t end, T* dvalues, T* out, const OwnedColumns owned,
-                          Deferrals& deferrals) {
+                          int64_t k, const T* cotangent, const T* dense, int64_t begin, int64_t end,
+                          T* dvalues, T* out, const OwnedColumns owned, Deferrals& deferrals) {
   for (int64_t row = RowOf(indptr, m, begin); row < m && indptr[row] < end; ++row) {
     const int64_t row_begin = std::max<int64_t>(indptr[row], begin);
     const int64_t row_end = std::min<int64_t>(indptr[row + 1], end);
@@ -833,9 +827,9 @@ void PullbackColumnBlocks(const T* values, const I* indices, const I* indptr, in
 // row, k = 8: 129 vs 86 ms). Each output gets the same sums, in the same order, as Sddmm
 // and MatmulT (the same bits for real values; see native_csr.py for complex ones).
 template <typename T, typename I>
-ffi::Error MatmulPullback(ffi::ThreadPool& pool, const ffi::AnyBuffer& g, const ffi::AnyBuffer& data,
-                          const ffi::AnyBuffer& x, const ffi::AnyBuffer& indices_buffer,
-                          const ffi::AnyBuffer& indptr_buffer,
+ffi::Error MatmulPullback(ffi::ThreadPool& pool, const ffi::AnyBuffer& g,
+                          const ffi::AnyBuffer& data, const ffi::AnyBuffer& x,
+                          const ffi::AnyBuffer& indices_buffer, const ffi::AnyBuffer& indptr_buffer,
                           ffi::Result<ffi::AnyBuffer>& dvalues_buffer,
                           ffi::Result<ffi::AnyBuffer>& dx_buffer) {
   const int64_t m = Trailing(g, 2), k = Trailing(g, 1);
@@ -948,7 +942,8 @@ ffi::Error CheckPullbackBuffers(const ffi::AnyBuffer& g, const ffi::AnyBuffer& d
 ffi::Error CsrMatmulImpl(ffi::ThreadPool pool, ffi::AnyBuffer data, ffi::AnyBuffer x,
                          ffi::AnyBuffer indices, ffi::AnyBuffer indptr,
                          ffi::Result<ffi::AnyBuffer> out) {
-  JAXSPARSE_RETURN_IF_ERROR(CheckProductBuffers(data, x, indices, indptr, *out, /*transposed=*/false));
+  JAXSPARSE_RETURN_IF_ERROR(
+      CheckProductBuffers(data, x, indices, indptr, *out, /*transposed=*/false));
   AdviseHugePages(out);
   return WithValueType(data.element_type(), "data", [&](auto value) {
     return WithIndexType(indices.element_type(), [&](auto index) {
@@ -960,7 +955,8 @@ ffi::Error CsrMatmulImpl(ffi::ThreadPool pool, ffi::AnyBuffer data, ffi::AnyBuff
 ffi::Error CsrMatmulTImpl(ffi::ThreadPool pool, ffi::AnyBuffer data, ffi::AnyBuffer g,
                           ffi::AnyBuffer indices, ffi::AnyBuffer indptr,
                           ffi::Result<ffi::AnyBuffer> out) {
-  JAXSPARSE_RETURN_IF_ERROR(CheckProductBuffers(data, g, indices, indptr, *out, /*transposed=*/true));
+  JAXSPARSE_RETURN_IF_ERROR(
+      CheckProductBuffers(data, g, indices, indptr, *out, /*transposed=*/true));
   AdviseHugePages(out);
   return WithValueType(data.element_type(), "data", [&](auto value) {
     return WithIndexType(indices.element_type(), [&](auto index) {
@@ -985,14 +981,13 @@ ffi::Error CsrMatmulPullbackImpl(ffi::ThreadPool pool, ffi::AnyBuffer g, ffi::An
                                  ffi::AnyBuffer x, ffi::AnyBuffer indices, ffi::AnyBuffer indptr,
                                  ffi::Result<ffi::AnyBuffer> dvalues,
                                  ffi::Result<ffi::AnyBuffer> dx) {
-  JAXSPARSE_RETURN_IF_ERROR(
-      CheckPullbackBuffers(g, data, x, indices, indptr, *dvalues, *dx));
+  JAXSPARSE_RETURN_IF_ERROR(CheckPullbackBuffers(g, data, x, indices, indptr, *dvalues, *dx));
   AdviseHugePages(dvalues);
   AdviseHugePages(dx);
   return WithValueType(data.element_type(), "data", [&](auto value) {
     return WithIndexType(indices.element_type(), [&](auto index) {
       return MatmulPullback<decltype(value), decltype(index)>(pool, g, data, x, indices, indptr,
-                                                               dvalues, dx);
+                                                              dvalues, dx);
     });
   });
 }
@@ -1000,17 +995,18 @@ ffi::Error CsrMatmulPullbackImpl(ffi::ThreadPool pool, ffi::AnyBuffer g, ffi::An
 }  // namespace
 }  // namespace jaxsparse
 
-#define JAXSPARSE_CSR_BINDING                  \
-  xla::ffi::Ffi::Bind()                             \
-      .Ctx<xla::ffi::ThreadPool>()                  \
-      .Arg<xla::ffi::AnyBuffer>()                   \
-      .Arg<xla::ffi::AnyBuffer>()                   \
-      .Arg<xla::ffi::AnyBuffer>()                   \
-      .Arg<xla::ffi::AnyBuffer>()                   \
+#define JAXSPARSE_CSR_BINDING      \
+  xla::ffi::Ffi::Bind()            \
+      .Ctx<xla::ffi::ThreadPool>() \
+      .Arg<xla::ffi::AnyBuffer>()  \
+      .Arg<xla::ffi::AnyBuffer>()  \
+      .Arg<xla::ffi::AnyBuffer>()  \
+      .Arg<xla::ffi::AnyBuffer>()  \
       .Ret<xla::ffi::AnyBuffer>()
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxsparseCsrMatmul, jaxsparse::CsrMatmulImpl, JAXSPARSE_CSR_BINDING);
-XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxsparseCsrMatmulT, jaxsparse::CsrMatmulTImpl, JAXSPARSE_CSR_BINDING);
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxsparseCsrMatmulT, jaxsparse::CsrMatmulTImpl,
+                              JAXSPARSE_CSR_BINDING);
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxsparseCsrSddmm, jaxsparse::CsrSddmmImpl, JAXSPARSE_CSR_BINDING);
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxsparseCsrMatmulPullback, jaxsparse::CsrMatmulPullbackImpl,
                               xla::ffi::Ffi::Bind()

@@ -144,8 +144,8 @@ void AddFourDiagonals(const ShiftedDiagonal<T> (&group)[4], int64_t first, int64
 // [lo, hi); with `Stream`, sums of a cache line or more are written past the cache
 // (the caller ends with StreamFence()).
 template <int W, bool Checked, bool Accumulate, bool Stream, typename T>
-JAXSPARSE_INLINE void SumDiagonalRows(const ShiftedDiagonal<T>* diagonals, int64_t ndiag,
-                                      int64_t k, int64_t c0, int64_t first, int64_t stop, T* out) {
+JAXSPARSE_INLINE void SumDiagonalRows(const ShiftedDiagonal<T>* diagonals, int64_t ndiag, int64_t k,
+                                      int64_t c0, int64_t first, int64_t stop, T* out) {
   for (int64_t r = first; r < stop; ++r) {
     T* out_row = out + r * k + c0;
     RowAccumulator<W, T> sums;
@@ -189,8 +189,7 @@ void SumDiagonalsRowWise(const ShiftedDiagonal<T>* diagonals, int64_t ndiag, int
   ForColumnBlocks<T>(k, 0, [&](auto width, int64_t c0) {
     constexpr int W = decltype(width)::value;
     SumDiagonalRows<W, true, Accumulate, false>(diagonals, ndiag, k, c0, first, inner_lo, out);
-    SumDiagonalRows<W, false, Accumulate, false>(diagonals, ndiag, k, c0, inner_lo, inner_hi,
-                                                 out);
+    SumDiagonalRows<W, false, Accumulate, false>(diagonals, ndiag, k, c0, inner_lo, inner_hi, out);
     SumDiagonalRows<W, true, Accumulate, false>(diagonals, ndiag, k, c0, inner_hi, stop, out);
   });
 }
@@ -415,14 +414,15 @@ ffi::Error DiaSddmmImpl(ffi::ThreadPool pool, ffi::AnyBuffer g, ffi::AnyBuffer x
 }  // namespace
 }  // namespace jaxsparse
 
-#define JAXSPARSE_DIA_BINDING                  \
-  xla::ffi::Ffi::Bind()                             \
-      .Ctx<xla::ffi::ThreadPool>()                  \
-      .Arg<xla::ffi::AnyBuffer>()                   \
-      .Arg<xla::ffi::AnyBuffer>()                   \
-      .Ret<xla::ffi::AnyBuffer>()                   \
+#define JAXSPARSE_DIA_BINDING      \
+  xla::ffi::Ffi::Bind()            \
+      .Ctx<xla::ffi::ThreadPool>() \
+      .Arg<xla::ffi::AnyBuffer>()  \
+      .Arg<xla::ffi::AnyBuffer>()  \
+      .Ret<xla::ffi::AnyBuffer>()  \
       .Attr<xla::ffi::Span<const int64_t>>("offsets")
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxsparseDiaMatmul, jaxsparse::DiaMatmulImpl, JAXSPARSE_DIA_BINDING);
-XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxsparseDiaMatmulT, jaxsparse::DiaMatmulTImpl, JAXSPARSE_DIA_BINDING);
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxsparseDiaMatmulT, jaxsparse::DiaMatmulTImpl,
+                              JAXSPARSE_DIA_BINDING);
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxsparseDiaSddmm, jaxsparse::DiaSddmmImpl, JAXSPARSE_DIA_BINDING);
