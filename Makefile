@@ -41,8 +41,8 @@ gpu-check:
 NATIVE_SOURCES := $(wildcard jaxsparse/kernels/native/*.cc jaxsparse/kernels/native/*.h)
 
 lint: $(STAMP)
-	$(BIN)/ruff check jaxsparse tests examples benchmarks tools docs
-	$(BIN)/ruff format --check jaxsparse tests examples benchmarks tools docs
+	$(BIN)/ruff check jaxsparse tests examples benchmarks tools docs/hooks
+	$(BIN)/ruff format --check jaxsparse tests examples benchmarks tools docs/hooks
 	$(BIN)/clang-format --dry-run --Werror $(NATIVE_SOURCES)
 
 # The documentation site (mkdocs.yml) in its own environment: the package without its
