@@ -58,7 +58,7 @@ $(DOCS_STAMP): pyproject.toml setup.py
 	touch $(DOCS_STAMP)
 
 docs: $(DOCS_STAMP)
-	$(DOCS_VENV)/bin/mkdocs build --strict
+	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs build --strict
 
 # Not one of the two commands: compiles every GPU kernel to sm_90a machine code without a
 # GPU, in its own environment with the CUDA plugin (about 1.3 GB), on the newest Python
