@@ -5,20 +5,29 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.jaxsparse-installed
 
-.PHONY: demo test bench lint clean gpu-check gpu-compile
+.PHONY: demo test test-slow bench lint docs clean gpu-check gpu-compile
 
+# The build requirements go into the venv first and the package builds there
+# (--no-build-isolation), so pip does not set up a second environment with its own copy of
+# jaxlib for the build, and the kernels compile against the headers of the jaxlib they run
+# with.
 $(STAMP): pyproject.toml setup.py $(wildcard jaxsparse/kernels/native/*)
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,examples,bench]'
+	$(BIN)/python -m pip install --quiet --upgrade pip 'setuptools>=77' 'jaxlib>=0.10.2'
+	$(BIN)/python -m pip install --quiet --no-build-isolation -e '.[test,examples,bench]'
 	touch $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/python examples/quickstart.py
 
-# The suite is mostly single-threaded XLA compilation: one pytest worker per core.
+# The suite is mostly single-threaded XLA compilation: one pytest worker per core. The
+# exhaustive sweeps (marked `slow`) repeat paths the suite already covers: CI runs them
+# once, on the newest Python (`make test-slow`).
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n auto --dist worksteal
+	$(BIN)/python -m pytest -q -n auto --dist worksteal -m "not slow"
+
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -q -n auto --dist worksteal -m slow
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py
@@ -30,9 +39,27 @@ GPU_PYTHON ?= python3
 gpu-check:
 	GPU_PYTHON=$(GPU_PYTHON) tools/gpu_check.sh
 
+NATIVE_SOURCES := $(wildcard jaxsparse/kernels/native/*.cc jaxsparse/kernels/native/*.h)
+
 lint: $(STAMP)
-	$(BIN)/ruff check jaxsparse tests examples benchmarks tools
-	$(BIN)/ruff format --check jaxsparse tests examples benchmarks tools
+	$(BIN)/ruff check jaxsparse tests examples benchmarks tools docs/hooks
+	$(BIN)/ruff format --check jaxsparse tests examples benchmarks tools docs/hooks
+	$(BIN)/clang-format --dry-run --Werror $(NATIVE_SOURCES)
+
+# The documentation site (mkdocs.yml) in its own environment: the package without its
+# native kernels (the site only reads it) and the `docs` extra. `--strict` fails on a
+# broken link or a missing reference.
+DOCS_VENV := .venv-docs
+DOCS_STAMP := $(DOCS_VENV)/.jaxsparse-installed
+
+$(DOCS_STAMP): pyproject.toml setup.py
+	$(PYTHON) -m venv $(DOCS_VENV)
+	$(DOCS_VENV)/bin/python -m pip install --quiet --upgrade pip
+	JAXSPARSE_BUILD_NATIVE=0 $(DOCS_VENV)/bin/python -m pip install --quiet -e '.[docs]'
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs build --strict
 
 # Not one of the two commands: compiles every GPU kernel to sm_90a machine code without a
 # GPU, in its own environment with the CUDA plugin (about 1.3 GB), on the newest Python
@@ -53,4 +80,4 @@ gpu-compile: $(GPU_COMPILE_STAMP)
 	JAX_SKIP_CUDA_CONSTRAINTS_CHECK=1 $(GPU_COMPILE_VENV)/bin/python tools/gpu_compile.py $(GPU_COMPILE_ARGS)
 
 clean:
-	rm -rf $(VENV) .venv-* .pytest_cache
+	rm -rf $(VENV) .venv-* .pytest_cache site

@@ -3,10 +3,12 @@ on x86-64 (for any CPU, and for CPUs with AVX2 and FMA).
 
 Everything else is in pyproject.toml. The kernels compile against the XLA FFI headers
 that jaxlib ships (`jaxlib/include`, a build requirement) with the system C++ compiler.
-The extensions are optional: without a compiler the package still installs, and CPU
-products run on the XLA path with one warning (`jaxsparse/kernels/_native_library.py`).
+The extensions are optional: without a compiler (or with `JAXSPARSE_BUILD_NATIVE=0`) the
+package still installs, and CPU products run on the XLA path with one warning
+(`jaxsparse/kernels/_native_library.py`).
 """
 
+import copy
 import importlib.util
 import os
 import pathlib
@@ -28,35 +30,42 @@ def native_extension(module: str, flags: list[str]) -> Extension:
         depends=sorted(str(path) for path in NATIVE.glob("*.h")),  # rebuilt when one changes
         include_dirs=[str(JAXLIB_INCLUDE)],
         define_macros=[("JAXSPARSE_MODULE", module)],
-        extra_compile_args=["-std=c++17", "-O3", *flags],
+        # -g0: no debug information, which costs a quarter of the compile time.
+        extra_compile_args=["-std=c++17", "-O3", "-g0", *flags],
         language="c++",
         optional=True,
     )
 
 
 # The baseline build runs on any CPU of the architecture. On x86-64 a second build uses
-# AVX2 and FMA, which `kernels/_native_library.py` loads where the CPU has them (the
-# 27-point DIA product at k = 1, 10^6 rows: 2.6 vs 3.5 ms; CSR at k = 64: 8-18% faster).
+# AVX2 and FMA, which `kernels/_native_library.py` loads where the CPU has them (its
+# speedups are in `benchmarks/results/native-kernels.md`).
+# `JAXSPARSE_BUILD_NATIVE=0` builds neither: for environments that only read the package
+# (the documentation's) or only run products on accelerators.
 extensions = [native_extension("_native_ffi", [])]
 if platform.machine().lower() in ("x86_64", "amd64"):
     extensions.append(native_extension("_native_ffi_avx2", ["-mavx2", "-mfma"]))
-# JAXSPARSE_BUILD_NATIVE=0 installs without the CPU kernels (CPU products then run on the
-# XLA path): a quick install where only accelerators run products.
 if os.environ.get("JAXSPARSE_BUILD_NATIVE") == "0":
     extensions = []
 
 
-class BuildEachExtensionApart(build_ext):
-    """`build_ext` with a temporary directory per extension: both builds compile the same
-    sources with different flags, so their object files must not share a path."""
+class BuildExtensionsAtOnce(build_ext):
+    """`build_ext` compiling every extension at once (the builds are independent, so two
+    cores halve the install's wait), each in a temporary directory of its own: both
+    builds compile the same sources with different flags, so their object files must not
+    share a path."""
+
+    def finalize_options(self):
+        super().finalize_options()
+        if not self.parallel:
+            self.parallel = len(self.extensions)
 
     def build_extension(self, ext):
-        shared_temp = self.build_temp
-        self.build_temp = str(pathlib.Path(shared_temp, ext.name))
-        try:
-            super().build_extension(ext)
-        finally:
-            self.build_temp = shared_temp
+        # A copy per extension: the builds run in threads, and each needs its own
+        # `build_temp`.
+        apart = copy.copy(self)
+        apart.build_temp = str(pathlib.Path(self.build_temp, ext.name))
+        super(BuildExtensionsAtOnce, apart).build_extension(ext)
 
 
-setup(ext_modules=extensions, cmdclass={"build_ext": BuildEachExtensionApart})
+setup(ext_modules=extensions, cmdclass={"build_ext": BuildExtensionsAtOnce})

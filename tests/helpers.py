@@ -205,3 +205,9 @@ def assert_close(actual, expected, dtype, *, scale=None):
     if scale is None:
         scale = max(1.0, float(np.max(np.abs(expected), initial=0.0)))
     np.testing.assert_allclose(actual, expected, rtol=0, atol=tolerance(dtype) * scale * 10)
+
+
+def slow_unless(fast: bool) -> tuple:
+    """The marks of one parameter set of an exhaustive sweep: none where it is the fast
+    suite's representative of its code path, else `slow` (run by `make test-slow`)."""
+    return () if fast else (pytest.mark.slow,)

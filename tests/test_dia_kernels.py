@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.sparse
-from helpers import DIA_MATRICES, cases, ignored_slots, tolerance
+from helpers import DIA_MATRICES, cases, ignored_slots, slow_unless, tolerance
 from lowering import KERNEL_CALLS, NEEDS_CROSS_LOWERING, lower
 
 from jaxsparse.kernels.pallas_dia import (
@@ -93,9 +93,25 @@ def _check_kernels(m, n, offsets, k, dtype, block_sizes=None, family="window"):
     assert not np.asarray(grad.astype(jnp.float64))[ignored_slots(offsets, (m, n))].any()
 
 
+# Every matrix in float32, and bfloat16 (the same kernels with a float32 accumulator) on an
+# unrolled and a looping matrix, in the fast suite; bfloat16 on the others is `slow`.
+_BFLOAT16_CASES = ("dia-tall-beyond-matrix", "dia-many-diagonals")
+
+
 @pytest.mark.parametrize("family", list(FAMILIES))
-@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
-@pytest.mark.parametrize("case", cases(DIA_MATRICES))
+@pytest.mark.parametrize(
+    ("case", "dtype"),
+    [
+        pytest.param(
+            case,
+            dtype,
+            id=f"{case.name}-{np.dtype(dtype).name}",
+            marks=slow_unless(dtype is jnp.float32 or case.name in _BFLOAT16_CASES),
+        )
+        for case in DIA_MATRICES
+        for dtype in (jnp.float32, jnp.bfloat16)
+    ],
+)
 def test_kernels_match_scipy(case, dtype, family):
     _check_kernels(*case.shape, case.structure, 3, dtype, family=family)
 

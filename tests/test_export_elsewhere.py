@@ -1,6 +1,6 @@
 """Exported sparse programs run outside this process: by a fresh Python that never imports
 jaxsparse, by the other JAX version CI has (exported here and called there, and exported
-there and called here), and the README's export example as written.
+there and called here), and the export example of `docs/export.md` as written.
 
 CI builds `.venv` (Python 3.11, JAX 0.10) and then `.venv-newest` (Python 3.12, JAX 0.12)
 at the repository root and runs the suite in each; the tests that need the other one skip
@@ -144,17 +144,16 @@ def test_artifacts_exported_by_the_other_jax_run_here(tmp_path):
             assert_close(actual, want, F64)
 
 
-def readme_export_blocks() -> list[str]:
-    text = (REPO / "README.md").read_text()
-    section = text.split("## Exporting and calling from elsewhere", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)
+def docs_export_blocks() -> list[str]:
+    text = (REPO / "docs" / "export.md").read_text()
+    return re.findall(r"```python\n(.*?)```", text, flags=re.DOTALL)
 
 
 @pytest.mark.parametrize("python", PYTHONS)
-def test_readme_export_example_runs_as_written(python, tmp_path):
+def test_docs_export_example_runs_as_written(python, tmp_path):
     """The exporter block runs here in a fresh process; each caller block runs in another
     fresh process (with this JAX, and with the other one) and its results match scipy."""
-    exporter, *callers = readme_export_blocks()
+    exporter, *callers = docs_export_blocks()
     assert callers and "jaxsparse" in exporter
     run_python(sys.executable, "-c", exporter, cwd=tmp_path)
     data, indices, indptr, x, target = load_leaves(tmp_path / "inputs.npz")

@@ -16,7 +16,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.sparse
-from helpers import CSR_MATRICES, DIA_MATRICES, as_float64, cases, random_values, tolerance
+from helpers import (
+    CSR_MATRICES,
+    DIA_MATRICES,
+    as_float64,
+    random_values,
+    slow_unless,
+    tolerance,
+)
 
 import jaxsparse as js
 from jaxsparse.kernels import _native_library, native_csr, native_dia
@@ -51,8 +58,29 @@ def _close(got, want, dtype, k):
     )
 
 
-@pytest.mark.parametrize(("dtype", "index_dtype", "k"), COMBINATIONS, ids=COMBINATION_IDS)
-@pytest.mark.parametrize("case", cases(CSR_MATRICES))
+# Every matrix with the first combination, and every combination on the matrices with the
+# most kinds of rows, in the fast suite; the rest of each cross product is `slow`.
+REPRESENTATIVE_CASES = ("csr-power-law", "csr-repeated-columns", "dia-tall-beyond-matrix")
+
+
+def kernel_sweep(matrices, combinations):
+    return [
+        pytest.param(
+            case,
+            *combination,
+            id=f"{case.name}-{combination_id}",
+            marks=slow_unless(number == 0 or case.name in REPRESENTATIVE_CASES),
+        )
+        for case in matrices
+        for number, (combination, combination_id) in enumerate(
+            zip(combinations, COMBINATION_IDS, strict=True)
+        )
+    ]
+
+
+@pytest.mark.parametrize(
+    ("case", "dtype", "index_dtype", "k"), kernel_sweep(CSR_MATRICES, COMBINATIONS)
+)
 def test_csr_kernels_match_scipy(case, dtype, index_dtype, k):
     rng = np.random.default_rng(0)
     matrix, twin = case.make(rng, dtype, index_dtype)
@@ -73,8 +101,9 @@ def test_csr_kernels_match_scipy(case, dtype, index_dtype, k):
     _close(d_x, twin.T @ g64, dtype, k)
 
 
-@pytest.mark.parametrize(("dtype", "k"), [c[::2] for c in COMBINATIONS], ids=COMBINATION_IDS)
-@pytest.mark.parametrize("case", cases(DIA_MATRICES))
+@pytest.mark.parametrize(
+    ("case", "dtype", "k"), kernel_sweep(DIA_MATRICES, [c[::2] for c in COMBINATIONS])
+)
 def test_dia_kernels_match_scipy(case, dtype, k):
     rng = np.random.default_rng(1)
     matrix, twin = case.make(rng, dtype)
@@ -419,9 +448,17 @@ def _structure_with_a_deep_fault(layout, fault, m=200_000, per_row=3):
     return jnp.asarray(indices, jnp.int32), jnp.asarray(indptr, jnp.int32)
 
 
+# One index pointer fault and one column fault reach every member, layout and column path
+# in the fast suite; the other faults are `slow`.
+_FAST_FAULTS = ("indptr-decrease", "column-too-large")
+
+
 @pytest.mark.parametrize("k", [1, 2])
 @pytest.mark.parametrize("member", ["matmul", "batched-matmul", "matmul_t", "sddmm", "pullback"])
-@pytest.mark.parametrize("fault", list(_DEEP_FAULTS))
+@pytest.mark.parametrize(
+    "fault",
+    [pytest.param(f, marks=slow_unless(f in _FAST_FAULTS)) for f in _DEEP_FAULTS],
+)
 @pytest.mark.parametrize("layout", ["banded", "scattered"])
 def test_a_fault_far_from_the_ends_fails(layout, fault, member, k):
     """The product checks the index pointer and the columns chunk by chunk as its pieces
@@ -779,7 +816,11 @@ def _with_leading_slots(fmt, matrix, lead, rng):
     return js.CSRMatrix.from_scipy(scipy.sparse.vstack([first, twin], format="csr"))
 
 
-@pytest.mark.parametrize("lead", range(1, 8))
+# Leads of 1, 4 and 7 slots shift the same slots to three places in the groups of eight in
+# the fast suite; the other leads are `slow`.
+@pytest.mark.parametrize(
+    "lead", [pytest.param(lead, marks=slow_unless(lead in (1, 4, 7))) for lead in range(1, 8)]
+)
 @pytest.mark.parametrize("k", [8, 16, 64])
 @pytest.mark.parametrize("fmt", ["dia", "csr"])
 def test_values_gradient_bits_do_not_depend_on_how_slots_are_grouped(fmt, k, lead):

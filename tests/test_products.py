@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import scipy.sparse
 from helpers import (
+    MATRICES,
     VALUE_DTYPES,
     as_float64,
     assert_close,
-    cases,
     random_csr,
     random_dia,
     random_values,
@@ -41,12 +41,33 @@ SIDES = ("A@x", "A@X", "x@A", "X@A")
 
 # Every dtype under jit; eagerly (each primitive compiled on its own) in float32.
 DTYPE_AND_MODE = [(dtype, True) for dtype in VALUE_DTYPES] + [(jnp.float32, False)]
-DTYPE_AND_MODE_IDS = [f"{np.dtype(d).name}-{'jit' if j else 'eager'}" for d, j in DTYPE_AND_MODE]
+# Each code path of the cross product once in the fast suite: every matrix in float32
+# under jit, and every dtype and mode on an unrolled DIA, a looping DIA and a CSR matrix.
+# The rest of the cross product is marked `slow`.
+REPRESENTATIVE_CASES = ("dia-unsorted-offsets", "dia-many-diagonals", "csr-power-law")
 
 
-@pytest.mark.parametrize(("dtype", "jit"), DTYPE_AND_MODE, ids=DTYPE_AND_MODE_IDS)
-@pytest.mark.parametrize("side", SIDES)
-@pytest.mark.parametrize("case", cases())
+def product_params():
+    params = []
+    for case in MATRICES:
+        for side in SIDES:
+            for dtype, jit in DTYPE_AND_MODE:
+                fast = (dtype is jnp.float32 and jit) or case.name in REPRESENTATIVE_CASES
+                mode = "jit" if jit else "eager"
+                params.append(
+                    pytest.param(
+                        case,
+                        side,
+                        dtype,
+                        jit,
+                        id=f"{case.name}-{side}-{np.dtype(dtype).name}-{mode}",
+                        marks=() if fast else pytest.mark.slow,
+                    )
+                )
+    return params
+
+
+@pytest.mark.parametrize(("case", "side", "dtype", "jit"), product_params())
 def test_product_matches_scipy(case, side, dtype, jit):
     rng = np.random.default_rng(0)
     run = jax.jit(product, static_argnums=0) if jit else product

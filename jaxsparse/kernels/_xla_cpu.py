@@ -1,12 +1,9 @@
 """A workaround for XLA CPU on the XLA path: column sums as adds.
 
 A reduction over the `k` columns (`jnp.sum(products, axis=1)`) becomes a YNNPACK fusion
-on XLA CPU (JAX 0.10), far slower than adding the columns in XLA's own loop. Measured,
-float32, ms (sum / unrolled adds): DIA data gradient, 5 diagonals, 10^6 rows, k = 8:
-178 / 20; 1.5 x 10^5 rows, k = 32: 59 / 37, k = 64: 122 / 76. CSR sampled product with
-the rows given, 5 x 10^6 entries, k = 2: 52 / 4.0, k = 8: 110 / 7.6; 7.5 x 10^5
-entries, k = 16: 26 / 15, k = 64: 109 / 58. Past `UNROLLED_COLUMNS` columns the program
-would grow with `k`, so the sum stays a reduction there.
+on XLA CPU (JAX 0.10), far slower than adding the columns in XLA's own loop, so the
+columns are added one by one. Past `UNROLLED_COLUMNS` columns the program would grow with
+`k`, so the sum stays a reduction there.
 """
 
 import jax.numpy as jnp

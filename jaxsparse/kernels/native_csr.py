@@ -16,11 +16,11 @@ the rows, the buffers added in a fixed order.
 The gradient step of `A @ x` in the values and `x` (`csr_matmul_pullback_native`, the
 `pullback` of `_primitive.py`) is one kernel call for one matrix: one pass over the
 entries for both where columns sit near those of the row before (banded and stencil
-structures), the two kernels' passes one after the other on scattered columns (measured
-in `native/csr_kernels.cc`). Each gradient has the bits of its own kernel for real
-values; complex ones may differ in the last bit (where GCC vectorizes a complex product it
-may fuse its multiply and subtract, depending on the loop around it). A batch runs the
-two kernels.
+structures), the two kernels' passes one after the other on scattered columns, where one
+pass would make two random accesses an entry (`native/csr_kernels.cc`). Each gradient has
+the bits of its own kernel for real values; complex ones may differ in the last bit (where
+GCC vectorizes a complex product it may fuse its multiply and subtract, depending on the
+loop around it). A batch runs the two kernels.
 
 Batches follow the product contract (`_primitive.py`, "Batches"): values `(B, nnz)` and
 dense operands `(B, rows, k)`, or shared without the leading axis; one kernel call runs

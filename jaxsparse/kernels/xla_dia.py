@@ -84,8 +84,8 @@ def _sum_of_shifted_products(data, operand, terms, out_rows: int) -> jax.Array:
     """The sum of the `terms` (see `_diagonal_terms`), `(out_rows, k)` in `operand.dtype`.
 
     Each diagonal contributes one shifted elementwise product. For one column, XLA fuses
-    the zero-padded terms into a single loop over the output (measured fastest: ~one pass
-    at streaming bandwidth). For several columns the padding's per-element bounds checks
+    the zero-padded terms into a single loop over the output: one pass at streaming
+    bandwidth. For several columns the padding's per-element bounds checks
     cost more than the arithmetic, so the rows are split into the interior, where every
     diagonal is inside the matrix and each term is a plain slice, and the two boundary
     bands, concatenated.

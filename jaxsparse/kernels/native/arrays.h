@@ -44,9 +44,8 @@ inline int64_t Trailing(const xla::ffi::AnyBuffer& buffer, size_t from_end) {
   return dims[dims.size() - from_end];
 }
 
-// The widest block of columns a kernel sums in registers: 64 bytes of values. Measured
-// against 128 bytes (float32, in a jitted loop): CSR at k = 64, 10^5 rows, 5-point
-// 1.9 vs 5.4 ms, 27-point 5.7 vs 24 ms; against 32 bytes, random rows 7.6 vs 9.8 ms.
+// The widest block of columns a kernel sums in registers: 64 bytes of values, one cache
+// line; wider blocks spill the sums, narrower ones load each entry's value more often.
 template <typename T>
 constexpr int kWidestBlock = 64 / sizeof(T);
 
@@ -86,12 +85,9 @@ constexpr int kLanes = W * sizeof(T) < kVectorBytes ? W : kVectorBytes / sizeof(
 
 // W running sums held in registers, `Add(scale, row)` adding scale * row[0:W]. For float
 // and double the sums are whole vector registers, so each row added is one broadcast and
-// W / lanes multiply-adds; left to itself the compiler mixed scalar and two-wide
-// multiply-adds for W = 8 (CSR, 5-point, k = 8, 10^6 rows, in a jitted loop: 3.2 vs
-// 5.4 ms). Loads and stores are whole unaligned vectors: through std::memcpy, GCC moved
-// the sums through the stack in 8-byte pieces where AddScaled runs over many rows (DIA,
-// 5-point, k = 64, 10^5 rows: 9.4 vs 2.1 ms; the CSR gradient step at k = 64: 19.5 vs
-// 9.2 ms).
+// W / lanes multiply-adds; left to itself the compiler mixes scalar and two-wide
+// multiply-adds. Loads and stores are whole unaligned vectors, not std::memcpy, which GCC
+// compiles into 8-byte moves through the stack where AddScaled runs over many rows.
 template <int W, typename T, bool kVector = std::is_floating_point_v<T> && (W > 1)>
 struct RowAccumulator {
   T sums[W] = {};
@@ -194,10 +190,9 @@ JAXSPARSE_INLINE V OpaqueRegister(V value) {
 }
 
 // FixedDot (below) for float32 and W >= 4 in SSE registers: the same tree of halves, so
-// the same bits, without moving the last four sums through memory as the compiler did for
-// the generic one (DIA values gradient, 5-point, k = 8, 10^6 rows: 4.2 vs 4.8 ms). The
-// products are Opaque, so no add of the tree becomes a fused multiply-add and
-// EightFixedDots gets the same bits.
+// the same bits, without moving the last four sums through memory as the compiler does for
+// the generic one. The products are Opaque, so no add of the tree becomes a fused
+// multiply-add and EightFixedDots gets the same bits.
 template <int W>
 JAXSPARSE_INLINE float FixedDotFloat(const float* a, const float* b) {
   __m128 quads[W / 4];
@@ -235,9 +230,7 @@ JAXSPARSE_INLINE T FixedDot(const T* a, const T* b) {
 // 8 or 16 columns on AVX, the eight trees are summed side by side: each slot's products
 // folded into one register of 8, the halves of slots s and s + 4 added in one register,
 // then a 4 x 4 transpose puts each tree's last four sums in four registers, so that the
-// final adds serve eight dot products at once (DIA values gradient, k = 8, 10^6 rows, in
-// a jitted loop, against one dot product at a time in the same process: 5-point 3.8 vs
-// 4.9 ms, 27-point 16.6 vs 19.2 ms; tridiagonal k = 16 6.3 vs 7.3 ms).
+// final adds serve eight dot products at once.
 template <int W, typename T>
 JAXSPARSE_INLINE void EightFixedDots(const T* const (&a)[8], const T* const (&b)[8], T* dots) {
 #if defined(__AVX__)
@@ -265,8 +258,7 @@ JAXSPARSE_INLINE void EightFixedDots(const T* const (&a)[8], const T* const (&b)
     const __m256 sums1 = _mm256_shuffle_ps(low01, low23, 0xEE);
     const __m256 sums2 = _mm256_shuffle_ps(high01, high23, 0x44);
     const __m256 sums3 = _mm256_shuffle_ps(high01, high23, 0xEE);
-    _mm256_storeu_ps(dots,
-                     _mm256_add_ps(_mm256_add_ps(sums0, sums2), _mm256_add_ps(sums1, sums3)));
+    _mm256_storeu_ps(dots, _mm256_add_ps(_mm256_add_ps(sums0, sums2), _mm256_add_ps(sums1, sums3)));
     return;
   }
 #endif
@@ -294,8 +286,7 @@ JAXSPARSE_INLINE bool WithEightDotsBlock(int64_t k, const F& f) {
 }
 
 // sum of a[c] * b[c] over c in [0, k): FixedDot over the column blocks of ForColumnBlocks,
-// each Opaque, added in block order, so the result does not depend on the run (CSR values
-// gradient, 5-point, k = 8, 10^6 rows: 5.5 ms, 6.3 ms with 8 interleaved sums).
+// each Opaque, added in block order, so the result does not depend on the run.
 template <typename T>
 JAXSPARSE_INLINE T Dot(const T* a, const T* b, int64_t k) {
   T sum = T(0);

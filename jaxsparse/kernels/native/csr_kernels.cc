@@ -2,23 +2,24 @@
 // product (the gradient in the values), for float32/float64/complex64/complex128 values
 // with int32 or int64 indices, for one matrix or a batch of matrices sharing a structure.
 //
-// Row i holds the entries p in [indptr[i], indptr[i + 1]). Work is split by stored
-// entries, not rows (parallel.h), so a power-law row is shared by several threads: a row
-// cut by a piece boundary gets each later piece's partial sum added in piece order after
-// all pieces finish. Every kernel checks the structure it reads: the index pointer before
-// use (the product: its ends first, then a chunk of rows at a time just before the chunk
-// is read), and the column indices a chunk at a time just before the chunk is used
-// (ChunkColumnsInRange) or, in the transposed products on banded columns, against the
-// interval of columns the piece owns (scatter.h); a bad structure is an InvalidArgument
-// error, and nothing out of range is ever read or written. Clamping each column as it is
-// read instead measured slower everywhere on scattered columns (Matmul, Sddmm,
-// ScatterEntries). Kernels
-// with k >= 2 on scattered columns prefetch operand rows ahead into the L2 cache
+// Row i holds the entries p in [indptr[i], indptr[i + 1]). Work is split by stored entries,
+// not rows (parallel.h), so a power-law row is shared by several threads: a row cut by a
+// piece boundary gets each later piece's partial sum added in piece order after all pieces
+// finish. Every handler first checks its buffers' types and shapes (buffer_checks.h); every
+// kernel then checks the structure it reads: the index pointer before use (the product: its
+// ends first, then a chunk of rows at a time just before the chunk is read), and the column
+// indices a chunk at a time just before the chunk is used (ChunkColumnsInRange) or, in the
+// transposed products on banded columns, against the interval of columns the piece owns
+// (scatter.h). A bad structure is an InvalidArgument error, and nothing out of range is
+// ever read or written. Checking a chunk in one vectorized pass leaves the kernels' loops
+// only the arithmetic, where clamping each column as it is read would not.
+//
+// Kernels with k >= 2 on scattered columns prefetch operand rows ahead into the L2 cache
 // (ScatteredColumns, PrefetchAhead), and rows of 64 bytes or more are written past the
-// cache (StreamStore). At k = 1 on banded
-// columns, runs of rows of one short length (a stencil's inner rows) are summed by loops
-// unrolled for that length (SumEvenRows, PullbackEvenRows). Rows of float or
-// double sums are whole vector registers (RowAccumulator).
+// cache (StreamStore). At k = 1 on banded columns, runs of rows of one short length (a
+// stencil's inner rows) are summed by loops unrolled for that length (SumEvenRows,
+// PullbackEvenRows). Rows of float or double sums are whole vector registers
+// (RowAccumulator). The measurements behind each choice: benchmarks/results/native-kernels.md.
 //
 // Batches (the contract of `_primitive.py`): values `(B, nnz)`, dense operands
 // `(B, rows, k)`, results `(B, ...)`; an operand without the leading axis is shared by
@@ -36,6 +37,7 @@
 #include <vector>
 
 #include "arrays.h"
+#include "buffer_checks.h"
 #include "dispatch.h"
 #include "handlers.h"
 #include "pages.h"
@@ -46,8 +48,8 @@ namespace jaxsparse {
 namespace {
 
 // How far ahead (in entries) a product with k >= 2 and scattered columns prefetches
-// operand rows: uniform 8 per row, k = 8, 10^6 rows: 16 entries 29 ms, 64 13.5 ms,
-// 128 10.9 ms, 256 11.4 ms.
+// operand rows: far enough for the misses of many rows to overlap, near enough that the
+// rows are still cached when summed.
 constexpr int64_t kPrefetchEntries = 128;
 
 // Entries per chunk of a batched call: their indices stay in the L1 cache while every
@@ -80,15 +82,14 @@ ffi::Error CheckIndptr(ffi::ThreadPool& pool, const I* indptr, int64_t m, int64_
   });
   const int64_t row = *std::min_element(first_decrease.begin(), first_decrease.end());
   if (row < m) {
-    return ffi::Error::InvalidArgument(
-        "CSR indptr must be a non-decreasing sequence: indptr[" + std::to_string(row + 1) +
-        "] = " + std::to_string(indptr[row + 1]) + " < indptr[" + std::to_string(row) +
-        "] = " + std::to_string(indptr[row]));
+    return ffi::Error::InvalidArgument("CSR indptr must be a non-decreasing sequence: indptr[" +
+                                       std::to_string(row + 1) +
+                                       "] = " + std::to_string(indptr[row + 1]) + " < indptr[" +
+                                       std::to_string(row) + "] = " + std::to_string(indptr[row]));
   }
   if (indptr[m] != nnz) {
     return ffi::Error::InvalidArgument("last value of CSR index pointer should be nnz = " +
-                                       std::to_string(nnz) + ", got " +
-                                       std::to_string(indptr[m]));
+                                       std::to_string(nnz) + ", got " + std::to_string(indptr[m]));
   }
   return ffi::Error::Success();
 }
@@ -105,8 +106,7 @@ ffi::Error IndptrError(ffi::ThreadPool& pool, const I* indptr, int64_t m, int64_
 // Whether indptr[first_row:last_row + 1] never decreases and lies within [0, nnz]: the
 // rows of a chunk, checked in one pass the compiler vectorizes just before the product
 // reads them. With indptr[0] == 0 and indptr[m] == nnz checked, chunks covering every row
-// check the whole index pointer, without a pass of its own over memory (CheckIndptr's
-// pass was 9% of a 5-point product at k = 1, 10^6 rows).
+// check the whole index pointer without a pass of its own over memory.
 template <typename I>
 JAXSPARSE_INLINE bool ChunkRowsInOrder(const I* indptr, int64_t first_row, int64_t last_row,
                                        int64_t nnz) {
@@ -142,8 +142,7 @@ JAXSPARSE_INLINE uint64_t ClampedColumn(uint64_t column, int64_t n) {
 // Whether the columns of the entries [begin, end) all lie in [0, n), in one pass the
 // compiler vectorizes (read as unsigned: see ColumnLimit).
 template <typename I>
-JAXSPARSE_INLINE bool ChunkColumnsInRange(const I* indices, int64_t begin, int64_t end,
-                                          int64_t n) {
+JAXSPARSE_INLINE bool ChunkColumnsInRange(const I* indices, int64_t begin, int64_t end, int64_t n) {
   using U = std::make_unsigned_t<I>;
   U largest = 0;
   for (int64_t p = begin; p < end; ++p) largest = std::max(largest, static_cast<U>(indices[p]));
@@ -172,12 +171,9 @@ JAXSPARSE_INLINE bool ForCheckedChunks(const I* indices, const I* indptr, int64_
 // entries [begin, end) being summed (up to `limit`), so that accesses to rows scattered
 // through memory overlap rather than wait one after another. Only columns in [0, n) are
 // asked for. A row of up to 64 bytes is asked for by its first byte; a longer one by each
-// cache line it spans (uniform 16 per row, k = 64, 10^5 rows, in a jitted loop: 8.2 vs
-// 17 ms asking for the first line only; at k = 8, asking line by line cost 5%). The rows
-// are asked into the L2 cache, not the L1 (prefetcht1): in the product in a jitted loop,
-// 10^6 rows, uniform 8 per row, k = 8, 28.5 vs 30.3 ms; 16 per row 54.3 vs 57.8 ms; 10^5
-// rows, 8 per row, k = 64, 4.6 vs 5.8 ms; the transposed product at 8 per row, k = 8,
-// 36.9 vs 45.1 ms (Intel Xeon VM).
+// cache line it spans, since the hardware does not follow a row past its first line. The
+// rows go into the L2 cache, not the L1 (prefetcht1): the L1 is too small to hold them
+// until they are summed.
 template <typename T, typename I>
 JAXSPARSE_INLINE void PrefetchAhead(const T* rows, const I* indices, int64_t begin, int64_t end,
                                     int64_t limit, int64_t n, int64_t k) {
@@ -216,7 +212,7 @@ JAXSPARSE_INLINE void SumColumnBlock(const T* values, const I* indices, const T*
 }
 
 // out[0:k] = sum of values[p] * x[indices[p]] over p in [begin, end), columns checked.
-// Inlined: with a few entries per row, a call per row measured slower than the sums.
+// Inlined: with a few entries per row, a call per row costs more than the sums.
 template <typename T, typename I>
 JAXSPARSE_INLINE void RowSum(const T* values, const I* indices, const T* x, int64_t k,
                              int64_t begin, int64_t end, T* out) {
@@ -225,9 +221,8 @@ JAXSPARSE_INLINE void RowSum(const T* values, const I* indices, const T* x, int6
   });
 }
 
-// The longest rows SumEvenRows and PullbackEvenRows take. With rows of 7 and 8 too, the
-// 7-point product at 10^6 rows ran slower (2.32 vs 2.00 ms in a jitted loop; 62% of its
-// chunks have rows of 7, and it keeps changing loops), the 27-point one even.
+// The longest rows SumEvenRows and PullbackEvenRows take: longer stencil rows (7-point)
+// alternate between lengths too often for an unrolled loop per length to pay.
 constexpr int64_t kLongestEvenRow = 6;
 
 // The number of entries of each row in [first_row, last_row) when every one of them has
@@ -256,9 +251,7 @@ JAXSPARSE_INLINE void WithRowLength(int64_t length, const F& f) {
 
 // out[r] = sum of values[r * L + j] * x[indices[r * L + j]] over j in [0, L), for rows r
 // in [0, rows) of L entries each (k = 1, columns in range), the entries in the order of
-// ProductRows: with L known at compile time the row loop has no inner loop (10^6 rows,
-// in a jitted loop: tridiagonal 0.75 vs 1.15 ms, 5-point 1.35 vs 1.80 ms, 7-point 1.88
-// vs 2.07 ms).
+// ProductRows: with L known at compile time the row loop has no inner loop.
 template <int L, typename T, typename I>
 JAXSPARSE_INLINE void SumEvenRows(const T* values, const I* indices, const T* x, int64_t rows,
                                   T* out) {
@@ -282,7 +275,7 @@ JAXSPARSE_INLINE void ProductRows(const T* values, const I* indices, const I* in
       const int64_t first = indptr[first_row];
       WithRowLength(length, [&](auto row_length) {
         SumEvenRows<decltype(row_length)::value>(values + first, indices + first, dense,
-                                                last_row - first_row, out + first_row);
+                                                 last_row - first_row, out + first_row);
       });
       return;
     }
@@ -309,8 +302,7 @@ JAXSPARSE_INLINE void ProductRows(const T* values, const I* indices, const I* in
 template <int G, typename T, typename I>
 JAXSPARSE_INLINE void SharedVectorRows(const T* values, int64_t values_stride, const I* indices,
                                        const I* indptr, const T* x, int64_t first_row,
-                                       int64_t last_row, int64_t end, T* out,
-                                       int64_t out_stride) {
+                                       int64_t last_row, int64_t end, T* out, int64_t out_stride) {
   for (int64_t row = first_row; row < last_row; ++row) {
     const int64_t row_end = std::min<int64_t>(indptr[row + 1], end);
     T sums[G] = {};
@@ -325,11 +317,10 @@ JAXSPARSE_INLINE void SharedVectorRows(const T* values, int64_t values_stride, c
 // Whether the columns of consecutive rows are scattered, judged on a sample of pairs of
 // rows: a banded or stencil structure, where most entries of a row sit within a few
 // columns of an entry of the row before, is read by the hardware's own prefetching, and
-// software prefetches only cost it time (27-point, k = 8: 22.4 vs 18.9 ms); random
-// columns gain from them (uniform 8 per row, k = 8: 11 vs 65 ms). Compares column indices
-// without using them as addresses, and skips a sampled pair whose `indptr` values are out
-// of order or out of [0, nnz] (the product checks them later), so it never reads outside
-// `indices`.
+// software prefetches only cost it time; random columns gain from them. Compares column
+// indices without using them as addresses, and skips a sampled pair whose `indptr` values
+// are out of order or out of [0, nnz] (the product checks them later), so it never reads
+// outside `indices`.
 template <typename I>
 bool ScatteredColumns(const I* indices, const I* indptr, int64_t m, int64_t nnz) {
   constexpr int64_t kSampledRows = 256, kSampledEntries = 32, kNear = 4;
@@ -375,11 +366,7 @@ ffi::Error Matmul(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi::
   T* out = Data<T>(out_buffer);
 
   // Columns are checked a chunk at a time before the product reads them, which leaves the
-  // product's loop only the arithmetic, against checking (clamping) each column as it is
-  // read (10^6 rows, in a jitted loop: 5-point k = 1 1.75 vs 2.30 ms, k = 8 4.83 vs 5.56
-  // ms; on the Intel Xeon VM uniform 8 per row k = 1 14.3 vs 17.5 ms, k = 8 24.3 vs 29.0
-  // ms, 16 per row k = 1 27.1 vs 35.2 ms, power-law k = 1 20.7 vs 26.4 ms; an earlier
-  // AMD EPYC VM measured power-law k = 1 the other way, 12.5 vs 8.4 ms).
+  // product's loop only the arithmetic.
   const bool prefetch = k >= 2 && ScatteredColumns(indices, indptr, m, nnz);
   const int64_t parts = NumParts(pool, batch * (nnz + m) * k);
   // Piece t owns the rows starting in its entries; its leading entries belong to a row
@@ -426,9 +413,9 @@ ffi::Error Matmul(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi::
         int64_t b = 0;
         if (k == 1 && x_stride == 0 && values_stride != 0) {
           for (; b + kSharedVectorGroup <= batch; b += kSharedVectorGroup) {
-            SharedVectorRows<kSharedVectorGroup>(values + b * values_stride, values_stride,
-                                                 indices, indptr, dense, chunk_row, chunk_end,
-                                                 end, out + b * m, m);
+            SharedVectorRows<kSharedVectorGroup>(values + b * values_stride, values_stride, indices,
+                                                 indptr, dense, chunk_row, chunk_end, end,
+                                                 out + b * m, m);
           }
         }
         for (; b < batch; ++b) {
@@ -467,17 +454,15 @@ JAXSPARSE_INLINE void AddEntry(T* destination, T value, const T* source, int64_t
 // Row indices[p] of member b of `rows` += values_b[p] * g_b[row(p)] for entries p in
 // [begin, end) and members b in [first_member, last_member), entries in chunks shared by
 // the members; `rows` holds member `first_member`'s n rows of k values, members n * k
-// apart. Each chunk's columns are checked before they are used; returns false, at the
-// first chunk holding a column outside [0, n), before writing it. Against clamping each
-// column as it is read (10^6 rows, in a jitted loop, Intel Xeon VM): uniform 8 per row
-// k = 1 14.3 vs 23.4 ms, k = 8 34.6 vs 36.6 ms, power-law k = 1 21.6 vs 29.7 ms.
+// apart. Each chunk's columns are checked before they are used (as in the product: the
+// loop keeps only the arithmetic); returns false, at the first chunk holding a column
+// outside [0, n), before writing it.
 template <typename T, typename I>
 bool ScatterEntries(const T* values, int64_t values_stride, const T* cotangent, int64_t g_stride,
                     const I* indices, const I* indptr, int64_t m, int64_t n, int64_t k,
                     int64_t begin, int64_t end, int64_t first_member, int64_t last_member,
                     bool prefetch, T* rows) {
-  const int64_t chunk_size =
-      last_member - first_member > 1 ? kChunkEntries : kCheckedChunkEntries;
+  const int64_t chunk_size = last_member - first_member > 1 ? kChunkEntries : kCheckedChunkEntries;
   auto scatter_chunk = [&](int64_t chunk, int64_t chunk_end, int64_t chunk_row) {
     for (int64_t b = first_member; b < last_member; ++b) {
       const T* member_values = values + b * values_stride;
@@ -489,8 +474,7 @@ bool ScatterEntries(const T* values, int64_t values_stride, const T* cotangent, 
         const T* source = member_g + row * k;
         if (prefetch) PrefetchAhead(member_rows, indices, row_begin, row_end, end, n, k);
         for (int64_t p = row_begin; p < row_end; ++p) {
-          AddEntry(member_rows + static_cast<int64_t>(indices[p]) * k, member_values[p], source,
-                   k);
+          AddEntry(member_rows + static_cast<int64_t>(indices[p]) * k, member_values[p], source, k);
         }
       }
     }
@@ -503,8 +487,8 @@ bool ScatterEntries(const T* values, int64_t values_stride, const T* cotangent, 
 // the others to `deferrals`, once for all members.
 template <typename T, typename I>
 void ScatterOwnedEntries(const T* values, int64_t values_stride, const T* cotangent,
-                         int64_t g_stride, const I* indices, const I* indptr, int64_t m,
-                         int64_t n, int64_t k, int64_t batch, int64_t begin, int64_t end,
+                         int64_t g_stride, const I* indices, const I* indptr, int64_t m, int64_t n,
+                         int64_t k, int64_t batch, int64_t begin, int64_t end,
                          const OwnedColumns owned, T* out, Deferrals& deferrals) {
   const int64_t chunk_size = batch > 1 ? kChunkEntries : end - begin;
   for (int64_t chunk = begin; chunk < end; chunk += chunk_size) {
@@ -545,15 +529,9 @@ void AddDeferredEntry(const T* values, int64_t values_stride, const T* cotangent
 
 // out = A^T @ G: each piece of entries adds its rows of G into the rows its columns name.
 // On banded columns each piece owns an interval of columns and defers the few entries
-// outside it (ScatterOwnedColumns; 10^6 rows, in a jitted loop, against measuring each
-// piece's span of columns first and buffering where the spans overlap, or at k = 1
-// buffering all n columns: 5-point k = 1 2.6 vs 3.4 ms, k = 8 4.7 vs 5.6 ms, 27-point
-// k = 1 9.3 vs 12.5 ms, k = 8 19.4 vs 20.7 ms); on scattered columns every piece after the
-// first fills a buffer of all n rows (ScatterInPieces). On the Intel Xeon VM the banded
-// transposed product costs about twice the product (5-point, k = 8, 10^6 rows: 8.5 vs
-// 3.8 ms), and so does a standalone C++ loop of its read-modify-writes on two threads
-// (6.0 vs 2.9 ms for the product's gathers, 5.9 ms without zeroing the output first):
-// the writes set its pace.
+// outside it (ScatterOwnedColumns), so no piece needs a buffer of its own; on scattered
+// columns every piece after the first fills a buffer of all n rows (ScatterInPieces). Its
+// read-modify-writes, not its reads, set its pace: it costs about twice the product.
 template <typename T, typename I>
 ffi::Error MatmulT(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi::AnyBuffer& g,
                    const ffi::AnyBuffer& indices_buffer, const ffi::AnyBuffer& indptr_buffer,
@@ -597,8 +575,8 @@ ffi::Error MatmulT(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi:
           ? ScatterInPieces(pool, nnz, n, k, batch, work, out,
                             [&](int64_t begin, int64_t end, T* rows) {
                               return ScatterEntries(values, values_stride, cotangent, g_stride,
-                                                    indices, indptr, m, n, k, begin, end, 0,
-                                                    batch, prefetch, rows);
+                                                    indices, indptr, m, n, k, begin, end, 0, batch,
+                                                    prefetch, rows);
                             })
           : ScatterOwnedColumns(
                 pool, indices, nnz, n, k, batch, work, out,
@@ -607,19 +585,16 @@ ffi::Error MatmulT(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi:
                                       m, n, k, batch, begin, end, owned, out, deferrals);
                 },
                 [&](const DeferredEntry& deferred) {
-                  AddDeferredEntry(values, values_stride, cotangent, g_stride, indices, n, k,
-                                   batch, deferred, out);
+                  AddDeferredEntry(values, values_stride, cotangent, g_stride, indices, n, k, batch,
+                                   deferred, out);
                 });
   return in_range ? ffi::Error::Success() : ColumnError(n);
 }
 
 // Sddmm's entries [first, last) of one member on banded columns when k is one block of W
 // columns (WithEightDotsBlock), their columns checked: eight entries' dot products at a
-// time, across rows, from `row`, the row of entry `first`; each gets Dot's bits (k = 8,
-// 10^6 rows, in a jitted loop, against Dot per entry in the same process: 5-point 7.3 vs
-// 7.8 ms, 27-point 27.3 vs 32.0 ms). On scattered columns, where the gathers set the
-// pace, it was slower (uniform 8 per row: 37 vs 34 ms), and so was the fused gradient
-// pass built the same way (5-point, k = 8: 10.0 vs 9.2 ms).
+// time, across rows, from `row`, the row of entry `first`; each gets Dot's bits. Banded
+// columns only: on scattered columns the gathers set the pace and the shuffles only cost.
 template <int W, typename T, typename I>
 void SddmmEightAtATime(const T* cotangent, const T* dense, const I* indices, const I* indptr,
                        int64_t first, int64_t last, int64_t row, T* out) {
@@ -643,10 +618,7 @@ void SddmmEightAtATime(const T* cotangent, const T* dense, const I* indices, con
 }
 
 // out[p] = g[row(p)] . x[indices[p]] for every entry p. Each piece of entries checks a chunk
-// of columns before reading them, as the product does (10^6 rows, in a jitted loop,
-// against clamping each column as it is read, Intel Xeon VM: uniform 8 per row k = 1 11.3
-// vs 17.1 ms, k = 8 28.1 vs 31.0 ms; power-law k = 1 17.9 vs 24.7 ms; banded even within
-// the noise, 5-point k = 1 2.6 vs 2.4 ms, k = 8 7.8 vs 8.1 ms).
+// of columns before reading them, as the product does.
 template <typename T, typename I>
 ffi::Error Sddmm(ffi::ThreadPool& pool, const ffi::AnyBuffer& g, const ffi::AnyBuffer& x,
                  const ffi::AnyBuffer& indices_buffer, const ffi::AnyBuffer& indptr_buffer,
@@ -742,8 +714,7 @@ JAXSPARSE_INLINE void PullbackEvenRows(const T* values, const I* indices, int64_
 }
 
 // PullbackEntry for the entries of rows [first_row, last_row) inside [begin, end). Out of
-// line: inlined into the chunk loop of PullbackOneColumn it ran slower (10^6 rows, in a
-// jitted loop: 7-point 3.8 vs 3.5 ms, 5-point 2.9 vs 2.4 ms).
+// line: inlined into the chunk loop of PullbackOneColumn, it crowds that loop's registers.
 template <typename T, typename I>
 __attribute__((noinline)) void PullbackRows(const T* values, const I* indices, const I* indptr,
                                             int64_t n, const T* cotangent, const T* dense,
@@ -760,9 +731,8 @@ __attribute__((noinline)) void PullbackRows(const T* values, const I* indices, c
 }
 
 // Rows per chunk of the fused gradient pass at k = 1, each chunk tested for rows of one
-// length (EvenRowLength). Against the pass without chunks (10^6 rows, in a jitted loop):
-// tridiagonal 1.8 vs 2.3 ms, 5-point 2.1 vs 2.7 ms, 7-point even; chunks of 64 rows made
-// the 7-point slower (4.3 vs 4.0 ms), of 512 the 5-point even.
+// length (EvenRowLength): long enough to amortize the test, short enough that a stencil's
+// boundary rows spoil few chunks.
 constexpr int64_t kEvenChunkRows = 128;
 
 // The fused gradient pass over entries [begin, end) at k = 1 (PullbackEntry), a chunk of
@@ -770,8 +740,8 @@ constexpr int64_t kEvenChunkRows = 128;
 // PullbackEvenRows, others PullbackRows.
 template <typename T, typename I>
 void PullbackOneColumn(const T* values, const I* indices, const I* indptr, int64_t m, int64_t n,
-                       const T* cotangent, const T* dense, int64_t begin, int64_t end,
-                       T* dvalues, T* out, const OwnedColumns owned, Deferrals& deferrals) {
+                       const T* cotangent, const T* dense, int64_t begin, int64_t end, T* dvalues,
+                       T* out, const OwnedColumns owned, Deferrals& deferrals) {
   const int64_t last_row = FirstRowFrom(indptr, m, end);
   for (int64_t row = RowOf(indptr, m, begin); row < last_row; row += kEvenChunkRows) {
     const int64_t chunk_end = std::min(last_row, row + kEvenChunkRows);
@@ -785,8 +755,8 @@ void PullbackOneColumn(const T* values, const I* indices, const I* indptr, int64
     }
     WithRowLength(length, [&](auto row_length) {
       PullbackEvenRows<decltype(row_length)::value>(values, indices, n, cotangent, dense, row,
-                                                   chunk_end, indptr[row], dvalues, out, owned,
-                                                   deferrals);
+                                                    chunk_end, indptr[row], dvalues, out, owned,
+                                                    deferrals);
     });
   }
 }
@@ -794,13 +764,11 @@ void PullbackOneColumn(const T* values, const I* indices, const I* indptr, int64
 // The fused gradient pass over entries [begin, end) at k >= 2, as PullbackOneColumn: in
 // each row, one block of columns at a time (ForColumnBlocks), so the block widths are
 // chosen once a row rather than once an entry, dvalues[p] adding the blocks' dot products
-// in Dot's order (27-point k = 8, 10^6 rows, forward and gradient step in a jitted loop:
-// 48 vs 63 ms choosing blocks per entry).
+// in Dot's order.
 template <typename T, typename I>
 void PullbackColumnBlocks(const T* values, const I* indices, const I* indptr, int64_t m, int64_t n,
-                          int64_t k, const T* cotangent, const T* dense, int64_t begin,
-                          int64_t end, T* dvalues, T* out, const OwnedColumns owned,
-                          Deferrals& deferrals) {
+                          int64_t k, const T* cotangent, const T* dense, int64_t begin, int64_t end,
+                          T* dvalues, T* out, const OwnedColumns owned, Deferrals& deferrals) {
   for (int64_t row = RowOf(indptr, m, begin); row < m && indptr[row] < end; ++row) {
     const int64_t row_begin = std::max<int64_t>(indptr[row], begin);
     const int64_t row_end = std::min<int64_t>(indptr[row + 1], end);
@@ -824,22 +792,18 @@ void PullbackColumnBlocks(const T* values, const I* indices, const I* indptr, in
 // The gradient step of A @ X along the cotangent G, one matrix: the values' gradient
 // dvalues[p] = G[row(p)] . X[indices[p]] and the operand's dX = A^T @ G. Where columns
 // sit near those of the row before (a banded or stencil structure), one pass over the
-// entries reads each entry's column, value and cotangent row once for both (5-point,
-// k = 1, 10^6 rows, forward and gradient step in a jitted loop: 6.7 vs 7.9 ms), each piece
+// entries reads each entry's column, value and cotangent row once for both, each piece
 // writing the columns it owns and deferring the others as MatmulT does. On scattered
-// columns (ScatteredColumns) it runs Sddmm and then MatmulT: there one pass makes two
-// random accesses per entry, whose misses overlap worse than one per pass (uniform 8 per
-// row, k = 8: 129 vs 86 ms). Each output gets the same sums, in the same order, as Sddmm
-// and MatmulT (the same bits for real values; see native_csr.py for complex ones).
+// columns (ScatteredColumns) it runs Sddmm and then MatmulT: there one pass would make two
+// random accesses per entry, whose misses overlap worse than one per pass. Each output
+// gets the same sums, in the same order, as Sddmm and MatmulT (the same bits for real
+// values; see native_csr.py for complex ones).
 template <typename T, typename I>
-ffi::Error MatmulPullback(ffi::ThreadPool& pool, const ffi::AnyBuffer& g, const ffi::AnyBuffer& data,
-                          const ffi::AnyBuffer& x, const ffi::AnyBuffer& indices_buffer,
-                          const ffi::AnyBuffer& indptr_buffer,
+ffi::Error MatmulPullback(ffi::ThreadPool& pool, const ffi::AnyBuffer& g,
+                          const ffi::AnyBuffer& data, const ffi::AnyBuffer& x,
+                          const ffi::AnyBuffer& indices_buffer, const ffi::AnyBuffer& indptr_buffer,
                           ffi::Result<ffi::AnyBuffer>& dvalues_buffer,
                           ffi::Result<ffi::AnyBuffer>& dx_buffer) {
-  if (data.dimensions().size() != 1) {
-    return ffi::Error::InvalidArgument("the CSR gradient step takes one matrix, not a batch");
-  }
   const int64_t m = Trailing(g, 2), k = Trailing(g, 1);
   const int64_t n = Trailing(x, 2), nnz = indices_buffer.dimensions()[0];
   const I* indptr = Data<I>(indptr_buffer);
@@ -881,11 +845,79 @@ ffi::Error MatmulPullback(ffi::ThreadPool& pool, const ffi::AnyBuffer& g, const 
   return in_range ? ffi::Error::Success() : ColumnError(n);
 }
 
+// The buffers of `A @ x` (transposed: `A^T @ g`): data `(nnz,)` and the dense operand
+// `(rows, k)`, each with a batch axis or shared; the structure for one matrix; the result
+// `(rows, k)`, batched where an input is. The product's result has m rows, the transposed
+// product's operand.
+ffi::Error CheckProductBuffers(const ffi::AnyBuffer& data, const ffi::AnyBuffer& dense,
+                               const ffi::AnyBuffer& indices, const ffi::AnyBuffer& indptr,
+                               const ffi::AnyBuffer& out, bool transposed) {
+  const ffi::DataType type = data.element_type();
+  const NamedBuffer values{data, "data", 1}, operand{dense, transposed ? "g" : "x", 2};
+  const NamedBuffer result{out, "the result", 2};
+  JAXSPARSE_RETURN_IF_ERROR(CheckStructure(indices, indptr));
+  JAXSPARSE_RETURN_IF_ERROR(CheckBuffer(values, type, /*may_batch=*/true));
+  JAXSPARSE_RETURN_IF_ERROR(CheckBuffer(operand, type, /*may_batch=*/true));
+  JAXSPARSE_RETURN_IF_ERROR(CheckBuffer(result, type, /*may_batch=*/true));
+  const int64_t m = indptr.dimensions()[0] - 1, nnz = indices.dimensions()[0];
+  JAXSPARSE_RETURN_IF_ERROR(CheckAxis(values, 0, nnz, "the length of indices"));
+  JAXSPARSE_RETURN_IF_ERROR(
+      CheckAxis(transposed ? operand : result, 0, m, "the rows of indptr, its length - 1"));
+  JAXSPARSE_RETURN_IF_ERROR(CheckAxis(result, 1, operand.Axis(1), "the operand's columns"));
+  JAXSPARSE_RETURN_IF_ERROR(CheckBatch(values, result));
+  return CheckBatch(operand, result);
+}
+
+// The buffers of the sampled product: g `(m, k)` and x `(n, k)`, each with a batch axis or
+// shared; the structure for one matrix; the result `(nnz,)`, batched where an input is.
+ffi::Error CheckSddmmBuffers(const ffi::AnyBuffer& g, const ffi::AnyBuffer& x,
+                             const ffi::AnyBuffer& indices, const ffi::AnyBuffer& indptr,
+                             const ffi::AnyBuffer& out) {
+  const ffi::DataType type = g.element_type();
+  const NamedBuffer cotangent{g, "g", 2}, operand{x, "x", 2}, result{out, "the result", 1};
+  JAXSPARSE_RETURN_IF_ERROR(CheckStructure(indices, indptr));
+  JAXSPARSE_RETURN_IF_ERROR(CheckBuffer(cotangent, type, /*may_batch=*/true));
+  JAXSPARSE_RETURN_IF_ERROR(CheckBuffer(operand, type, /*may_batch=*/true));
+  JAXSPARSE_RETURN_IF_ERROR(CheckBuffer(result, type, /*may_batch=*/true));
+  const int64_t m = indptr.dimensions()[0] - 1, nnz = indices.dimensions()[0];
+  JAXSPARSE_RETURN_IF_ERROR(CheckAxis(cotangent, 0, m, "the rows of indptr, its length - 1"));
+  JAXSPARSE_RETURN_IF_ERROR(CheckAxis(operand, 1, cotangent.Axis(1), "g's columns"));
+  JAXSPARSE_RETURN_IF_ERROR(CheckAxis(result, 0, nnz, "the length of indices"));
+  JAXSPARSE_RETURN_IF_ERROR(CheckBatch(cotangent, result));
+  return CheckBatch(operand, result);
+}
+
+// The buffers of the gradient step of one matrix: g `(m, k)`, data `(nnz,)`, x `(n, k)`,
+// the structure, and the results `(nnz,)` and `(n, k)`; none has a batch axis.
+ffi::Error CheckPullbackBuffers(const ffi::AnyBuffer& g, const ffi::AnyBuffer& data,
+                                const ffi::AnyBuffer& x, const ffi::AnyBuffer& indices,
+                                const ffi::AnyBuffer& indptr, const ffi::AnyBuffer& dvalues,
+                                const ffi::AnyBuffer& dx) {
+  const ffi::DataType type = data.element_type();
+  const NamedBuffer cotangent{g, "g", 2}, values{data, "data", 1}, operand{x, "x", 2};
+  const NamedBuffer values_gradient{dvalues, "the values' gradient", 1};
+  const NamedBuffer operand_gradient{dx, "the operand's gradient", 2};
+  JAXSPARSE_RETURN_IF_ERROR(CheckStructure(indices, indptr));
+  for (const NamedBuffer* named :
+       {&cotangent, &values, &operand, &values_gradient, &operand_gradient}) {
+    JAXSPARSE_RETURN_IF_ERROR(CheckBuffer(*named, type, /*may_batch=*/false));
+  }
+  const int64_t m = indptr.dimensions()[0] - 1, nnz = indices.dimensions()[0];
+  JAXSPARSE_RETURN_IF_ERROR(CheckAxis(cotangent, 0, m, "the rows of indptr, its length - 1"));
+  JAXSPARSE_RETURN_IF_ERROR(CheckAxis(values, 0, nnz, "the length of indices"));
+  JAXSPARSE_RETURN_IF_ERROR(CheckAxis(operand, 1, cotangent.Axis(1), "g's columns"));
+  JAXSPARSE_RETURN_IF_ERROR(CheckAxis(values_gradient, 0, nnz, "the length of indices"));
+  JAXSPARSE_RETURN_IF_ERROR(CheckAxis(operand_gradient, 0, operand.Axis(0), "x's rows"));
+  return CheckAxis(operand_gradient, 1, cotangent.Axis(1), "g's columns");
+}
+
 ffi::Error CsrMatmulImpl(ffi::ThreadPool pool, ffi::AnyBuffer data, ffi::AnyBuffer x,
                          ffi::AnyBuffer indices, ffi::AnyBuffer indptr,
                          ffi::Result<ffi::AnyBuffer> out) {
+  JAXSPARSE_RETURN_IF_ERROR(
+      CheckProductBuffers(data, x, indices, indptr, *out, /*transposed=*/false));
   AdviseHugePages(out);
-  return WithValueType(data.element_type(), "CSR values", [&](auto value) {
+  return WithValueType(data.element_type(), "data", [&](auto value) {
     return WithIndexType(indices.element_type(), [&](auto index) {
       return Matmul<decltype(value), decltype(index)>(pool, data, x, indices, indptr, out);
     });
@@ -895,8 +927,10 @@ ffi::Error CsrMatmulImpl(ffi::ThreadPool pool, ffi::AnyBuffer data, ffi::AnyBuff
 ffi::Error CsrMatmulTImpl(ffi::ThreadPool pool, ffi::AnyBuffer data, ffi::AnyBuffer g,
                           ffi::AnyBuffer indices, ffi::AnyBuffer indptr,
                           ffi::Result<ffi::AnyBuffer> out) {
+  JAXSPARSE_RETURN_IF_ERROR(
+      CheckProductBuffers(data, g, indices, indptr, *out, /*transposed=*/true));
   AdviseHugePages(out);
-  return WithValueType(data.element_type(), "CSR values", [&](auto value) {
+  return WithValueType(data.element_type(), "data", [&](auto value) {
     return WithIndexType(indices.element_type(), [&](auto index) {
       return MatmulT<decltype(value), decltype(index)>(pool, data, g, indices, indptr, out);
     });
@@ -906,8 +940,9 @@ ffi::Error CsrMatmulTImpl(ffi::ThreadPool pool, ffi::AnyBuffer data, ffi::AnyBuf
 ffi::Error CsrSddmmImpl(ffi::ThreadPool pool, ffi::AnyBuffer g, ffi::AnyBuffer x,
                         ffi::AnyBuffer indices, ffi::AnyBuffer indptr,
                         ffi::Result<ffi::AnyBuffer> out) {
+  JAXSPARSE_RETURN_IF_ERROR(CheckSddmmBuffers(g, x, indices, indptr, *out));
   AdviseHugePages(out);
-  return WithValueType(g.element_type(), "CSR operands", [&](auto value) {
+  return WithValueType(g.element_type(), "g", [&](auto value) {
     return WithIndexType(indices.element_type(), [&](auto index) {
       return Sddmm<decltype(value), decltype(index)>(pool, g, x, indices, indptr, out);
     });
@@ -918,12 +953,13 @@ ffi::Error CsrMatmulPullbackImpl(ffi::ThreadPool pool, ffi::AnyBuffer g, ffi::An
                                  ffi::AnyBuffer x, ffi::AnyBuffer indices, ffi::AnyBuffer indptr,
                                  ffi::Result<ffi::AnyBuffer> dvalues,
                                  ffi::Result<ffi::AnyBuffer> dx) {
+  JAXSPARSE_RETURN_IF_ERROR(CheckPullbackBuffers(g, data, x, indices, indptr, *dvalues, *dx));
   AdviseHugePages(dvalues);
   AdviseHugePages(dx);
-  return WithValueType(data.element_type(), "CSR values", [&](auto value) {
+  return WithValueType(data.element_type(), "data", [&](auto value) {
     return WithIndexType(indices.element_type(), [&](auto index) {
       return MatmulPullback<decltype(value), decltype(index)>(pool, g, data, x, indices, indptr,
-                                                               dvalues, dx);
+                                                              dvalues, dx);
     });
   });
 }
@@ -931,17 +967,18 @@ ffi::Error CsrMatmulPullbackImpl(ffi::ThreadPool pool, ffi::AnyBuffer g, ffi::An
 }  // namespace
 }  // namespace jaxsparse
 
-#define JAXSPARSE_CSR_BINDING                  \
-  xla::ffi::Ffi::Bind()                             \
-      .Ctx<xla::ffi::ThreadPool>()                  \
-      .Arg<xla::ffi::AnyBuffer>()                   \
-      .Arg<xla::ffi::AnyBuffer>()                   \
-      .Arg<xla::ffi::AnyBuffer>()                   \
-      .Arg<xla::ffi::AnyBuffer>()                   \
+#define JAXSPARSE_CSR_BINDING      \
+  xla::ffi::Ffi::Bind()            \
+      .Ctx<xla::ffi::ThreadPool>() \
+      .Arg<xla::ffi::AnyBuffer>()  \
+      .Arg<xla::ffi::AnyBuffer>()  \
+      .Arg<xla::ffi::AnyBuffer>()  \
+      .Arg<xla::ffi::AnyBuffer>()  \
       .Ret<xla::ffi::AnyBuffer>()
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxsparseCsrMatmul, jaxsparse::CsrMatmulImpl, JAXSPARSE_CSR_BINDING);
-XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxsparseCsrMatmulT, jaxsparse::CsrMatmulTImpl, JAXSPARSE_CSR_BINDING);
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxsparseCsrMatmulT, jaxsparse::CsrMatmulTImpl,
+                              JAXSPARSE_CSR_BINDING);
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxsparseCsrSddmm, jaxsparse::CsrSddmmImpl, JAXSPARSE_CSR_BINDING);
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxsparseCsrMatmulPullback, jaxsparse::CsrMatmulPullbackImpl,
                               xla::ffi::Ffi::Bind()

@@ -24,6 +24,7 @@
 #include <utility>
 
 #include "arrays.h"
+#include "buffer_checks.h"
 #include "dispatch.h"
 #include "handlers.h"
 #include "pages.h"
@@ -32,29 +33,21 @@
 namespace jaxsparse {
 namespace {
 
-// Output values per block: 4 KiB of float32 (8 KiB of float64 / complex64). Measured
-// against 4096 values, float32, k = 1, single calls: 64 5-point matrices of 2^16 rows
-// 1.8 vs 3.8 ms; one of 10^6 rows 0.37 vs 0.50 ms; a 27-point one 5.4 vs 4.9 ms.
+// Output values per block: 4 KiB of float32 (8 KiB of float64 / complex64), small enough
+// that a block's output stays in the L1 cache while every diagonal adds into it.
 constexpr int64_t kBlockValues = 1024;
 
 // Products with 2 to kRowWiseMaxColumns columns sum each output row over kDiagonalGroup
-// diagonals at a time, in registers. Measured against one diagonal at a time (float32,
-// 3 * 10^5 rows, in a jitted loop): 5-point k = 2 0.25 vs 0.83 ms, k = 16 1.4 vs 2.3 ms;
-// 27-point k = 4 1.6 vs 5.3 ms; k = 32 even (wider products: kWideMaxDiagonals).
-// Groups of 4 diagonals beat 2 (27-point, k = 8: 11 vs 13 ms) and 8 or more (29 ms):
-// each diagonal in a group is a stream of memory.
+// diagonals at a time, in registers, so the output row is loaded and stored once a group
+// rather than once a diagonal. Each diagonal in a group is a stream of memory: four
+// streams keep the prefetchers busy without thrashing them.
 constexpr int64_t kDiagonalGroup = 4;
 constexpr int64_t kRowWiseMaxColumns = 32;
 
 // Products with more than kRowWiseMaxColumns columns and at most this many diagonals sum
-// whole output rows at once (SumWideRows). Against the blocks (float32, in a jitted
-// loop, 10^5 / 5 * 10^5 rows): k = 64 tridiagonal 1.8 / 13.4 vs 2.1 / 17.1 ms, 7-point
-// 2.3 / 18.4 vs 4.5 / 29.0 ms, 27-point 5.5 / 34.3 vs 7.0 / 47.5 ms; k = 48 and 128
-// alike; at 10^6 rows, k = 64, 5-point 31 vs 41 ms, 7-point 35 vs 56 ms, and the
-// transposed product alike. The same sums walked in blocks of 16 rows were slower
-// (tridiagonal, 10^6 rows: 30.7 vs 25.1 ms). At k = 32 it was even at 10^5 rows, and with
-// 2 to 16 columns slower (5-point, 10^6 rows, k = 2 2.1 vs 1.2 ms, k = 16 10.3 vs
-// 7.2 ms): narrow rows pay for the walk.
+// whole output rows at once (SumWideRows): a wide row's sums fill the registers, so each
+// output row is written once, past the cache. Narrower rows pay more for the walk than
+// they save, and more diagonals than this spill the running sums.
 constexpr int64_t kWideMaxDiagonals = 32;
 
 ffi::Error CheckDiagonals(int64_t ndiag, size_t noffsets) {
@@ -110,8 +103,8 @@ void AddShiftedProducts(const T* diagonal, const T* operand, int64_t lo, int64_t
 
 // out[i] += the four diagonals' products for rows i in [first, stop) (k = 1), added in
 // the group's order: in one pass over the rows all four cover, one diagonal at a time
-// elsewhere. Each row gets the same sums in the same order as four single diagonals
-// (27-point, 10^6 rows: 3.8 vs 5.1 ms).
+// elsewhere, so the output is read and written once for four diagonals. Each row gets the
+// same sums in the same order as four single diagonals.
 template <typename T>
 void AddFourDiagonals(const ShiftedDiagonal<T> (&group)[4], int64_t first, int64_t stop, T* out) {
   int64_t lo = first, hi = stop;
@@ -143,8 +136,8 @@ void AddFourDiagonals(const ShiftedDiagonal<T> (&group)[4], int64_t first, int64
 // [lo, hi); with `Stream`, sums of a cache line or more are written past the cache
 // (the caller ends with StreamFence()).
 template <int W, bool Checked, bool Accumulate, bool Stream, typename T>
-JAXSPARSE_INLINE void SumDiagonalRows(const ShiftedDiagonal<T>* diagonals, int64_t ndiag,
-                                      int64_t k, int64_t c0, int64_t first, int64_t stop, T* out) {
+JAXSPARSE_INLINE void SumDiagonalRows(const ShiftedDiagonal<T>* diagonals, int64_t ndiag, int64_t k,
+                                      int64_t c0, int64_t first, int64_t stop, T* out) {
   for (int64_t r = first; r < stop; ++r) {
     T* out_row = out + r * k + c0;
     RowAccumulator<W, T> sums;
@@ -188,8 +181,7 @@ void SumDiagonalsRowWise(const ShiftedDiagonal<T>* diagonals, int64_t ndiag, int
   ForColumnBlocks<T>(k, 0, [&](auto width, int64_t c0) {
     constexpr int W = decltype(width)::value;
     SumDiagonalRows<W, true, Accumulate, false>(diagonals, ndiag, k, c0, first, inner_lo, out);
-    SumDiagonalRows<W, false, Accumulate, false>(diagonals, ndiag, k, c0, inner_lo, inner_hi,
-                                                 out);
+    SumDiagonalRows<W, false, Accumulate, false>(diagonals, ndiag, k, c0, inner_lo, inner_hi, out);
     SumDiagonalRows<W, true, Accumulate, false>(diagonals, ndiag, k, c0, inner_hi, stop, out);
   });
 }
@@ -324,8 +316,8 @@ ffi::Error Sddmm(ffi::ThreadPool& pool, const ffi::AnyBuffer& g, const ffi::AnyB
       }
       // Block by block of columns, each a dot product of compile-time width for every
       // slot of the row block (the same sums, in the same order, as Dot), eight slots at
-      // a time (EightFixedDots): k = 2 at 10^6 rows, 5-point, 2.0 vs 3.3 ms for a call of
-      // Dot per slot. The first block writes the slots, later ones add.
+      // a time (EightFixedDots), which shares the shuffles of the final adds. The first
+      // block writes the slots, later ones add.
       if (k == 0) std::fill(row + lo, row + hi, T(0));
       ForColumnBlocks<T>(k, 0, [&](auto width, int64_t c0) {
         constexpr int W = decltype(width)::value;
@@ -351,26 +343,62 @@ ffi::Error Sddmm(ffi::ThreadPool& pool, const ffi::AnyBuffer& g, const ffi::AnyB
   return ffi::Error::Success();
 }
 
+// The buffers of `A @ x` (transposed: `A^T @ g`): data `(ndiag, n)` and the dense operand
+// `(rows, k)`, each with a batch axis or shared; the result `(rows, k)`, batched where an
+// input is. The product's operand has n rows, the transposed product's result.
+ffi::Error CheckProductBuffers(const ffi::AnyBuffer& data, const ffi::AnyBuffer& dense,
+                               const ffi::AnyBuffer& out, bool transposed) {
+  const ffi::DataType type = data.element_type();
+  const NamedBuffer values{data, "data", 2}, operand{dense, transposed ? "g" : "x", 2};
+  const NamedBuffer result{out, "the result", 2};
+  JAXSPARSE_RETURN_IF_ERROR(CheckBuffer(values, type, /*may_batch=*/true));
+  JAXSPARSE_RETURN_IF_ERROR(CheckBuffer(operand, type, /*may_batch=*/true));
+  JAXSPARSE_RETURN_IF_ERROR(CheckBuffer(result, type, /*may_batch=*/true));
+  JAXSPARSE_RETURN_IF_ERROR(
+      CheckAxis(transposed ? result : operand, 0, values.Axis(1), "data's columns, n"));
+  JAXSPARSE_RETURN_IF_ERROR(CheckAxis(result, 1, operand.Axis(1), "the operand's columns"));
+  JAXSPARSE_RETURN_IF_ERROR(CheckBatch(values, result));
+  return CheckBatch(operand, result);
+}
+
+// The buffers of the values' gradient: g `(m, k)` and x `(n, k)`, each with a batch axis or
+// shared; the result `(ndiag, n)`, batched where an input is.
+ffi::Error CheckSddmmBuffers(const ffi::AnyBuffer& g, const ffi::AnyBuffer& x,
+                             const ffi::AnyBuffer& out) {
+  const ffi::DataType type = g.element_type();
+  const NamedBuffer cotangent{g, "g", 2}, operand{x, "x", 2}, result{out, "the result", 2};
+  JAXSPARSE_RETURN_IF_ERROR(CheckBuffer(cotangent, type, /*may_batch=*/true));
+  JAXSPARSE_RETURN_IF_ERROR(CheckBuffer(operand, type, /*may_batch=*/true));
+  JAXSPARSE_RETURN_IF_ERROR(CheckBuffer(result, type, /*may_batch=*/true));
+  JAXSPARSE_RETURN_IF_ERROR(CheckAxis(operand, 0, result.Axis(1), "the result's columns, n"));
+  JAXSPARSE_RETURN_IF_ERROR(CheckAxis(operand, 1, cotangent.Axis(1), "g's columns"));
+  JAXSPARSE_RETURN_IF_ERROR(CheckBatch(cotangent, result));
+  return CheckBatch(operand, result);
+}
+
 ffi::Error DiaMatmulImpl(ffi::ThreadPool pool, ffi::AnyBuffer data, ffi::AnyBuffer x,
                          ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> offsets) {
+  JAXSPARSE_RETURN_IF_ERROR(CheckProductBuffers(data, x, *out, /*transposed=*/false));
   AdviseHugePages(out);
-  return WithValueType(data.element_type(), "DIA values", [&](auto value) {
+  return WithValueType(data.element_type(), "data", [&](auto value) {
     return Product<decltype(value)>(pool, data, x, offsets, out, /*transposed=*/false);
   });
 }
 
 ffi::Error DiaMatmulTImpl(ffi::ThreadPool pool, ffi::AnyBuffer data, ffi::AnyBuffer g,
                           ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> offsets) {
+  JAXSPARSE_RETURN_IF_ERROR(CheckProductBuffers(data, g, *out, /*transposed=*/true));
   AdviseHugePages(out);
-  return WithValueType(data.element_type(), "DIA values", [&](auto value) {
+  return WithValueType(data.element_type(), "data", [&](auto value) {
     return Product<decltype(value)>(pool, data, g, offsets, out, /*transposed=*/true);
   });
 }
 
 ffi::Error DiaSddmmImpl(ffi::ThreadPool pool, ffi::AnyBuffer g, ffi::AnyBuffer x,
                         ffi::Result<ffi::AnyBuffer> out, ffi::Span<const int64_t> offsets) {
+  JAXSPARSE_RETURN_IF_ERROR(CheckSddmmBuffers(g, x, *out));
   AdviseHugePages(out);
-  return WithValueType(g.element_type(), "DIA operands", [&](auto value) {
+  return WithValueType(g.element_type(), "g", [&](auto value) {
     return Sddmm<decltype(value)>(pool, g, x, offsets, out);
   });
 }
@@ -378,14 +406,15 @@ ffi::Error DiaSddmmImpl(ffi::ThreadPool pool, ffi::AnyBuffer g, ffi::AnyBuffer x
 }  // namespace
 }  // namespace jaxsparse
 
-#define JAXSPARSE_DIA_BINDING                  \
-  xla::ffi::Ffi::Bind()                             \
-      .Ctx<xla::ffi::ThreadPool>()                  \
-      .Arg<xla::ffi::AnyBuffer>()                   \
-      .Arg<xla::ffi::AnyBuffer>()                   \
-      .Ret<xla::ffi::AnyBuffer>()                   \
+#define JAXSPARSE_DIA_BINDING      \
+  xla::ffi::Ffi::Bind()            \
+      .Ctx<xla::ffi::ThreadPool>() \
+      .Arg<xla::ffi::AnyBuffer>()  \
+      .Arg<xla::ffi::AnyBuffer>()  \
+      .Ret<xla::ffi::AnyBuffer>()  \
       .Attr<xla::ffi::Span<const int64_t>>("offsets")
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxsparseDiaMatmul, jaxsparse::DiaMatmulImpl, JAXSPARSE_DIA_BINDING);
-XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxsparseDiaMatmulT, jaxsparse::DiaMatmulTImpl, JAXSPARSE_DIA_BINDING);
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxsparseDiaMatmulT, jaxsparse::DiaMatmulTImpl,
+                              JAXSPARSE_DIA_BINDING);
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxsparseDiaSddmm, jaxsparse::DiaSddmmImpl, JAXSPARSE_DIA_BINDING);

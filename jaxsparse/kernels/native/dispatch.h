@@ -27,8 +27,8 @@ ffi::Error WithValueType(ffi::DataType dtype, const char* what, const F& fn) {
     case ffi::DataType::C128:
       return fn(std::complex<double>{});
     default:
-      return ffi::Error::InvalidArgument(
-          std::string(what) + " must be float32, float64, complex64 or complex128");
+      return ffi::Error::InvalidArgument(std::string(what) +
+                                         " must be float32, float64, complex64 or complex128");
   }
 }
 

@@ -1,20 +1,15 @@
 // Asking the operating system for huge pages for a kernel's large results.
 //
 // XLA's CPU runtime allocates every result anew with malloc, whose large blocks are fresh
-// mappings: the first write to each 4 KiB page faults it in, which on the Xeon VM runs at
-// about 3 GB/s, slower than the products themselves (a single call at k = 64 and 10^6 rows
-// spent most of its time writing a fresh 256 MB result). numpy asks for transparent huge
-// pages for its arrays of 4 MiB and more; the kernels ask the same for their results
-// before writing them, so a fault brings in 2 MiB. It is a hint: where transparent huge
-// pages are off, or the pages are already in (a result buffer reused in a loop), nothing
-// changes, and the values written are the same either way. Like numpy's own, it has a
-// cost: the first huge pages a process faults in can come slowly. On the Xeon VM, whose
-// /proc/vmstat counted no compaction stall, a fresh process's single calls of a 27-point
-// CSR gradient step at 10^6 rows took 155, 111, 65 ms, then 41-42 ms (51-54 ms throughout
-// without the advice); in 150 such calls the median was 41 vs 55 ms and the total 7.7 vs
-// 9.3 s, but 6 calls took 104-153 ms against none over 80 ms. JAXSPARSE_MADVISE_HUGEPAGE=0
-// in the environment turns the advice off, as NUMPY_MADVISE_HUGEPAGE=0 does numpy's; it is
-// read at the first large result.
+// mappings: the first write to each 4 KiB page faults it in, which can be slower than the
+// products themselves. numpy asks for transparent huge pages for its arrays of 4 MiB and
+// more; the kernels ask the same for their results before writing them, so a fault brings
+// in 2 MiB. It is a hint: where transparent huge pages are off, or the pages are already in
+// (a result buffer reused in a loop), nothing changes, and the values written are the same
+// either way. Like numpy's own, it has a cost: the first huge pages a process faults in
+// can come slowly. JAXSPARSE_MADVISE_HUGEPAGE=0 in the environment turns the advice off,
+// as NUMPY_MADVISE_HUGEPAGE=0 does numpy's; it is read at the first large result. The
+// measurements: benchmarks/results/native-kernels.md.
 
 #ifndef JAXSPARSE_NATIVE_PAGES_H_
 #define JAXSPARSE_NATIVE_PAGES_H_

@@ -101,8 +101,8 @@ std::vector<OwnedColumns> OwnColumns(const I* indices, int64_t nnz, int64_t n, i
   for (int64_t part = 0; part < parts; ++part) {
     const int64_t begin = PieceStart(nnz, parts, part), end = PieceStart(nnz, parts, part + 1);
     if (begin < end) {
-      middle[part] = std::min(AsColumn(indices[begin + (end - begin) / 2]),
-                              static_cast<uint64_t>(n));
+      middle[part] =
+          std::min(AsColumn(indices[begin + (end - begin) / 2]), static_cast<uint64_t>(n));
     }
   }
   std::vector<int64_t> order(parts);
@@ -135,7 +135,7 @@ bool ScatterOwnedColumns(xla::ffi::ThreadPool& pool, const I* indices, int64_t n
   const int64_t parts = NumParts(pool, work);
   const std::vector<OwnedColumns> owned = OwnColumns(indices, nnz, n, parts);
   // The lists keep their memory from call to call on this thread: grown afresh on every
-  // call, they faulted in new pages (27-point, k = 1, 10^6 rows: 11% of a gradient pass).
+  // call, they would fault in new pages each time.
   // (A reference, so that the pool's threads reach this thread's lists.)
   static thread_local std::vector<std::vector<DeferredEntry>> kept_lists;
   std::vector<std::vector<DeferredEntry>>& deferred = kept_lists;
@@ -171,8 +171,8 @@ bool ScatterOwnedColumns(xla::ffi::ThreadPool& pool, const I* indices, int64_t n
 // buffers are then added into `out` in piece order. The pieces are capped so the buffers
 // stay within twice the entries. Returns whether every column lay in [0, n).
 template <typename T, typename F>
-bool ScatterInPieces(xla::ffi::ThreadPool& pool, int64_t nnz, int64_t n, int64_t k,
-                     int64_t batch, int64_t work, T* out, const F& scatter) {
+bool ScatterInPieces(xla::ffi::ThreadPool& pool, int64_t nnz, int64_t n, int64_t k, int64_t batch,
+                     int64_t work, T* out, const F& scatter) {
   const int64_t max_parts =
       std::max<int64_t>(1, std::min<int64_t>(8, 1 + 2 * nnz / std::max<int64_t>(n, 1)));
   const int64_t parts = NumParts(pool, work, max_parts);

@@ -1,0 +1,175 @@
+"""The native FFI targets check every buffer they reinterpret (`native/buffer_checks.h`).
+
+An FFI target is global: any program can call `jaxsparse_csr_matmul` through
+`jax.ffi.ffi_call` with buffers of any type and shape. Each call below hands a target one
+mismatched buffer and must get an error naming that argument, not a crash or a read out
+of bounds; a matching call gets scipy's answer, so the errors come from the mismatch alone.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.sparse
+
+import jaxsparse  # noqa: F401  (registers the native FFI targets)
+from jaxsparse.kernels import _native_library
+
+pytestmark = [
+    pytest.mark.on_cpu,
+    pytest.mark.skipif(
+        not _native_library.AVAILABLE,
+        reason=f"native kernels not built: {_native_library.UNAVAILABLE_REASON}",
+    ),
+]
+
+M, N, K = 4, 5, 2
+MATRIX = scipy.sparse.random(M, N, density=0.5, format="csr", dtype=np.float32, random_state=0)
+DATA = jnp.asarray(MATRIX.data)
+INDICES = jnp.asarray(MATRIX.indices, jnp.int32)
+INDPTR = jnp.asarray(MATRIX.indptr, jnp.int32)
+NNZ = MATRIX.nnz
+OFFSETS = np.array([-1, 0, 1], np.int64)
+DIA_DATA = jnp.ones((3, N), jnp.float32)
+
+
+def dense(*shape, dtype=jnp.float32):
+    return jnp.asarray(np.arange(np.prod(shape)).reshape(shape), dtype)
+
+
+def call(target, out, *args, **attributes):
+    """The target called directly, with the given result shapes."""
+    return jax.ffi.ffi_call(target, out)(*args, **attributes)
+
+
+def result(*shape, dtype=jnp.float32):
+    return jax.ShapeDtypeStruct(shape, dtype)
+
+
+def test_matching_buffers_give_scipys_product():
+    x = dense(N, K)
+    y = call("jaxsparse_csr_matmul", result(M, K), DATA, x, INDICES, INDPTR)
+    np.testing.assert_allclose(y, MATRIX @ np.asarray(x), rtol=1e-6)
+
+
+MISMATCHES = {
+    "x of another type": (
+        "jaxsparse_csr_matmul",
+        result(M, K),
+        (DATA, dense(N, K, dtype=jnp.float64), INDICES, INDPTR),
+        {},
+        "x must be float32, got float64",
+    ),
+    "indptr of another index type": (
+        "jaxsparse_csr_matmul",
+        result(M, K),
+        (DATA, dense(N, K), INDICES, INDPTR.astype(jnp.int64)),
+        {},
+        "indptr must be int32, got int64",
+    ),
+    "float indices": (
+        "jaxsparse_csr_matmul",
+        result(M, K),
+        (DATA, dense(N, K), INDICES.astype(jnp.float32), INDPTR),
+        {},
+        "indices must be int32 or int64, got float32",
+    ),
+    "x of rank 1": (
+        "jaxsparse_csr_matmul",
+        result(M, K),
+        (DATA, dense(N), INDICES, INDPTR),
+        {},
+        r"x must have 2 axes \(3 with a batch axis\), got 1",
+    ),
+    "a result of the wrong rows": (
+        "jaxsparse_csr_matmul",
+        result(M + 1, K),
+        (DATA, dense(N, K), INDICES, INDPTR),
+        {},
+        "the result has 5 along axis 0, expected 4",
+    ),
+    "a result of another type": (
+        "jaxsparse_csr_matmul",
+        result(M, K, dtype=jnp.float64),
+        (DATA, dense(N, K), INDICES, INDPTR),
+        {},
+        "the result must be float32, got float64",
+    ),
+    "values shorter than the indices": (
+        "jaxsparse_csr_matmul_t",
+        result(N, K),
+        (DATA[:-1], dense(M, K), INDICES, INDPTR),
+        {},
+        f"data has {NNZ - 1} along axis 0, expected {NNZ}",
+    ),
+    "a cotangent of the wrong rows": (
+        "jaxsparse_csr_sddmm",
+        result(NNZ),
+        (dense(M + 2, K), dense(N, K), INDICES, INDPTR),
+        {},
+        "g has 6 along axis 0, expected 4",
+    ),
+    "batches that differ": (
+        "jaxsparse_csr_sddmm",
+        result(3, NNZ),
+        (dense(2, M, K), dense(N, K), INDICES, INDPTR),
+        {},
+        "g has a batch of 2, the result of 3",
+    ),
+    "a batched input with an unbatched result": (
+        "jaxsparse_csr_matmul",
+        result(M, K),
+        (jnp.stack([DATA, DATA]), dense(N, K), INDICES, INDPTR),
+        {},
+        "data has a batch axis and the result has none",
+    ),
+    "a batch in the gradient step": (
+        "jaxsparse_csr_matmul_pullback",
+        (result(NNZ), result(N, K)),
+        (dense(M, K), jnp.stack([DATA, DATA]), dense(N, K), INDICES, INDPTR),
+        {},
+        "data must have 1 axis, got 2",
+    ),
+    "a gradient of the wrong columns": (
+        "jaxsparse_csr_matmul_pullback",
+        (result(NNZ), result(N, K + 1)),
+        (dense(M, K), DATA, dense(N, K), INDICES, INDPTR),
+        {},
+        "the operand's gradient has 3 along axis 1, expected 2",
+    ),
+    "a DIA operand of the wrong rows": (
+        "jaxsparse_dia_matmul",
+        result(N, K),
+        (DIA_DATA, dense(N + 3, K)),
+        {"offsets": OFFSETS},
+        "x has 8 along axis 0, expected 5",
+    ),
+    "a DIA cotangent of another type": (
+        "jaxsparse_dia_matmul_t",
+        result(N, K),
+        (DIA_DATA, dense(N, K, dtype=jnp.complex64)),
+        {"offsets": OFFSETS},
+        "g must be float32, got complex64",
+    ),
+    "integer DIA values": (
+        "jaxsparse_dia_matmul",
+        result(N, K, dtype=jnp.int32),
+        (DIA_DATA.astype(jnp.int32), dense(N, K, dtype=jnp.int32)),
+        {"offsets": OFFSETS},
+        "data must be float32, float64, complex64 or complex128",
+    ),
+    "a DIA result of the wrong width": (
+        "jaxsparse_dia_sddmm",
+        result(3, N + 1),
+        (dense(N, K), dense(N, K)),
+        {"offsets": OFFSETS},
+        "x has 5 along axis 0, expected 6",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", MISMATCHES, ids=list(MISMATCHES))
+def test_mismatched_buffers_get_an_error_naming_the_argument(case):
+    target, out, args, attributes, message = MISMATCHES[case]
+    with pytest.raises(jax.errors.JaxRuntimeError, match=message):
+        jax.block_until_ready(call(target, out, *args, **attributes))
