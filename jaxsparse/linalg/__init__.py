@@ -1,3 +1,3 @@
 """`jaxsparse.linalg`: linear algebra on sparse matrices, after `scipy.sparse.linalg`."""
 
-from ._reductions import norm as norm
+from .._reductions import norm as norm
