@@ -14,6 +14,8 @@
 - `divide` by a scalar, `negative`, `absolute`, `power`, `conj`, `real`, `imag` act on the
   stored values (scipy sums repeated CSR entries first; call `sum_duplicates()` before
   `abs` or `**` on a matrix holding repeats).
+- Batched matrices (`docs/batching.md`) combine member by member with operands of the same
+  batch or with unbatched ones shared by the batch.
 """
 
 import functools
@@ -24,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._base import SparseMatrix, _as_scalar, is_concrete
+from ._batching import is_batched, map_over_batch, refuse_batch
 from ._coordinates import entries, entries_to_csr, lookup, select_entries, stored_on_host
 
 
@@ -71,6 +74,16 @@ def subtract(a, b, *, nnz: int | None = None):
 
 
 def _add(a, b, *, sign: int, nnz, operator: str):
+    if is_batched(a) or is_batched(b):
+        both_sparse = isinstance(a, SparseMatrix) and isinstance(b, SparseMatrix)
+        if nnz is None and both_sparse and "csr" in (a.format, b.format):
+            refuse_batch(
+                f"sparse `{operator}` with a CSR operand, whose structure may differ per "
+                "member, without a static `nnz`",
+                a,
+                b,
+            )
+        return map_over_batch(functools.partial(_add, sign=sign, nnz=nnz, operator=operator), a, b)
     a_sparse, b_sparse = isinstance(a, SparseMatrix), isinstance(b, SparseMatrix)
     if not (a_sparse and b_sparse):
         sparse, dense = (a, b) if a_sparse else (b, a)
@@ -139,6 +152,8 @@ def multiply(a, b):
     DIA if both are DIA (the common offsets), else CSR holding the intersection (see the
     module docstring for `jit`).
     """
+    if is_batched(a) or is_batched(b):
+        return map_over_batch(multiply, a, b)
     if isinstance(b, SparseMatrix):
         _check_same_shape(a, b, "*")
         return _multiply_sparse(a, b)

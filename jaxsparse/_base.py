@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._batching import batch_member, batch_shape
 from ._export import register_serialization
 from ._matmul import matmul
 
@@ -35,6 +36,8 @@ class SparseMatrix(eqx.Module):
     shape: eqx.AbstractVar[tuple[int, int]]
     data: eqx.AbstractVar[jax.Array]
     format: ClassVar[str]
+    # The rank of each array leaf for one matrix; axes in front of it are a batch.
+    leaf_ranks: ClassVar[dict[str, int]]
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -53,6 +56,16 @@ class SparseMatrix(eqx.Module):
     @property
     def ndim(self) -> int:
         return 2
+
+    @property
+    def batch_shape(self) -> tuple[int, ...]:
+        """The leading batch axes of the array leaves (`()` for one matrix); see
+        `docs/batching.md`."""
+        return batch_shape(self)
+
+    def batch_member(self, index) -> "SparseMatrix":
+        """Member `index` of the batch (an int or a traced integer), one matrix less batched."""
+        return batch_member(self, index)
 
     @property
     @abc.abstractmethod
@@ -102,7 +115,9 @@ class SparseMatrix(eqx.Module):
         return f"{type(self).__name__}({fields})"
 
     def _repr_fields(self) -> dict:
-        return {"shape": self.shape, "dtype": leaf_dtype_name(self.data), "nnz": self.nnz}
+        fields = {"shape": self.shape, "dtype": leaf_dtype_name(self.data), "nnz": self.nnz}
+        batch = batch_shape(self)
+        return {"batch": batch, **fields} if batch else fields
 
 
 def leaf_dtype_name(leaf) -> str:

@@ -19,6 +19,7 @@ import numpy as np
 from jax import lax
 
 from ._base import SparseMatrix, index_dtype_for, is_concrete, validate_shape
+from ._batching import refuse_batch
 from ._csr import CSRMatrix
 from ._csr_layout import indptr_from_counts, row_ids
 from ._dia import DIAMatrix, _validate_offsets
@@ -139,6 +140,7 @@ def kron(A: SparseMatrix, B: SparseMatrix) -> SparseMatrix:
     """
     for name, factor in (("A", A), ("B", B)):
         _check_sparse(factor, name)
+    refuse_batch("`kron`", A, B)
     if isinstance(A, DIAMatrix) and isinstance(B, DIAMatrix):
         return _kron_dia(A, B)
     return _kron_csr(A.tocsr(), B.tocsr())
@@ -307,6 +309,7 @@ def _matrices(matrices, name: str) -> list:
         raise ValueError(f"`{name}` must hold at least one matrix.")
     for t, matrix in enumerate(matrices):
         _check_sparse(matrix, f"{name}[{t}]")
+    refuse_batch("Stacking matrices", *matrices)
     return matrices
 
 

@@ -19,6 +19,7 @@ from ._base import (
     is_concrete,
     validate_shape,
 )
+from ._batching import over_batch, refuse_batch
 from ._dia_layout import (
     csr_structure,
     diagonal_lengths,
@@ -45,15 +46,18 @@ class DIAMatrix(SparseMatrix, SparseOperators):
 
     **Arguments:**
 
-    - `data`: `(len(offsets), n)` floating or complex array (1-D for a single diagonal).
+    - `data`: `(len(offsets), n)` floating or complex array (1-D for a single diagonal),
+      or `(*batch, len(offsets), n)` for a batch of matrices sharing offsets and shape
+      (see `docs/batching.md`).
     - `offsets`: distinct Python ints (0 main, > 0 above, < 0 below the main diagonal).
     - `shape`: `(m, n)`.
     """
 
-    data: Inexact[Array, "ndiag n"]
+    data: Inexact[Array, "*batch ndiag n"]
     offsets: tuple[int, ...] = eqx.field(static=True)
     shape: tuple[int, int] = eqx.field(static=True)
     format = "dia"
+    leaf_ranks = {"data": 2}
 
     def __init__(self, data, offsets, shape):
         shape = validate_shape(shape)
@@ -61,17 +65,21 @@ class DIAMatrix(SparseMatrix, SparseOperators):
         data = as_value_array(data, "data")
         if data.ndim == 1 and len(offsets) == 1:
             data = data[None, :]
-        if data.ndim != 2:
-            raise ValueError(f"`data` must be 2-D (diagonals, columns), got shape {data.shape}.")
-        if data.shape[0] != len(offsets):
+        expected = (len(offsets), shape[1])
+        if data.ndim < 2 or (data.ndim > 2 and data.shape[-2:] != expected):
             raise ValueError(
-                f"`data` has {data.shape[0]} diagonals (rows) but `offsets` has "
+                f"`data` must be 2-D (diagonals, columns) = {expected}, or {expected} after "
+                f"leading batch axes; got shape {data.shape}."
+            )
+        if data.shape[-2] != len(offsets):
+            raise ValueError(
+                f"`data` has {data.shape[-2]} diagonals (rows) but `offsets` has "
                 f"{len(offsets)} entries; they must match."
             )
-        if data.shape[1] != shape[1]:
+        if data.shape[-1] != shape[1]:
             raise ValueError(
                 f"`data` must have one column per matrix column: {shape[1]} for "
-                f"shape={shape}, got {data.shape[1]}."
+                f"shape={shape}, got {data.shape[-1]}."
             )
         self.data = data
         self.offsets = offsets
@@ -79,12 +87,14 @@ class DIAMatrix(SparseMatrix, SparseOperators):
 
     @property
     def nnz(self) -> int:
-        """Stored slots inside the matrix (as scipy counts them, zeros included)."""
+        """Stored slots inside the matrix (as scipy counts them, zeros included); per
+        member for a batch."""
         return sum(diagonal_lengths(self.offsets, self.shape))
 
     def with_data(self, data) -> "DIAMatrix":
         return DIAMatrix(data, self.offsets, self.shape)
 
+    @over_batch
     def transpose(self) -> "DIAMatrix":
         """`A^T` as a DIA matrix: offsets negated, each diagonal shifted (jit-able)."""
         return DIAMatrix(
@@ -93,11 +103,13 @@ class DIAMatrix(SparseMatrix, SparseOperators):
             (self.shape[1], self.shape[0]),
         )
 
+    @over_batch
     def todense(self) -> jax.Array:
         diagonals, rows, cols = stored_positions(self.offsets, self.shape)
         dense = jnp.zeros(self.shape, self.dtype)
         return dense.at[rows, cols].set(self.data[diagonals, cols])
 
+    @over_batch
     def tocsr(self):
         """The same matrix as a `CSRMatrix` (jit-able: its structure follows from offsets).
 
@@ -122,6 +134,7 @@ class DIAMatrix(SparseMatrix, SparseOperators):
 
     def to_scipy(self) -> scipy.sparse.dia_array:
         """A `scipy.sparse.dia_array` on the host (bfloat16 values become float32)."""
+        refuse_batch("`to_scipy()`", self)
         data = np.asarray(host_values(self.data))
         return scipy.sparse.dia_array(
             (data, np.asarray(self.offsets, dtype=np.int64)), shape=self.shape

@@ -11,17 +11,25 @@ What comes back, and where it differs from scipy's sparse arrays:
   shift by the slice starts; `data` is a column slice). CSR slices change the number of
   entries, so they are computed on the host and need concrete indices (a TypeError under
   `jax.jit`).
+- A batched matrix takes no index: `A[0]` could mean the first member or row 0 of each.
+  `A.batch_member(b)` takes a member; `jax.vmap(lambda M: M[i])(A)` the rows.
 """
 
 import jax.numpy as jnp
 import numpy as np
 
 from ._base import format_class, is_concrete
+from ._batching import is_batched, refuse_batch
 from ._coordinates import entries, select_entries
 
 
 def getitem(matrix, key):
     """`matrix[key]` (see the module docstring)."""
+    if is_batched(matrix):
+        refuse_batch(
+            "`A[...]` (a member of the batch, or rows of every member?)",
+            matrix,
+        )
     rows_key, cols_key = key if isinstance(key, tuple) else (key, slice(None))
     if isinstance(key, tuple) and len(key) != 2:
         raise IndexError(f"a sparse matrix takes at most two indices, got {len(key)}.")

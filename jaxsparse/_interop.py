@@ -12,12 +12,14 @@ import numpy as np
 from jax.experimental import sparse as jsparse
 
 from ._base import format_class, index_dtype_for, is_concrete
+from ._batching import refuse_batch
 from ._coordinates import entries, entries_to_csr, select_entries
 from ._csr_layout import indptr_from_counts
 
 
 def to_bcoo(matrix) -> jsparse.BCOO:
     """The matrix as a `jax.experimental.sparse.BCOO` with the same entries (jit-able)."""
+    refuse_batch("`to_bcoo()`", matrix)
     rows, cols, values = entries(matrix)
     index_dtype = matrix.indices.dtype if matrix.format == "csr" else jnp.int32
     indices = jnp.stack([jnp.asarray(rows), jnp.asarray(cols)], axis=1).astype(index_dtype)
@@ -26,6 +28,7 @@ def to_bcoo(matrix) -> jsparse.BCOO:
 
 def to_bcsr(matrix) -> jsparse.BCSR:
     """The matrix as a `jax.experimental.sparse.BCSR` with the same entries (jit-able)."""
+    refuse_batch("`to_bcsr()`", matrix)
     csr = matrix.tocsr()
     return jsparse.BCSR((csr.data, csr.indices, csr.indptr), shape=csr.shape)
 

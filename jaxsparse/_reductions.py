@@ -5,6 +5,7 @@ All are jit-able (and jitted, so that an eager call compiles one program): they 
 stored entries (`_coordinates.entries`) and never build the dense matrix. `max`, `min` and
 the norms first sum repeated CSR entries, as scipy does; the implicit zeros take part in
 `max` and `min` wherever a row, a column or the matrix has a position that is not stored.
+A batched matrix gives one result per member, the batch axes first.
 """
 
 import functools
@@ -13,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._batching import over_batch
 from ._coordinates import distinct_entries, entries
 
 
@@ -22,6 +24,7 @@ def diagonal_length(shape: tuple[int, int], k: int) -> int:
     return max(0, min(m + min(k, 0), n - max(k, 0)))
 
 
+@over_batch
 @functools.partial(jax.jit, static_argnames="k")
 def diagonal(matrix, k: int = 0) -> jax.Array:
     """The `k`-th diagonal of `matrix` as a dense 1-D array, as scipy's `diagonal(k)`.
@@ -46,10 +49,11 @@ def diagonal(matrix, k: int = 0) -> jax.Array:
 
 
 def trace(matrix, offset: int = 0) -> jax.Array:
-    """The sum of diagonal `offset`, as scipy's `trace(offset)`."""
-    return jnp.sum(diagonal(matrix, offset))
+    """The sum of diagonal `offset`, as scipy's `trace(offset)` (one per member of a batch)."""
+    return jnp.sum(diagonal(matrix, offset), axis=-1)
 
 
+@over_batch
 @functools.partial(jax.jit, static_argnames="axis")
 def total(matrix, axis=None) -> jax.Array:
     """`matrix.sum(axis)`: a scalar for `axis=None`, else a dense 1-D array (sparse arrays'
@@ -62,6 +66,7 @@ def total(matrix, axis=None) -> jax.Array:
     return jnp.zeros((size,), matrix.dtype).at[index].add(values)
 
 
+@over_batch
 @functools.partial(jax.jit, static_argnames=("axis", "largest"))
 def extreme(matrix, axis, *, largest: bool) -> jax.Array:
     """`matrix.max(axis)` (`largest`) or `matrix.min(axis)`, implicit zeros included."""
@@ -87,6 +92,7 @@ def extreme(matrix, axis, *, largest: bool) -> jax.Array:
     return jnp.where(counts < full, pick(stored, 0), stored).astype(matrix.dtype)
 
 
+@over_batch
 @functools.partial(jax.jit, static_argnames="ord")
 def norm(matrix, ord=None) -> jax.Array:
     """The matrix norm of `matrix`, as `scipy.sparse.linalg.norm` (no vector norms).

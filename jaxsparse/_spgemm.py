@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._base import SparseMatrix, is_concrete
-from ._coordinates import csr_from_entries, linear_keys, static_nnz
+from ._coordinates import csr_from_entries, host_keys, static_nnz
 from ._csr_layout import row_ids
 from ._dia_layout import active_diagonals, diagonal_lengths
 from ._matmul import matmul, sparse_times_sparse
@@ -54,7 +54,7 @@ def spgemm(a, b, *, nnz: int | None = None, backend: str = "auto"):
     a, b = a.tocsr(), b.tocsr()
     if is_concrete(a.indices, a.indptr, b.indices, b.indptr):
         return _csr_times_csr_on_host(a, b, nnz)
-    static_nnz(a.indices, nnz, "sparse @ sparse with a CSR factor")
+    static_nnz(None, nnz, "sparse @ sparse with a CSR factor")
     return _csr_times_csr_traced(a, b, nnz, backend)
 
 
@@ -111,9 +111,8 @@ def _csr_times_csr_on_host(a, b, nnz):
     right = np.repeat(starts - first_pair, lengths) + np.arange(int(lengths.sum()))
     rows = a_rows[left]
     cols = np.asarray(b.indices, np.int64)[right]
-    keys = np.asarray(linear_keys(rows, cols, (m, k)))
-    found = int(np.unique(keys).size)
-    nnz = found if nnz is None else static_nnz(keys, nnz, "sparse @ sparse")
+    found = int(np.unique(host_keys(rows, cols, (m, k))).size)
+    nnz = found if nnz is None else static_nnz(None, nnz, "sparse @ sparse")
     if found > nnz:
         raise ValueError(f"`nnz`={nnz} is smaller than the product's {found} entries.")
     dtype = jnp.result_type(a.dtype, b.dtype)
