@@ -82,7 +82,8 @@ def extreme(matrix, axis, *, largest: bool) -> jax.Array:
     pick = jnp.maximum if largest else jnp.minimum
     if axis is None:
         stored = jnp.max(values, initial=neutral) if largest else jnp.min(values, initial=neutral)
-        has_zero = jnp.sum(valid) < m * n
+        # More positions than stored slots always leave a zero (and `m * n` may pass int32).
+        has_zero = True if m * n > values.shape[0] else jnp.sum(valid) < m * n
         return jnp.where(has_zero, pick(stored, 0), stored).astype(matrix.dtype)
     index, size, full = (cols, n, m) if axis == 0 else (rows, m, n)
     index = jnp.where(valid, index, size)
