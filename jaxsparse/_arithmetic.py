@@ -24,6 +24,7 @@ import numbers
 import jax
 import jax.numpy as jnp
 import numpy as np
+import scipy.sparse
 
 from ._base import SparseMatrix, _as_scalar, is_concrete
 from ._batching import is_batched, map_over_batch, refuse_batch
@@ -37,9 +38,14 @@ def _is_scalar(value) -> bool:
 
 
 def _as_dense(value, operator: str) -> jax.Array:
+    if value is None or scipy.sparse.issparse(value):
+        raise TypeError(
+            f"`{operator}` between a sparse matrix and {type(value).__name__} is not supported"
+            + ("; convert it with `from_scipy`." if value is not None else ".")
+        )
     try:
         array = jnp.asarray(value)
-    except TypeError:
+    except (TypeError, ValueError):
         raise TypeError(
             f"`{operator}` between a sparse matrix and {type(value).__name__} is not supported."
         ) from None

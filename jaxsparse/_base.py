@@ -107,6 +107,28 @@ class SparseMatrix(eqx.Module):
     def __matmul__(self, other):
         return matmul(self, other)
 
+    # Comparisons are elementwise, as scipy's (`SparseOperators.compare`): `eqx.Module`'s
+    # own `__eq__` compares whole trees and would answer with one boolean.
+    def __eq__(self, other):
+        return self.compare(other, "==")
+
+    def __ne__(self, other):
+        return self.compare(other, "!=")
+
+    __hash__ = eqx.Module.__hash__
+
+    # A sparse matrix never becomes a dense array implicitly (`jnp.asarray(A)`, `np.asarray`,
+    # a scipy operand): that would either fail deep inside or build the dense matrix silently.
+    # (No `__jax_array__`: JAX's operators call it, and `tracer * A` must reach `__rmul__`.)
+    def __array__(self, dtype=None, copy=None):
+        raise TypeError(_IMPLICIT_DENSE)
+
+    def __bool__(self):
+        raise ValueError(
+            "The truth value of a sparse matrix is ambiguous; use `.nnz`, or compare and "
+            "reduce (`(A != B).sum() == 0`)."
+        )
+
     def __rmatmul__(self, other):
         return matmul(other, self)
 
@@ -118,6 +140,13 @@ class SparseMatrix(eqx.Module):
         fields = {"shape": self.shape, "dtype": leaf_dtype_name(self.data), "nnz": self.nnz}
         batch = batch_shape(self)
         return {"batch": batch, **fields} if batch else fields
+
+
+_IMPLICIT_DENSE = (
+    "a jaxsparse matrix does not convert to a dense array implicitly: use `A.todense()` for "
+    "a dense JAX array, and `DIAMatrix.from_scipy` / `CSRMatrix.from_scipy` to bring a "
+    "scipy.sparse operand in."
+)
 
 
 def leaf_dtype_name(leaf) -> str:
@@ -159,9 +188,10 @@ def validate_shape(shape) -> tuple[int, int]:
 
 
 def as_value_array(values, name: str) -> jax.Array:
-    """`values` as a JAX array with a floating or complex dtype, or a TypeError."""
+    """`values` as a JAX array with a floating or complex dtype (or boolean: the results
+    of comparisons), or a TypeError."""
     array = jnp.asarray(values)
-    if not jnp.issubdtype(array.dtype, jnp.inexact):
+    if not (jnp.issubdtype(array.dtype, jnp.inexact) or array.dtype == jnp.bool_):
         raise TypeError(
             f"`{name}` must have a floating or complex dtype, got {array.dtype}; "
             f"cast it first (e.g. `{name}.astype(jnp.float32)`)."

@@ -4,7 +4,8 @@ What comes back, and where it differs from scipy's sparse arrays:
 
 - `A[i]`, `A[i, :]` (row `i`) and `A[:, j]` (column `j`): a dense 1-D JAX array. scipy
   returns a 1-D `coo_array`; jaxsparse has no 1-D format. Jit-able, `i` and `j` may be
-  traced integers.
+  traced integers; a traced index out of range is clamped into it, as `jnp` indexing is
+  (a Python int out of range is an IndexError).
 - `A[i, j]`: the entry, a 0-d array (repeated CSR entries summed). Jit-able.
 - `A[i:j]`, `A[:, i:j]`, `A[i:j, k:l]` (steps of 1): the same format (scipy's CSR slices
   are CSR; its `dia_array` takes no index at all). DIA slices are jit-able (the offsets
@@ -72,7 +73,8 @@ def _index(value, size: int, what: str):
     array = jnp.asarray(value)
     if array.ndim != 0 or not jnp.issubdtype(array.dtype, jnp.integer):
         raise IndexError(f"a {what} index must be an integer, got {value!r}.")
-    return jnp.where(array < 0, array + size, array)
+    # Out of range under `jit` clamps to the nearest row or column, as `jnp` indexing does.
+    return jnp.clip(jnp.where(array < 0, array + size, array), 0, max(size - 1, 0))
 
 
 def _submatrix(matrix, rows_range, cols_range):

@@ -12,6 +12,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import scipy.sparse
 
 from ._backend import resolve_backend
 from ._batching import PerMember, batch_shape, is_batched, map_over_batch, refuse_batch
@@ -107,9 +108,14 @@ def _batched_matmul(a, b, *, backend: str, nnz):
 
 
 def _as_dense_operand(value, name: str, *, batch: tuple[int, ...] = ()) -> jax.Array:
+    if scipy.sparse.issparse(value):
+        raise TypeError(
+            f"matmul: `{name}` is a scipy.sparse matrix: convert it with "
+            "`CSRMatrix.from_scipy` (or `DIAMatrix.from_scipy`), or pass `todense()`."
+        )
     try:
         array = jnp.asarray(value)
-    except TypeError:
+    except (TypeError, ValueError):
         raise TypeError(f"matmul: `{name}` must be an array, got {type(value).__name__}.") from None
     if not (jnp.issubdtype(array.dtype, jnp.number) or array.dtype == jnp.bool_):
         raise TypeError(f"matmul: `{name}` must be numeric, got dtype {array.dtype}.")

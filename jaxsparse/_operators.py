@@ -7,6 +7,7 @@ about their fields and those modules import no format.
 
 from . import (
     _arithmetic,
+    _comparisons,
     _indexing,
     _interop,
     _reductions,
@@ -39,6 +40,23 @@ class SparseOperators:
     def multiply(self, other):
         """The elementwise product (`*`), as scipy's; see `jaxsparse._arithmetic`."""
         return _arithmetic.multiply(self, other)
+
+    def compare(self, other, op: str):
+        """`self op other` elementwise for `op` in `==`, `!=`, `<`, `<=`, `>`, `>=`; see
+        `jaxsparse._comparisons` for when the result is sparse."""
+        return _comparisons.compare(self, other, op)
+
+    def __lt__(self, other):
+        return _comparisons.compare(self, other, "<")
+
+    def __le__(self, other):
+        return _comparisons.compare(self, other, "<=")
+
+    def __gt__(self, other):
+        return _comparisons.compare(self, other, ">")
+
+    def __ge__(self, other):
+        return _comparisons.compare(self, other, ">=")
 
     def __truediv__(self, scalar):
         return _arithmetic.divide(self, scalar)

@@ -60,10 +60,13 @@ def total(matrix, axis=None) -> jax.Array:
     convention): `(n,)` for `axis=0` (column sums), `(m,)` for `axis=1` (row sums)."""
     rows, cols, values = entries(matrix)
     axis = _axis(axis)
+    if values.dtype == jnp.bool_:
+        # Booleans (comparison results) sum to counts, as in numpy.
+        values = values.astype(jax.dtypes.canonicalize_dtype(np.int64))
     if axis is None:
         return jnp.sum(values)
     index, size = (cols, matrix.shape[1]) if axis == 0 else (rows, matrix.shape[0])
-    return jnp.zeros((size,), matrix.dtype).at[index].add(values)
+    return jnp.zeros((size,), values.dtype).at[index].add(values)
 
 
 @over_batch
@@ -72,6 +75,9 @@ def extreme(matrix, axis, *, largest: bool) -> jax.Array:
     """`matrix.max(axis)` (`largest`) or `matrix.min(axis)`, implicit zeros included."""
     if jnp.issubdtype(matrix.dtype, jnp.complexfloating):
         raise TypeError("`max` and `min` are not defined for complex values.")
+    if matrix.dtype == jnp.bool_:
+        numbers = matrix.with_data(matrix.data.astype(jnp.float32))
+        return extreme(numbers, axis, largest=largest).astype(bool)
     m, n = matrix.shape
     axis = _axis(axis)
     if m * n == 0:
