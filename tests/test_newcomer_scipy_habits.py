@@ -74,7 +74,7 @@ def test_counts_and_dense_operands(pair):
     traced = jax.jit(lambda m, s: m != s)(a, 2.0)
     np.testing.assert_array_equal(traced, LEFT != 2.0)
     with pytest.raises(TypeError, match="`<`"):
-        a < None
+        compare(a, None, "<")
     with pytest.raises(ValueError, match="ambiguous"):
         bool(a == b)
 
@@ -110,8 +110,6 @@ def test_traced_row_index_clamps_like_jnp(pair):
     entry = jax.jit(lambda m, i, j: m[i, j])
     for i in (5, -7, 2, -1):
         np.testing.assert_array_equal(row(a, i), jax.jit(lambda d, i: d[i])(dense, i))
-        np.testing.assert_array_equal(
-            entry(a, i, 9), jax.jit(lambda d, i, j: d[i, j])(dense, i, 9)
-        )
+        np.testing.assert_array_equal(entry(a, i, 9), jax.jit(lambda d, i, j: d[i, j])(dense, i, 9))
     column = jax.jit(lambda m, j: m[:, j])
     np.testing.assert_array_equal(column(a, 10), dense[:, -1])
