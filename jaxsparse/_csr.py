@@ -21,7 +21,14 @@ from ._base import (
 from ._batching import over_batch, refuse_batch
 from ._csr_layout import indptr_from_counts, row_ids, transposed_structure
 from ._csr_ops import csr_matmul_p, csr_matmul_t_p
-from ._interop import eliminate_zeros, from_bcoo, from_bcsr, sort_indices, sum_duplicates
+from ._interop import (
+    eliminate_zeros,
+    from_bcoo,
+    from_bcsr,
+    from_coordinates,
+    sort_indices,
+    sum_duplicates,
+)
 from ._matmul import sparse_times_dense
 from ._operators import SparseOperators
 
@@ -48,6 +55,10 @@ class CSRMatrix(SparseMatrix, SparseOperators):
     - `indices`: `(nnz,)` column indices.
     - `indptr`: `(m + 1,)` row pointers.
     - `shape`: `(m, n)`.
+
+    As in scipy, `CSRMatrix((data, (row, col)), shape=...)` builds the matrix from
+    coordinates (see `from_coo`) and `CSRMatrix((data, indices, indptr), shape=...)` from
+    the three arrays.
     """
 
     data: Inexact[Array, "*batch nnz"]
@@ -57,7 +68,11 @@ class CSRMatrix(SparseMatrix, SparseOperators):
     format = "csr"
     leaf_ranks = {"data": 1, "indices": 1, "indptr": 1}
 
-    def __init__(self, data, indices, indptr, shape):
+    def __init__(self, data, indices=None, indptr=None, shape=None):
+        if indices is None and indptr is None and isinstance(data, tuple):
+            data, indices, indptr = _scipy_style_arguments(data, shape)
+        if shape is None:
+            raise TypeError("`CSRMatrix` needs `shape=(m, n)`.")
         shape = validate_shape(shape)
         data = as_value_array(data, "data")
         indices = _as_index_array(indices, "indices")
@@ -240,6 +255,24 @@ class CSRMatrix(SparseMatrix, SparseOperators):
         indptr = indptr_from_counts(jnp.bincount(rows, length=m).astype(index_dtype))
         return cls(values.astype(dense.dtype), cols.astype(index_dtype), indptr, (m, n))
 
+    @classmethod
+    def from_coo(cls, data, row, col, shape, nnz: int | None = None) -> "CSRMatrix":
+        """From coordinates: entry `p` is `data[p]` at `(row[p], col[p])`; repeated
+        positions add up, as in scipy's `coo_array((data, (row, col))).tocsr()`.
+
+        **Arguments:**
+
+        - `data`: `(k,)` floating or complex values (integers become the default float).
+        - `row`, `col`: `(k,)` integer positions, in range (checked when concrete; under
+          `jit`, using the result raises for positions out of range).
+        - `shape`: `(m, n)`.
+        - `nnz`: the number of distinct positions; needed under `jax.jit` (counted on the
+          host otherwise). More pads with explicit zeros, fewer raises.
+
+        **Returns:** a `CSRMatrix` with sorted columns and no repeated positions.
+        """
+        return from_coordinates(data, row, col, validate_shape(shape), nnz)
+
     # The scipy.sparse clean-ups and jax.experimental.sparse imports (`_interop.py`).
 
     def sum_duplicates(self, *, nnz: int | None = None) -> "CSRMatrix":
@@ -269,6 +302,22 @@ class CSRMatrix(SparseMatrix, SparseOperators):
 
     def _repr_fields(self) -> dict:
         return {**super()._repr_fields(), "index_dtype": leaf_dtype_name(self.indices)}
+
+
+def _scipy_style_arguments(arguments: tuple, shape):
+    """`(data, indices, indptr)` from scipy's `(data, (row, col))` or `(data, indices,
+    indptr)` first argument."""
+    if len(arguments) == 2 and isinstance(arguments[1], tuple) and len(arguments[1]) == 2:
+        if shape is None:
+            raise TypeError("`CSRMatrix((data, (row, col)))` needs `shape=(m, n)`.")
+        built = from_coordinates(arguments[0], *arguments[1], validate_shape(shape), None)
+        return built.data, built.indices, built.indptr
+    if len(arguments) == 3:
+        return arguments
+    raise TypeError(
+        "`CSRMatrix` takes `(data, indices, indptr, shape)`, `((data, (row, col)), "
+        "shape=...)` or `((data, indices, indptr), shape=...)`."
+    )
 
 
 def _as_index_array(values, name: str) -> jax.Array:

@@ -128,6 +128,52 @@ class DIAMatrix(SparseMatrix, SparseOperators):
     def todia(self) -> "DIAMatrix":
         return self
 
+    def setdiag(self, values, k: int = 0) -> "DIAMatrix":
+        """The matrix with diagonal `k` set to `values` (a new matrix, jit-able), as scipy's
+        `setdiag`: `values[i]` becomes `A[i, i + k]` (`A[i - k, i]` below the main
+        diagonal); a scalar fills the diagonal, a shorter array its first entries.
+        Offset `k` is added to the offsets (static) when the matrix has none.
+        """
+        refuse_batch("`setdiag`", self)
+        (k,) = _validate_offsets(k)
+        m, n = self.shape
+        length = max(0, min(m + min(k, 0), n - max(k, 0)))
+        values = jnp.asarray(values)
+        if values.ndim > 1:
+            raise ValueError(f"`values` must be a scalar or 1-D, got shape {values.shape}.")
+        count = length if values.ndim == 0 else min(length, values.shape[0])
+        filled = jnp.broadcast_to(values, (length,))[:count] if values.ndim == 0 else values[:count]
+        offsets = self.offsets if k in self.offsets else (*self.offsets, k)
+        data = self.data
+        if k not in self.offsets:
+            data = jnp.concatenate([data, jnp.zeros((1, n), data.dtype)])
+        dtype = jnp.result_type(data.dtype, filled.dtype)
+        if not jnp.issubdtype(dtype, jnp.inexact):
+            dtype = data.dtype
+        start = max(k, 0)
+        data = (
+            data.astype(dtype).at[offsets.index(k), start : start + count].set(filled.astype(dtype))
+        )
+        return DIAMatrix(data, offsets, self.shape)
+
+    def eliminate_zeros(self) -> "DIAMatrix":
+        """The matrix without the diagonals that hold only zeros inside it (a new matrix,
+        on the host: which diagonals remain depends on the values). Call it once on an
+        operator built from products or Kronecker terms, before using it in a loop."""
+        refuse_batch("`eliminate_zeros()`", self)
+        if not is_concrete(self.data):
+            raise TypeError(
+                "`eliminate_zeros()` drops diagonals by value, so the offsets (static) depend "
+                "on values traced under `jax.jit`: call it outside `jit`."
+            )
+        diagonals, _, cols = stored_positions(self.offsets, self.shape)
+        nonzero = np.zeros(len(self.offsets), bool)
+        np.logical_or.at(
+            nonzero, diagonals, np.asarray(host_values(self.data))[diagonals, cols] != 0
+        )
+        keep = np.flatnonzero(nonzero)
+        return DIAMatrix(self.data[keep], tuple(self.offsets[d] for d in keep), self.shape)
+
     def check(self) -> "DIAMatrix":
         """Value checks under `jit`: a DIA matrix has none beyond its shapes, so `self`."""
         return self

@@ -14,7 +14,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._batching import over_batch
+from ._base import is_concrete
+from ._batching import over_batch, refuse_batch
 from ._coordinates import distinct_entries, entries
 
 
@@ -67,6 +68,42 @@ def total(matrix, axis=None) -> jax.Array:
         return jnp.sum(values)
     index, size = (cols, matrix.shape[1]) if axis == 0 else (rows, matrix.shape[0])
     return jnp.zeros((size,), values.dtype).at[index].add(values)
+
+
+@over_batch
+def mean(matrix, axis=None) -> jax.Array:
+    """`matrix.mean(axis)`: `sum(axis)` over the number of entries it sums, implicit zeros
+    included (as scipy); integer and boolean sums divide into the default float."""
+    axis = _axis(axis)
+    m, n = matrix.shape
+    count = m * n if axis is None else (m if axis == 0 else n)
+    sums = total(matrix, axis)
+    if not jnp.issubdtype(sums.dtype, jnp.inexact):
+        sums = sums.astype(jax.dtypes.canonicalize_dtype(np.float64))
+    return sums / np.asarray(count, np.finfo(sums.dtype).dtype)
+
+
+@over_batch
+@jax.jit
+def count_nonzero(matrix) -> jax.Array:
+    """The number of nonzero entries, repeated CSR entries summed first."""
+    _, _, values, valid = distinct_entries(matrix)
+    return jnp.sum(valid & (values != 0), dtype=jnp.int32)
+
+
+def nonzero(matrix) -> tuple[np.ndarray, np.ndarray]:
+    """The positions of the nonzero entries, row-major, on the host."""
+    refuse_batch("`nonzero()`", matrix)
+    if not is_concrete(*jax.tree_util.tree_leaves(matrix)):
+        raise TypeError(
+            "`nonzero()` returns as many positions as there are nonzeros, which depends on "
+            "values traced under `jax.jit`: call it outside `jit`."
+        )
+    rows, cols, values, valid = (np.asarray(x) for x in distinct_entries(matrix))
+    keep = valid & (values != 0)
+    rows, cols = rows[keep].astype(np.int64), cols[keep].astype(np.int64)
+    order = np.lexsort((cols, rows))
+    return rows[order], cols[order]
 
 
 @over_batch
