@@ -45,6 +45,10 @@ def cg_seconds(operator, rhs, iterations: int) -> dict:
     return {**timing, "solution": np.asarray(solve(operator, rhs))}
 
 
+def uptime() -> str:
+    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+
+
 def cpu_name() -> str:
     with open("/proc/cpuinfo") as f:
         for line in f:
@@ -58,9 +62,7 @@ def main(argv=None) -> None:
     parser.add_argument("--n", type=int, default=32)
     parser.add_argument("--iterations", type=int, default=200)
     args = parser.parse_args(argv)
-    print(
-        f"uptime before: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}"
-    )
+    print(f"uptime before: {uptime()}")
     bandwidth = streaming_bandwidth()
     print(
         f"machine: {cpu_name()}, {os.cpu_count()} cpus; jax {jax.__version__}; numpy add "
@@ -95,9 +97,7 @@ def main(argv=None) -> None:
     solutions = list(results.values())
     difference = float(np.max(np.abs(solutions[0] - solutions[1])))
     print(f"max |x_unpruned - x_pruned| = {difference:.2e}")
-    print(
-        f"uptime after: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}"
-    )
+    print(f"uptime after: {uptime()}")
 
 
 if __name__ == "__main__":
