@@ -138,10 +138,17 @@ def _same_csr_structure(a, b) -> bool:
 def _add_dia(a, b, sign: int, dtype):
     """The union of the diagonals of two DIA matrices, static."""
     offsets = tuple(sorted(set(a.offsets) | set(b.offsets)))
-    data = jnp.zeros((len(offsets), a.shape[1]), dtype)
-    for matrix, factor in ((a, 1), (b, sign)):
-        for d, off in enumerate(matrix.offsets):
-            data = data.at[offsets.index(off)].add(factor * matrix.data[d].astype(dtype))
+    # Each diagonal is a plain sum of rows, stacked (no scatter), so that sums of many terms
+    # stay small programs that compile fast.
+    rows = []
+    for off in offsets:
+        parts = [
+            factor * matrix.data[matrix.offsets.index(off)].astype(dtype)
+            for matrix, factor in ((a, 1), (b, sign))
+            if off in matrix.offsets
+        ]
+        rows.append(parts[0] if len(parts) == 1 else parts[0] + parts[1])
+    data = jnp.stack(rows) if rows else jnp.zeros((0, a.shape[1]), dtype)
     return type(a)(data, offsets, a.shape)
 
 

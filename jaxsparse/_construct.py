@@ -144,6 +144,8 @@ def kron(A: SparseMatrix, B: SparseMatrix) -> SparseMatrix:
         _check_sparse(factor, name)
     refuse_batch("`kron`", A, B)
     if isinstance(A, DIAMatrix) and isinstance(B, DIAMatrix):
+        if B.shape[0] == B.shape[1] and _on_host(A, B):
+            return _kron_square_dia_on_host(A, B)
         return _kron_dia(A, B)
     return _kron_csr(A.tocsr(), B.tocsr())
 
@@ -429,6 +431,48 @@ def _inside_slots(matrix: DIAMatrix, d: int):
     return jnp.pad(matrix.data[d, first : first + hi - lo], (first, n - first - (hi - lo)))
 
 
+_HOST_DTYPES = tuple(np.dtype(t) for t in (np.float32, np.float64, np.complex64, np.complex128))
+
+
+def _on_host(*matrices) -> bool:
+    """Whether every value is known (not traced) in a dtype numpy computes in."""
+    return all(
+        is_concrete(matrix.data) and np.dtype(matrix.dtype) in _HOST_DTYPES for matrix in matrices
+    )
+
+
+def _kron_square_dia_on_host(A: DIAMatrix, B: DIAMatrix) -> DIAMatrix:
+    """`_kron_dia` for a square `B` and known values, in numpy: no program to compile (a
+    chain of Kronecker products of small factors would otherwise compile one per shape)."""
+    (p, q), (r, s) = A.shape, B.shape
+    dtype = np.result_type(A.dtype, B.dtype)
+    terms = collections.defaultdict(list)
+    for a, off_a in enumerate(A.offsets):
+        row_a = _inside_slots_on_host(A, a)
+        for b, off_b in enumerate(B.offsets):
+            row_b = _inside_slots_on_host(B, b)
+            if row_a is not None and row_b is not None:
+                terms[off_a * s + off_b].append(np.outer(row_a, row_b).reshape(-1))
+    offsets = tuple(sorted(terms))
+    rows = [np.sum(terms[off], axis=0, dtype=dtype) for off in offsets]
+    data = np.stack(rows) if rows else np.zeros((0, q * s), dtype)
+    return DIAMatrix(data.astype(dtype), offsets, (p * r, q * s))
+
+
+def _inside_slots_on_host(matrix: DIAMatrix, d: int):
+    """`_inside_slots` in numpy."""
+    lo, hi = valid_rows(matrix.offsets[d], matrix.shape)
+    if hi <= lo:
+        return None
+    row = np.zeros(matrix.shape[1], matrix.dtype)
+    first = lo + matrix.offsets[d]
+    row[first : first + hi - lo] = np.asarray(matrix.data[d, first : first + hi - lo])
+    return row
+
+
+# Jitted, as the other structure builders: an eager call compiles one program, and a second
+# call with the same shapes, dtypes and offsets reuses it.
+@jax.jit
 def _kron_dia(A: DIAMatrix, B: DIAMatrix) -> DIAMatrix:
     """`kron` of two DIA matrices. Entry `(i, j)` of `A` on diagonal `a` and `(k, l)` of `B`
     on diagonal `b` land at column `j * s + l` on diagonal `j * (s - r) + a * r + b`."""
@@ -467,6 +511,7 @@ def _kron_dia(A: DIAMatrix, B: DIAMatrix) -> DIAMatrix:
     return DIAMatrix(data, offsets, shape)
 
 
+@jax.jit
 def _kron_csr(A: CSRMatrix, B: CSRMatrix) -> CSRMatrix:
     """`kron` of two CSR matrices: row `i * r + k` holds, for each entry of `A`'s row `i`
     in order, the entries of `B`'s row `k`."""

@@ -136,9 +136,9 @@ class CSRMatrix(SparseMatrix, SparseOperators):
 
         Entries keep their relative order within each new row.
         """
-        m, n = self.shape
-        order, indices, indptr = transposed_structure(self.indices, self.indptr, n)
-        return CSRMatrix(self.data[order], indices, indptr, (n, m))
+        if is_concrete(self.indices, self.indptr):
+            return _transpose_on_host(self)
+        return _transpose(self)
 
     @over_batch
     def todense(self) -> jax.Array:
@@ -318,6 +318,31 @@ def _scipy_style_arguments(arguments: tuple, shape):
         "`CSRMatrix` takes `(data, indices, indptr, shape)`, `((data, (row, col)), "
         "shape=...)` or `((data, indices, indptr), shape=...)`."
     )
+
+
+def _transpose_on_host(matrix: CSRMatrix) -> CSRMatrix:
+    """`CSRMatrix.transpose` with the structure computed by numpy (known index arrays): the
+    only traced work is one gather of the values, so a first call compiles next to nothing."""
+    m, n = matrix.shape
+    indices, indptr = np.asarray(matrix.indices), np.asarray(matrix.indptr)
+    order = np.argsort(indices, kind="stable")
+    rows = np.repeat(np.arange(m, dtype=indices.dtype), np.diff(indptr))
+    counts = np.bincount(indices, minlength=n)
+    indptr_t = np.concatenate([[0], np.cumsum(counts)]).astype(indices.dtype)
+    return CSRMatrix(_gather(matrix.data, order), rows[order], indptr_t, (n, m))
+
+
+@jax.jit
+def _gather(values, order):
+    return values[order]
+
+
+@jax.jit
+def _transpose(matrix: CSRMatrix) -> CSRMatrix:
+    """`CSRMatrix.transpose` for traced index arrays, jitted: one program for its shapes."""
+    m, n = matrix.shape
+    order, indices, indptr = transposed_structure(matrix.indices, matrix.indptr, n)
+    return CSRMatrix(matrix.data[order], indices, indptr, (n, m))
 
 
 def _as_index_array(values, name: str) -> jax.Array:
