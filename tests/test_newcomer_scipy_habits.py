@@ -36,6 +36,7 @@ def pair(request):
     return build(jnp.asarray(LEFT)), build(jnp.asarray(RIGHT))
 
 
+@pytest.mark.filterwarnings("ignore::scipy.sparse.SparseEfficiencyWarning")
 @pytest.mark.parametrize("op", OPERATORS)
 def test_sparse_against_sparse(pair, op):
     a, b = pair
