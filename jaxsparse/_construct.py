@@ -466,7 +466,8 @@ def _inside_slots_on_host(matrix: DIAMatrix, d: int):
         return None
     row = np.zeros(matrix.shape[1], matrix.dtype)
     first = lo + matrix.offsets[d]
-    row[first : first + hi - lo] = np.asarray(matrix.data[d, first : first + hi - lo])
+    # To numpy before slicing: under an outer `jit` a slice of a known array is traced.
+    row[first : first + hi - lo] = np.asarray(matrix.data)[d, first : first + hi - lo]
     return row
 
 
