@@ -4,7 +4,8 @@ Each case runs in its own Python process (imports done before the clock starts) 
 the first call's time, then a second call with new values of the same signature (which
 must reuse the compiled function). Cases: eager `D @ D`, `CSR.T` and `js.kron` on 10^5 rows;
 the L = 10 spin-chain Hamiltonian (Heisenberg, from `js.kron` of 2 x 2 Pauli matrices) built
-under `jit`; the compilation of the gradient through 200 RK4 steps with it.
+under `jit`, with the Pauli matrices built inside the jitted function (traced) and outside it
+(known values); the compilation of the gradient through 200 RK4 steps with it.
 
 Run: `flock /tmp/jaxsparse-bench.lock python benchmarks/first_calls.py`
 """
@@ -64,6 +65,12 @@ compiled = []
 first_call = lambda: compiled.append(grad.lower(couplings, psi0).compile())
 second_call = lambda: compiled[0](couplings, psi0)
 """,
+    "L = 10 spin chain Hamiltonian under jit, Pauli matrices built outside": """
+build = jax.jit(lambda c: hamiltonian(c, PAULIS_OUTSIDE))
+couplings = jnp.array([1.0, 1.0, 0.5], jnp.complex64)
+first_call = lambda: build(couplings).data
+second_call = lambda: build(2 * couplings).data
+""",
 }
 
 PRELUDE = (
@@ -74,14 +81,19 @@ import jaxsparse as js
 N = 100_000
 """
     + """
-def hamiltonian(couplings):
-    sites = 10
-    paulis = [
+def pauli_matrices():
+    return [
         js.DIAMatrix(jnp.ones((2, 2), jnp.complex64), (-1, 1), (2, 2)),
         js.DIAMatrix(jnp.array([[1j, 1j], [-1j, -1j]], jnp.complex64), (-1, 1), (2, 2)),
         js.DIAMatrix(jnp.array([[1.0, -1.0]], jnp.complex64), (0,), (2, 2)),
+        js.eye(2, dtype=jnp.complex64),
     ]
-    eye = js.eye(2, dtype=jnp.complex64)
+
+PAULIS_OUTSIDE = pauli_matrices()
+
+def hamiltonian(couplings, paulis=None):
+    sites = 10
+    *paulis, eye = pauli_matrices() if paulis is None else paulis
     total = None
     for i in range(sites - 1):
         for a, pauli in enumerate(paulis):

@@ -456,7 +456,9 @@ def _kron_square_dia_on_host(A: DIAMatrix, B: DIAMatrix) -> DIAMatrix:
     offsets = tuple(sorted(terms))
     rows = [np.sum(terms[off], axis=0, dtype=dtype) for off in offsets]
     data = np.stack(rows) if rows else np.zeros((0, q * s), dtype)
-    return DIAMatrix(data.astype(dtype), offsets, (p * r, q * s))
+    # Known values stay known under an outer `jit`, so a chain of products stays on the host.
+    with jax.ensure_compile_time_eval():
+        return DIAMatrix(data.astype(dtype), offsets, (p * r, q * s))
 
 
 def _inside_slots_on_host(matrix: DIAMatrix, d: int):
