@@ -46,9 +46,9 @@ couplings = jnp.array([1.0, 1.0, 0.5], jnp.complex64)
 first_call = lambda: build(couplings).data
 second_call = lambda: build(2 * couplings).data
 """,
-    "gradient through 200 RK4 steps (L = 10 chain): compile": """
+    "gradient through 200 RK4 steps (L = 10 chain, Pauli matrices outside): compile": """
 def loss(couplings, psi0):
-    H = hamiltonian(couplings.astype(jnp.complex64))
+    H = hamiltonian(couplings.astype(jnp.complex64), PAULIS_OUTSIDE)
     dt = 0.01
     def f(psi):
         return -1j * (H @ psi)
