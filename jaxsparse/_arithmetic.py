@@ -14,6 +14,8 @@
 - `divide` by a scalar, `negative`, `absolute`, `power`, `conj`, `real`, `imag` act on the
   stored values (scipy sums repeated CSR entries first; call `sum_duplicates()` before
   `abs` or `**` on a matrix holding repeats).
+- Batched matrices (`docs/batching.md`) combine member by member with operands of the same
+  batch or with unbatched ones shared by the batch.
 """
 
 import functools
@@ -22,8 +24,10 @@ import numbers
 import jax
 import jax.numpy as jnp
 import numpy as np
+import scipy.sparse
 
 from ._base import SparseMatrix, _as_scalar, is_concrete
+from ._batching import is_batched, map_over_batch, refuse_batch
 from ._coordinates import entries, entries_to_csr, lookup, select_entries, stored_on_host
 
 
@@ -34,9 +38,14 @@ def _is_scalar(value) -> bool:
 
 
 def _as_dense(value, operator: str) -> jax.Array:
+    if value is None or scipy.sparse.issparse(value):
+        raise TypeError(
+            f"`{operator}` between a sparse matrix and {type(value).__name__} is not supported"
+            + ("; convert it with `from_scipy`." if value is not None else ".")
+        )
     try:
         array = jnp.asarray(value)
-    except TypeError:
+    except (TypeError, ValueError):
         raise TypeError(
             f"`{operator}` between a sparse matrix and {type(value).__name__} is not supported."
         ) from None
@@ -71,6 +80,16 @@ def subtract(a, b, *, nnz: int | None = None):
 
 
 def _add(a, b, *, sign: int, nnz, operator: str):
+    if is_batched(a) or is_batched(b):
+        both_sparse = isinstance(a, SparseMatrix) and isinstance(b, SparseMatrix)
+        if nnz is None and both_sparse and "csr" in (a.format, b.format):
+            refuse_batch(
+                f"sparse `{operator}` with a CSR operand, whose structure may differ per "
+                "member, without a static `nnz`",
+                a,
+                b,
+            )
+        return map_over_batch(functools.partial(_add, sign=sign, nnz=nnz, operator=operator), a, b)
     a_sparse, b_sparse = isinstance(a, SparseMatrix), isinstance(b, SparseMatrix)
     if not (a_sparse and b_sparse):
         sparse, dense = (a, b) if a_sparse else (b, a)
@@ -119,10 +138,17 @@ def _same_csr_structure(a, b) -> bool:
 def _add_dia(a, b, sign: int, dtype):
     """The union of the diagonals of two DIA matrices, static."""
     offsets = tuple(sorted(set(a.offsets) | set(b.offsets)))
-    data = jnp.zeros((len(offsets), a.shape[1]), dtype)
-    for matrix, factor in ((a, 1), (b, sign)):
-        for d, off in enumerate(matrix.offsets):
-            data = data.at[offsets.index(off)].add(factor * matrix.data[d].astype(dtype))
+    # Each diagonal is a plain sum of rows, stacked (no scatter), so that sums of many terms
+    # stay small programs that compile fast.
+    rows = []
+    for off in offsets:
+        parts = [
+            factor * matrix.data[matrix.offsets.index(off)].astype(dtype)
+            for matrix, factor in ((a, 1), (b, sign))
+            if off in matrix.offsets
+        ]
+        rows.append(parts[0] if len(parts) == 1 else parts[0] + parts[1])
+    data = jnp.stack(rows) if rows else jnp.zeros((0, a.shape[1]), dtype)
     return type(a)(data, offsets, a.shape)
 
 
@@ -139,6 +165,8 @@ def multiply(a, b):
     DIA if both are DIA (the common offsets), else CSR holding the intersection (see the
     module docstring for `jit`).
     """
+    if is_batched(a) or is_batched(b):
+        return map_over_batch(multiply, a, b)
     if isinstance(b, SparseMatrix):
         _check_same_shape(a, b, "*")
         return _multiply_sparse(a, b)

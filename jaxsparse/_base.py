@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._batching import batch_member, batch_shape
 from ._export import register_serialization
 from ._matmul import matmul
 
@@ -35,6 +36,8 @@ class SparseMatrix(eqx.Module):
     shape: eqx.AbstractVar[tuple[int, int]]
     data: eqx.AbstractVar[jax.Array]
     format: ClassVar[str]
+    # The rank of each array leaf for one matrix; axes in front of it are a batch.
+    leaf_ranks: ClassVar[dict[str, int]]
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -53,6 +56,16 @@ class SparseMatrix(eqx.Module):
     @property
     def ndim(self) -> int:
         return 2
+
+    @property
+    def batch_shape(self) -> tuple[int, ...]:
+        """The leading batch axes of the array leaves (`()` for one matrix); see
+        `docs/batching.md`."""
+        return batch_shape(self)
+
+    def batch_member(self, index) -> "SparseMatrix":
+        """Member `index` of the batch (an int or a traced integer), one matrix less batched."""
+        return batch_member(self, index)
 
     @property
     @abc.abstractmethod
@@ -94,6 +107,28 @@ class SparseMatrix(eqx.Module):
     def __matmul__(self, other):
         return matmul(self, other)
 
+    # Comparisons are elementwise, as scipy's (`SparseOperators.compare`): `eqx.Module`'s
+    # own `__eq__` compares whole trees and would answer with one boolean.
+    def __eq__(self, other):
+        return self.compare(other, "==")
+
+    def __ne__(self, other):
+        return self.compare(other, "!=")
+
+    __hash__ = eqx.Module.__hash__
+
+    # A sparse matrix never becomes a dense array implicitly (`jnp.asarray(A)`, `np.asarray`,
+    # a scipy operand): that would either fail deep inside or build the dense matrix silently.
+    # (No `__jax_array__`: JAX's operators call it, and `tracer * A` must reach `__rmul__`.)
+    def __array__(self, dtype=None, copy=None):
+        raise TypeError(_IMPLICIT_DENSE)
+
+    def __bool__(self):
+        raise ValueError(
+            "The truth value of a sparse matrix is ambiguous; use `.nnz`, or compare and "
+            "reduce (`(A != B).sum() == 0`)."
+        )
+
     def __rmatmul__(self, other):
         return matmul(other, self)
 
@@ -102,7 +137,16 @@ class SparseMatrix(eqx.Module):
         return f"{type(self).__name__}({fields})"
 
     def _repr_fields(self) -> dict:
-        return {"shape": self.shape, "dtype": leaf_dtype_name(self.data), "nnz": self.nnz}
+        fields = {"shape": self.shape, "dtype": leaf_dtype_name(self.data), "nnz": self.nnz}
+        batch = batch_shape(self)
+        return {"batch": batch, **fields} if batch else fields
+
+
+_IMPLICIT_DENSE = (
+    "a jaxsparse matrix does not convert to a dense array implicitly: use `A.todense()` for "
+    "a dense JAX array, and `DIAMatrix.from_scipy` / `CSRMatrix.from_scipy` to bring a "
+    "scipy.sparse operand in."
+)
 
 
 def leaf_dtype_name(leaf) -> str:
@@ -144,9 +188,10 @@ def validate_shape(shape) -> tuple[int, int]:
 
 
 def as_value_array(values, name: str) -> jax.Array:
-    """`values` as a JAX array with a floating or complex dtype, or a TypeError."""
+    """`values` as a JAX array with a floating or complex dtype (or boolean: the results
+    of comparisons), or a TypeError."""
     array = jnp.asarray(values)
-    if not jnp.issubdtype(array.dtype, jnp.inexact):
+    if not (jnp.issubdtype(array.dtype, jnp.inexact) or array.dtype == jnp.bool_):
         raise TypeError(
             f"`{name}` must have a floating or complex dtype, got {array.dtype}; "
             f"cast it first (e.g. `{name}.astype(jnp.float32)`)."

@@ -1,5 +1,6 @@
-"""Module-level constructors, after `scipy.sparse`: `diags`, `eye`, `identity`, `kron`,
-`block_diag`, `vstack`, `hstack`, `random`.
+"""Module-level constructors, after `scipy.sparse`: `diags` (`diags_array`), `eye`
+(`eye_array`), `identity`, `kron`, `block_diag`, `vstack`, `hstack`, `bmat`, `tril`, `triu`,
+`random`, and `issparse`.
 
 Each runs under `jax.jit` wherever the result's structure follows from static arguments:
 shapes, DIA offsets and CSR entry counts are Python ints, values and CSR index arrays may be
@@ -19,6 +20,8 @@ import numpy as np
 from jax import lax
 
 from ._base import SparseMatrix, index_dtype_for, is_concrete, validate_shape
+from ._batching import refuse_batch
+from ._coordinates import entries, select_entries
 from ._csr import CSRMatrix
 from ._csr_layout import indptr_from_counts, row_ids
 from ._dia import DIAMatrix, _validate_offsets
@@ -139,7 +142,10 @@ def kron(A: SparseMatrix, B: SparseMatrix) -> SparseMatrix:
     """
     for name, factor in (("A", A), ("B", B)):
         _check_sparse(factor, name)
+    refuse_batch("`kron`", A, B)
     if isinstance(A, DIAMatrix) and isinstance(B, DIAMatrix):
+        if B.shape[0] == B.shape[1] and _on_host(A, B):
+            return _kron_square_dia_on_host(A, B)
         return _kron_dia(A, B)
     return _kron_csr(A.tocsr(), B.tocsr())
 
@@ -207,6 +213,100 @@ def hstack(blocks) -> CSRMatrix:
         before = before + length
         column_start += block.shape[1]
     return CSRMatrix(data, indices, indptr, shape)
+
+
+def diags_array(diagonals, /, *, offsets=0, shape=None, dtype=None) -> DIAMatrix:
+    """`diags` under scipy's newer name (`scipy.sparse.diags_array`)."""
+    return diags(diagonals, offsets, shape, dtype)
+
+
+def eye_array(m: int, n: int | None = None, *, k: int = 0, dtype=None) -> DIAMatrix:
+    """`eye` under scipy's newer name (`scipy.sparse.eye_array`)."""
+    return eye(m, n, k, dtype)
+
+
+def issparse(value) -> bool:
+    """Whether `value` is a jaxsparse matrix (`DIAMatrix`, `CSRMatrix`), as scipy's."""
+    return isinstance(value, SparseMatrix)
+
+
+def tril(A: SparseMatrix, k: int = 0) -> SparseMatrix:
+    """The entries of `A` on and below diagonal `k` (`col - row <= k`), as `scipy.sparse.tril`.
+
+    DIA keeps its offsets up to `k` (jit-able). CSR drops the other entries on the host when
+    the indices are concrete; under `jit` it keeps them as explicit zeros (same structure).
+    """
+    return _triangle(A, k, lower=True)
+
+
+def triu(A: SparseMatrix, k: int = 0) -> SparseMatrix:
+    """The entries of `A` on and above diagonal `k` (`col - row >= k`); see `tril`."""
+    return _triangle(A, k, lower=False)
+
+
+def _triangle(A, k: int, *, lower: bool):
+    _check_sparse(A, "A")
+    (k,) = _validate_offsets(k)
+    if isinstance(A, DIAMatrix):
+        keep = [d for d, off in enumerate(A.offsets) if (off <= k if lower else off >= k)]
+        data = A.data[..., np.asarray(keep, np.int64), :]
+        return DIAMatrix(data, tuple(A.offsets[d] for d in keep), A.shape)
+    rows, cols, _ = entries(A)
+    if lower:
+        inside = cols.astype(np.int64) - rows <= k
+    else:
+        inside = cols.astype(np.int64) - rows >= k
+    if isinstance(rows, np.ndarray):
+        return select_entries(A, inside)
+    return A.with_data(jnp.where(inside, A.data, 0))
+
+
+def bmat(blocks) -> CSRMatrix:
+    """The matrix of the grid `blocks` (a list of rows of matrices or `None` for zero
+    blocks), as `scipy.sparse.bmat`; a `CSRMatrix` (jit-able).
+
+    Every block row needs a matrix that fixes its height and every block column one that
+    fixes its width.
+    """
+    grid = [list(row) for row in blocks]
+    if not grid or not grid[0] or any(len(row) != len(grid[0]) for row in grid):
+        raise ValueError("`blocks` must be a non-empty rectangular grid (a list of rows).")
+    heights = [_block_size(row, 0, f"block row {i}") for i, row in enumerate(grid)]
+    columns = [[row[j] for row in grid] for j in range(len(grid[0]))]
+    widths = [_block_size(column, 1, f"block column {j}") for j, column in enumerate(columns)]
+    present = [block for row in grid for block in row if block is not None]
+    dtype = jnp.result_type(*(block.dtype for block in present))
+    rows = []
+    for height, row in zip(heights, grid, strict=True):
+        cells = [
+            _empty_csr((height, width), dtype) if block is None else block
+            for width, block in zip(widths, row, strict=True)
+        ]
+        rows.append(hstack(cells))
+    return vstack(rows)
+
+
+def _block_size(blocks, axis: int, where: str) -> int:
+    sizes = {block.shape[axis] for block in blocks if block is not None}
+    for block in blocks:
+        if block is not None:
+            _check_sparse(block, "blocks")
+    if len(sizes) != 1:
+        what = "heights" if axis == 0 else "widths"
+        raise ValueError(
+            f"`blocks`: {where} needs one matrix to fix its size and blocks of equal "
+            f"{what}, got {sorted(sizes)}."
+        )
+    return sizes.pop()
+
+
+def _empty_csr(shape, dtype) -> CSRMatrix:
+    return CSRMatrix(
+        jnp.zeros((0,), dtype),
+        np.zeros((0,), np.int32),
+        np.zeros((shape[0] + 1,), np.int32),
+        shape,
+    )
 
 
 def random(
@@ -307,6 +407,7 @@ def _matrices(matrices, name: str) -> list:
         raise ValueError(f"`{name}` must hold at least one matrix.")
     for t, matrix in enumerate(matrices):
         _check_sparse(matrix, f"{name}[{t}]")
+    refuse_batch("Stacking matrices", *matrices)
     return matrices
 
 
@@ -330,6 +431,51 @@ def _inside_slots(matrix: DIAMatrix, d: int):
     return jnp.pad(matrix.data[d, first : first + hi - lo], (first, n - first - (hi - lo)))
 
 
+_HOST_DTYPES = tuple(np.dtype(t) for t in (np.float32, np.float64, np.complex64, np.complex128))
+
+
+def _on_host(*matrices) -> bool:
+    """Whether every value is known (not traced) in a dtype numpy computes in."""
+    return all(
+        is_concrete(matrix.data) and np.dtype(matrix.dtype) in _HOST_DTYPES for matrix in matrices
+    )
+
+
+def _kron_square_dia_on_host(A: DIAMatrix, B: DIAMatrix) -> DIAMatrix:
+    """`_kron_dia` for a square `B` and known values, in numpy: no program to compile (a
+    chain of Kronecker products of small factors would otherwise compile one per shape)."""
+    (p, q), (r, s) = A.shape, B.shape
+    dtype = np.result_type(A.dtype, B.dtype)
+    terms = collections.defaultdict(list)
+    for a, off_a in enumerate(A.offsets):
+        row_a = _inside_slots_on_host(A, a)
+        for b, off_b in enumerate(B.offsets):
+            row_b = _inside_slots_on_host(B, b)
+            if row_a is not None and row_b is not None:
+                terms[off_a * s + off_b].append(np.outer(row_a, row_b).reshape(-1))
+    offsets = tuple(sorted(terms))
+    rows = [np.sum(terms[off], axis=0, dtype=dtype) for off in offsets]
+    data = np.stack(rows) if rows else np.zeros((0, q * s), dtype)
+    # Known values stay known under an outer `jit`, so a chain of products stays on the host.
+    with jax.ensure_compile_time_eval():
+        return DIAMatrix(data.astype(dtype), offsets, (p * r, q * s))
+
+
+def _inside_slots_on_host(matrix: DIAMatrix, d: int):
+    """`_inside_slots` in numpy."""
+    lo, hi = valid_rows(matrix.offsets[d], matrix.shape)
+    if hi <= lo:
+        return None
+    row = np.zeros(matrix.shape[1], matrix.dtype)
+    first = lo + matrix.offsets[d]
+    # To numpy before slicing: under an outer `jit` a slice of a known array is traced.
+    row[first : first + hi - lo] = np.asarray(matrix.data)[d, first : first + hi - lo]
+    return row
+
+
+# Jitted, as the other structure builders: an eager call compiles one program, and a second
+# call with the same shapes, dtypes and offsets reuses it.
+@jax.jit
 def _kron_dia(A: DIAMatrix, B: DIAMatrix) -> DIAMatrix:
     """`kron` of two DIA matrices. Entry `(i, j)` of `A` on diagonal `a` and `(k, l)` of `B`
     on diagonal `b` land at column `j * s + l` on diagonal `j * (s - r) + a * r + b`."""
@@ -368,6 +514,7 @@ def _kron_dia(A: DIAMatrix, B: DIAMatrix) -> DIAMatrix:
     return DIAMatrix(data, offsets, shape)
 
 
+@jax.jit
 def _kron_csr(A: CSRMatrix, B: CSRMatrix) -> CSRMatrix:
     """`kron` of two CSR matrices: row `i * r + k` holds, for each entry of `A`'s row `i`
     in order, the entries of `B`'s row `k`."""

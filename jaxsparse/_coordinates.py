@@ -39,34 +39,17 @@ def entries(matrix):
     return row_ids(matrix.indptr, matrix.nnz), matrix.indices, matrix.data
 
 
-def linear_keys(rows, cols, shape: tuple[int, int]) -> jax.Array:
-    """`row * n + col`, one sortable integer per position (int64 where int32 overflows);
-    numpy for numpy positions."""
-    m, n = shape
-    if m * n < np.iinfo(np.int32).max:
-        dtype = jnp.int32
-    elif jax.config.read("jax_enable_x64"):
-        dtype = jnp.int64
-    else:
-        raise ValueError(
-            f"a matrix of shape {shape} has more positions than int32 counts; enable 64-bit "
-            "types (`jax.config.update('jax_enable_x64', True)`)."
-        )
-    if isinstance(rows, np.ndarray) and isinstance(cols, np.ndarray):
-        return rows.astype(dtype) * n + cols.astype(dtype)
-    return jnp.asarray(rows).astype(dtype) * n + jnp.asarray(cols).astype(dtype)
+def host_keys(rows, cols, shape: tuple[int, int]) -> np.ndarray | None:
+    """`row * n + col` in int64 numpy for concrete positions (no overflow below 2^31 rows
+    and columns, whatever JAX's default integer); `None` for traced positions."""
+    if not is_concrete(rows, cols):
+        return None
+    return np.asarray(rows, np.int64) * shape[1] + np.asarray(cols, np.int64)
 
 
-def count_positions(keys) -> jax.Array:
-    """How many distinct values `keys` holds (a traced scalar under `jit`)."""
-    if keys.shape[0] == 0:
-        return jnp.zeros((), jnp.int32)
-    ordered = jnp.sort(keys)
-    return 1 + jnp.sum(ordered[1:] != ordered[:-1], dtype=jnp.int32)
-
-
-def static_nnz(keys, nnz: int | None, operation: str) -> int:
-    """The number of distinct positions: `nnz` if given, else counted on the host.
+def static_nnz(keys: np.ndarray | None, nnz: int | None, operation: str) -> int:
+    """The number of distinct positions: `nnz` if given, else counted on the host from
+    `host_keys` (`None` for traced positions).
 
     Raises a TypeError when it would depend on traced index values (under `jit`).
     """
@@ -74,66 +57,110 @@ def static_nnz(keys, nnz: int | None, operation: str) -> int:
         if isinstance(nnz, bool) or not isinstance(nnz, (int, np.integer)) or nnz < 0:
             raise ValueError(f"`nnz` must be a non-negative Python int, got {nnz!r}.")
         return int(nnz)
-    if not is_concrete(keys):
+    if keys is None:
         raise TypeError(
             f"{operation}: the result's structure depends on the operands' index values, "
             "which are traced under `jax.jit`. Pass a static `nnz` (the number of stored "
             "entries of the result, e.g. computed once outside `jit`), or compute it "
             "outside `jit`."
         )
-    return int(np.unique(np.asarray(keys)).size)
+    return int(np.unique(keys).size)
 
 
-@functools.partial(jax.jit, static_argnames=("shape", "nnz"))
+def sorted_distinct(rows, cols, size: int, fill: tuple[int, int]):
+    """The distinct positions among traced `(rows, cols)`, sorted by row then column.
+
+    Two sort keys instead of one `row * n + col`, so no key overflows int32 for matrices
+    up to 2^31 - 1 rows and columns without 64-bit types.
+
+    **Returns:** `(unique_rows, unique_cols, inverse, count)`: the first `count` of `size`
+    slots hold the positions (the rest `fill`), and entry `p` is at slot `inverse[p]`
+    (at least `size` for a position beyond the first `size`).
+    """
+    rows, cols = jnp.asarray(rows), jnp.asarray(cols)
+    length = rows.shape[0]
+    if length == 0:
+        empty = jnp.zeros((0,), jnp.int32)
+        fill_rows = jnp.full((size,), fill[0], rows.dtype)
+        return fill_rows, jnp.full((size,), fill[1], cols.dtype), empty, jnp.zeros((), jnp.int32)
+    order = jnp.lexsort((cols, rows))
+    sorted_rows, sorted_cols = rows[order], cols[order]
+    starts = (sorted_rows[1:] != sorted_rows[:-1]) | (sorted_cols[1:] != sorted_cols[:-1])
+    slot = jnp.concatenate([jnp.zeros((1,), jnp.int32), jnp.cumsum(starts, dtype=jnp.int32)])
+    inverse = jnp.zeros((length,), jnp.int32).at[order].set(slot)
+    unique_rows = jnp.full((size,), fill[0], rows.dtype).at[slot].set(sorted_rows, mode="drop")
+    unique_cols = jnp.full((size,), fill[1], cols.dtype).at[slot].set(sorted_cols, mode="drop")
+    return unique_rows, unique_cols, inverse, slot[-1] + 1
+
+
 def csr_from_entries(rows, cols, values, shape: tuple[int, int], nnz: int):
     """The CSR matrix of the listed entries, repeats summed, rows and columns sorted.
 
-    With fewer than `nnz` distinct positions, the result is padded with explicit zeros at
-    the last position `(m - 1, n - 1)`; with more, using the result raises at run time
+    Concrete positions (numpy, or known arrays) get their structure on the host in int64;
+    traced ones by `sorted_distinct`. With fewer than `nnz` distinct positions, the result
+    is padded with explicit zeros at the last position `(m - 1, n - 1)`; with more, a
+    ValueError on the host, and under `jit` using the result raises at run time
     (`eqx.error_if`), so a wrong `nnz` never gives a wrong matrix silently.
     """
     m, n = shape
-    keys = linear_keys(rows, cols, shape)
     index_dtype = index_dtype_for(shape, nnz)
     if nnz == 0 or m * n == 0:
-        empty = eqx.error_if(
-            jnp.zeros((0,), values.dtype),
-            count_positions(keys) > 0,
-            "`nnz`=0 is smaller than the number of entries of the result",
-        )
-        return format_class("csr")(
-            empty, jnp.zeros((0,), index_dtype), jnp.zeros((m + 1,), index_dtype), shape
-        )
-    unique, inverse = jnp.unique(
-        keys, return_inverse=True, size=nnz, fill_value=jnp.asarray(m * n - 1, keys.dtype)
-    )
-    summed = jax.ops.segment_sum(values, inverse.reshape(-1), num_segments=nnz)
-    found = count_positions(keys)
-    summed = eqx.error_if(
-        summed,
-        found > nnz,
-        f"`nnz`={nnz} is smaller than the number of entries of the result",
-    )
-    result_rows = (unique // n).astype(index_dtype)
-    counts = jnp.zeros((m,), index_dtype).at[result_rows].add(1)
+        return _empty_csr(rows, cols, values, shape, nnz, index_dtype)
+    keys = host_keys(rows, cols, shape)
+    if keys is None:
+        return _csr_from_traced_entries(rows, cols, values, shape, nnz)
+    unique, inverse = np.unique(keys, return_inverse=True)
+    if unique.size > nnz:
+        raise ValueError(f"`nnz`={nnz} is smaller than the result's {unique.size} entries.")
+    padding = np.full((nnz - unique.size,), m * n - 1, np.int64)
+    unique = np.concatenate([unique, padding])
+    counts = np.bincount(unique // n, minlength=m)
+    indptr = np.concatenate([[0], np.cumsum(counts)]).astype(index_dtype)
     return format_class("csr")(
-        summed, (unique % n).astype(index_dtype), indptr_from_counts(counts), shape
+        _summed_values(values, inverse.reshape(-1).astype(index_dtype), nnz),
+        (unique % n).astype(index_dtype),
+        indptr,
+        shape,
     )
 
 
-def check_nnz_on_host(keys, nnz: int) -> None:
-    """A ValueError naming both counts when concrete `keys` hold more positions than `nnz`."""
-    if is_concrete(keys):
-        found = int(np.unique(np.asarray(keys)).size)
-        if found > nnz:
-            raise ValueError(f"`nnz`={nnz} is smaller than the result's {found} entries.")
+@functools.partial(jax.jit, static_argnums=2)
+def _summed_values(values, slots, nnz: int):
+    return jax.ops.segment_sum(values, slots, num_segments=nnz)
+
+
+def _empty_csr(rows, cols, values, shape, nnz, index_dtype):
+    m, n = shape
+    keys = host_keys(rows, cols, shape)
+    if keys is not None and keys.size and nnz == 0:
+        raise ValueError("`nnz`=0 is smaller than the number of entries of the result.")
+    data = jnp.zeros((nnz,), values.dtype)
+    if keys is None and jnp.shape(rows)[0] and nnz == 0:
+        data = eqx.error_if(
+            data, jnp.asarray(True), "`nnz`=0 is smaller than the number of entries of the result"
+        )
+    pointers = jnp.zeros((m + 1,), index_dtype)
+    return format_class("csr")(data, jnp.zeros((nnz,), index_dtype), pointers, shape)
+
+
+@functools.partial(jax.jit, static_argnames=("shape", "nnz"))
+def _csr_from_traced_entries(rows, cols, values, shape: tuple[int, int], nnz: int):
+    m, n = shape
+    index_dtype = index_dtype_for(shape, nnz)
+    unique_rows, unique_cols, inverse, found = sorted_distinct(
+        rows.astype(index_dtype), cols.astype(index_dtype), nnz, (m - 1, n - 1)
+    )
+    summed = jax.ops.segment_sum(values, inverse, num_segments=nnz)
+    summed = eqx.error_if(
+        summed, found > nnz, f"`nnz`={nnz} is smaller than the number of entries of the result"
+    )
+    counts = jnp.zeros((m,), index_dtype).at[unique_rows].add(1)
+    return format_class("csr")(summed, unique_cols, indptr_from_counts(counts), shape)
 
 
 def entries_to_csr(rows, cols, values, shape, *, nnz: int | None, operation: str):
     """`csr_from_entries` with `nnz` counted on the host when it is not given."""
-    keys = linear_keys(rows, cols, shape)
-    nnz = static_nnz(keys, nnz, operation)
-    check_nnz_on_host(keys, nnz)
+    nnz = static_nnz(host_keys(rows, cols, shape), nnz, operation)
     return csr_from_entries(rows, cols, values, shape, nnz)
 
 
@@ -147,26 +174,53 @@ def lookup(matrix, rows, cols):
         sorted_offsets = np.asarray(matrix.offsets, np.int64)[order]
         if len(order) == 0:
             return jnp.zeros(rows.shape, matrix.dtype), jnp.zeros(rows.shape, bool)
-        wanted = cols.astype(np.int64) - rows.astype(np.int64)
-        position = jnp.clip(jnp.searchsorted(sorted_offsets, wanted), 0, len(order) - 1)
-        stored = jnp.asarray(sorted_offsets)[position] == wanted
+        # Offsets lie in (-m, n): their differences fit the index dtype.
+        index_dtype = jnp.promote_types(rows.dtype, cols.dtype)
+        wanted = cols.astype(index_dtype) - rows.astype(index_dtype)
+        offsets = jnp.asarray(np.clip(sorted_offsets, -(2**31) + 1, 2**31 - 1), index_dtype)
+        position = jnp.clip(jnp.searchsorted(offsets, wanted), 0, len(order) - 1)
+        stored = offsets[position] == wanted
         values = matrix.data[jnp.asarray(order)[position], cols]
         return jnp.where(stored, values, 0), stored
-    m, n = matrix.shape
     if matrix.nnz == 0:
         return jnp.zeros(rows.shape, matrix.dtype), jnp.zeros(rows.shape, bool)
+    m, n = matrix.shape
     stored_rows, stored_cols, stored_values = entries(matrix)
-    keys = linear_keys(stored_rows, stored_cols, (m, n))
-    # `m * n` fits the keys' dtype (`linear_keys` picks one that holds it) and matches no
-    # position, so the padding of `unique` is never found.
-    unique, inverse = jnp.unique(
-        keys, return_inverse=True, size=matrix.nnz, fill_value=jnp.asarray(m * n, keys.dtype)
+    # Padding slots sit at row `m`, past every position looked up.
+    unique_rows, unique_cols, inverse, _ = sorted_distinct(
+        stored_rows, stored_cols, matrix.nnz, (m, 0)
     )
-    summed = jax.ops.segment_sum(stored_values, inverse.reshape(-1), num_segments=matrix.nnz)
-    wanted = linear_keys(rows, cols, (m, n))
-    position = jnp.clip(jnp.searchsorted(unique, wanted), 0, matrix.nnz - 1)
-    stored = unique[position] == wanted
+    summed = jax.ops.segment_sum(stored_values, inverse, num_segments=matrix.nnz)
+    position = _search_pairs(unique_rows, unique_cols, rows, cols)
+    position = jnp.clip(position, 0, matrix.nnz - 1)
+    stored = (unique_rows[position] == rows) & (unique_cols[position] == cols)
     return jnp.where(stored, summed[position], 0), stored
+
+
+def _search_pairs(sorted_rows, sorted_cols, rows, cols):
+    """For each `(rows[p], cols[p])`, the first slot of the pairs sorted by (row, column)
+    not before it: a binary search on the two keys (no combined key to overflow)."""
+    size = sorted_rows.shape[0]
+    rows = rows.astype(sorted_rows.dtype)
+    cols = cols.astype(sorted_cols.dtype)
+    low = jnp.zeros(rows.shape, jnp.int32)
+    high = jnp.full(rows.shape, size, jnp.int32)
+
+    def halve(_, bounds):
+        low, high = bounds
+        middle = (low + high) // 2
+        probe = jnp.clip(middle, 0, size - 1)
+        before = (sorted_rows[probe] < rows) | (
+            (sorted_rows[probe] == rows) & (sorted_cols[probe] < cols)
+        )
+        searching = low < high
+        return (
+            jnp.where(searching & before, middle + 1, low),
+            jnp.where(searching & ~before, middle, high),
+        )
+
+    low, _ = jax.lax.fori_loop(0, int(size).bit_length() + 1, halve, (low, high))
+    return low
 
 
 def stored_on_host(matrix, rows: np.ndarray, cols: np.ndarray) -> np.ndarray | None:
@@ -178,7 +232,7 @@ def stored_on_host(matrix, rows: np.ndarray, cols: np.ndarray) -> np.ndarray | N
     if not isinstance(stored_rows, np.ndarray):
         return None
     return np.isin(
-        linear_keys(rows, cols, matrix.shape), linear_keys(stored_rows, stored_cols, matrix.shape)
+        host_keys(rows, cols, matrix.shape), host_keys(stored_rows, stored_cols, matrix.shape)
     )
 
 
@@ -203,11 +257,8 @@ def distinct_entries(matrix):
     rows, cols, values = entries(matrix)
     if matrix.format == "dia" or matrix.nnz == 0:
         return rows, cols, values, jnp.ones(values.shape, bool)
-    m, n = matrix.shape
-    keys = linear_keys(rows, cols, matrix.shape)
-    unique, inverse = jnp.unique(
-        keys, return_inverse=True, size=matrix.nnz, fill_value=jnp.asarray(m * n, keys.dtype)
-    )
-    summed = jax.ops.segment_sum(values, inverse.reshape(-1), num_segments=matrix.nnz)
-    valid = jnp.arange(matrix.nnz, dtype=jnp.int32) < count_positions(keys)
-    return unique // n, unique % n, summed, valid
+    m = matrix.shape[0]
+    unique_rows, unique_cols, inverse, found = sorted_distinct(rows, cols, matrix.nnz, (m, 0))
+    summed = jax.ops.segment_sum(values, inverse, num_segments=matrix.nnz)
+    valid = jnp.arange(matrix.nnz, dtype=jnp.int32) < found
+    return unique_rows, unique_cols, summed, valid

@@ -18,9 +18,17 @@ from ._base import (
     leaf_dtype_name,
     validate_shape,
 )
+from ._batching import over_batch, refuse_batch
 from ._csr_layout import indptr_from_counts, row_ids, transposed_structure
 from ._csr_ops import csr_matmul_p, csr_matmul_t_p
-from ._interop import eliminate_zeros, from_bcoo, from_bcsr, sort_indices, sum_duplicates
+from ._interop import (
+    eliminate_zeros,
+    from_bcoo,
+    from_bcsr,
+    from_coordinates,
+    sort_indices,
+    sum_duplicates,
+)
 from ._matmul import sparse_times_dense
 from ._operators import SparseOperators
 
@@ -42,31 +50,47 @@ class CSRMatrix(SparseMatrix, SparseOperators):
 
     **Arguments:**
 
-    - `data`: `(nnz,)` floating or complex values.
+    - `data`: `(nnz,)` floating or complex values, or `(*batch, nnz)` for a batch of
+      matrices sharing the structure (see `docs/batching.md`).
     - `indices`: `(nnz,)` column indices.
     - `indptr`: `(m + 1,)` row pointers.
     - `shape`: `(m, n)`.
+
+    As in scipy, `CSRMatrix((data, (row, col)), shape=...)` builds the matrix from
+    coordinates (see `from_coo`) and `CSRMatrix((data, indices, indptr), shape=...)` from
+    the three arrays.
     """
 
-    data: Inexact[Array, "nnz"]
-    indices: Integer[Array, "nnz"]
-    indptr: Integer[Array, "m_plus_1"]  # noqa: F821 (a jaxtyping axis name)
+    data: Inexact[Array, "*batch nnz"]
+    indices: Integer[Array, "*batch nnz"]
+    indptr: Integer[Array, "*batch m_plus_1"]  # noqa: F821 (a jaxtyping axis name)
     shape: tuple[int, int] = eqx.field(static=True)
     format = "csr"
+    leaf_ranks = {"data": 1, "indices": 1, "indptr": 1}
 
-    def __init__(self, data, indices, indptr, shape):
+    def __init__(self, data, indices=None, indptr=None, shape=None):
+        if indices is None and indptr is None and isinstance(data, tuple):
+            data, indices, indptr = _scipy_style_arguments(data, shape)
+        if shape is None:
+            raise TypeError("`CSRMatrix` needs `shape=(m, n)`.")
         shape = validate_shape(shape)
         data = as_value_array(data, "data")
         indices = _as_index_array(indices, "indices")
         indptr = _as_index_array(indptr, "indptr")
-        if data.ndim != 1:
-            raise ValueError(f"`data` must be 1-D, got shape {data.shape}.")
-        if indices.shape != data.shape:
+        if data.ndim < 1 or (data.ndim > 1 and data.shape[-1:] != indices.shape[-1:]):
             raise ValueError(
-                f"`indices` and `data` must have the same shape (nnz,), got "
-                f"{indices.shape} and {data.shape}."
+                f"`data` must be 1-D (nnz,), or (nnz,) after leading batch axes; got shape "
+                f"{data.shape} with `indices` of shape {indices.shape}."
             )
-        if indptr.shape != (shape[0] + 1,):
+        if indices.shape[-1:] != data.shape[-1:] or indices.shape[:-1] not in (
+            (),
+            data.shape[:-1],
+        ):
+            raise ValueError(
+                f"`indices` and `data` must have the same shape (nnz,) (or `data` a batch "
+                f"(*batch, nnz)), got {indices.shape} and {data.shape}."
+            )
+        if indptr.shape != (*indices.shape[:-1], shape[0] + 1):
             raise ValueError(
                 f"`indptr` must have shape (m + 1,) = ({shape[0] + 1},) for shape={shape}, "
                 f"got {indptr.shape}."
@@ -77,7 +101,10 @@ class CSRMatrix(SparseMatrix, SparseOperators):
                 f"and {indptr.dtype}."
             )
         if is_concrete(indices, indptr):
-            _check_structure_on_host(np.asarray(indices), np.asarray(indptr), shape)
+            host_indptr = np.asarray(indptr).reshape(-1, shape[0] + 1)
+            host_indices = np.asarray(indices).reshape(host_indptr.shape[0], -1)
+            for member_indices, member_indptr in zip(host_indices, host_indptr, strict=True):
+                _check_structure_on_host(member_indices, member_indptr, shape)
         self.data = data
         self.indices = indices
         self.indptr = indptr
@@ -85,10 +112,11 @@ class CSRMatrix(SparseMatrix, SparseOperators):
 
     @property
     def nnz(self) -> int:
-        """Stored entries, explicit zeros and repeats included (static)."""
+        """Stored entries, explicit zeros and repeats included (static; per member for a
+        batch)."""
         # A partition (`eqx.partition`) may leave `data` or the indices as `None`.
         stored = self.data if self.data is not None else self.indices
-        return int(stored.shape[0])
+        return int(stored.shape[-1])
 
     @property
     def index_dtype(self) -> np.dtype:
@@ -97,22 +125,27 @@ class CSRMatrix(SparseMatrix, SparseOperators):
     def with_data(self, data) -> "CSRMatrix":
         return CSRMatrix(data, self.indices, self.indptr, self.shape)
 
+    @over_batch
     def row_ids(self) -> jax.Array:
         """The row of every stored entry, `(nnz,)`."""
         return row_ids(self.indptr, self.nnz)
 
+    @over_batch
     def transpose(self) -> "CSRMatrix":
         """`A^T` as a CSR matrix (jit-able: a stable sort of the column indices).
 
         Entries keep their relative order within each new row.
         """
-        m, n = self.shape
-        order, indices, indptr = transposed_structure(self.indices, self.indptr, n)
-        return CSRMatrix(self.data[order], indices, indptr, (n, m))
+        if is_concrete(self.indices, self.indptr):
+            return _transpose_on_host(self)
+        return _transpose(self)
 
+    @over_batch
     def todense(self) -> jax.Array:
         dense = jnp.zeros(self.shape, self.dtype)
-        return dense.at[self.row_ids(), self.indices].add(self.data)
+        positions = dense.at[self.row_ids(), self.indices]
+        # Repeated boolean entries combine by `or`, as numbers add.
+        return positions.max(self.data) if self.dtype == jnp.bool_ else positions.add(self.data)
 
     def tocsr(self) -> "CSRMatrix":
         return self
@@ -120,6 +153,7 @@ class CSRMatrix(SparseMatrix, SparseOperators):
     def todia(self):
         """The same matrix as a `DIAMatrix`, on the host: its offsets are static and found
         from the structure, so the index arrays must be concrete (not under `jit`)."""
+        refuse_batch("`todia()`", self)
         if not is_concrete(self.indices, self.indptr):
             raise TypeError(
                 "`CSRMatrix.todia()` needs concrete index arrays: the DIA offsets are static "
@@ -128,6 +162,7 @@ class CSRMatrix(SparseMatrix, SparseOperators):
             )
         return format_class("dia").from_scipy(self.to_scipy())
 
+    @over_batch
     def check(self) -> "CSRMatrix":
         """The index-value checks, runnable under `jit` (raise at run time if violated).
 
@@ -152,6 +187,7 @@ class CSRMatrix(SparseMatrix, SparseOperators):
 
     def to_scipy(self) -> scipy.sparse.csr_array:
         """A `scipy.sparse.csr_array` on the host (bfloat16 values become float32)."""
+        refuse_batch("`to_scipy()`", self)
         return scipy.sparse.csr_array(
             (host_values(self.data), np.asarray(self.indices), np.asarray(self.indptr)),
             shape=self.shape,
@@ -219,18 +255,39 @@ class CSRMatrix(SparseMatrix, SparseOperators):
         indptr = indptr_from_counts(jnp.bincount(rows, length=m).astype(index_dtype))
         return cls(values.astype(dense.dtype), cols.astype(index_dtype), indptr, (m, n))
 
+    @classmethod
+    def from_coo(cls, data, row, col, shape, nnz: int | None = None) -> "CSRMatrix":
+        """From coordinates: entry `p` is `data[p]` at `(row[p], col[p])`; repeated
+        positions add up, as in scipy's `coo_array((data, (row, col))).tocsr()`.
+
+        **Arguments:**
+
+        - `data`: `(k,)` floating or complex values (integers become the default float).
+        - `row`, `col`: `(k,)` integer positions, in range (checked when concrete; under
+          `jit`, using the result raises for positions out of range).
+        - `shape`: `(m, n)`.
+        - `nnz`: the number of distinct positions; needed under `jax.jit` (counted on the
+          host otherwise). More pads with explicit zeros, fewer raises.
+
+        **Returns:** a `CSRMatrix` with sorted columns and no repeated positions.
+        """
+        return from_coordinates(data, row, col, validate_shape(shape), nnz)
+
     # The scipy.sparse clean-ups and jax.experimental.sparse imports (`_interop.py`).
 
     def sum_duplicates(self, *, nnz: int | None = None) -> "CSRMatrix":
         """Repeated positions summed, columns sorted (a new matrix; `nnz` under `jit`)."""
+        refuse_batch("`sum_duplicates()`", self)
         return sum_duplicates(self, nnz=nnz)
 
+    @over_batch
     def sort_indices(self) -> "CSRMatrix":
         """Columns sorted within each row (a new matrix; jit-able)."""
         return sort_indices(self)
 
     def eliminate_zeros(self) -> "CSRMatrix":
         """Explicit zeros removed (a new matrix; host-side, not under `jit`)."""
+        refuse_batch("`eliminate_zeros()`", self)
         return eliminate_zeros(self)
 
     @classmethod
@@ -247,8 +304,50 @@ class CSRMatrix(SparseMatrix, SparseOperators):
         return {**super()._repr_fields(), "index_dtype": leaf_dtype_name(self.indices)}
 
 
+def _scipy_style_arguments(arguments: tuple, shape):
+    """`(data, indices, indptr)` from scipy's `(data, (row, col))` or `(data, indices,
+    indptr)` first argument."""
+    if len(arguments) == 2 and isinstance(arguments[1], tuple) and len(arguments[1]) == 2:
+        if shape is None:
+            raise TypeError("`CSRMatrix((data, (row, col)))` needs `shape=(m, n)`.")
+        built = from_coordinates(arguments[0], *arguments[1], validate_shape(shape), None)
+        return built.data, built.indices, built.indptr
+    if len(arguments) == 3:
+        return arguments
+    raise TypeError(
+        "`CSRMatrix` takes `(data, indices, indptr, shape)`, `((data, (row, col)), "
+        "shape=...)` or `((data, indices, indptr), shape=...)`."
+    )
+
+
+def _transpose_on_host(matrix: CSRMatrix) -> CSRMatrix:
+    """`CSRMatrix.transpose` with the structure computed by numpy (known index arrays): the
+    only traced work is one gather of the values, so a first call compiles next to nothing."""
+    m, n = matrix.shape
+    indices, indptr = np.asarray(matrix.indices), np.asarray(matrix.indptr)
+    order = np.argsort(indices, kind="stable")
+    rows = np.repeat(np.arange(m, dtype=indices.dtype), np.diff(indptr))
+    counts = np.bincount(indices, minlength=n)
+    indptr_t = np.concatenate([[0], np.cumsum(counts)]).astype(indices.dtype)
+    return CSRMatrix(_gather(matrix.data, order), rows[order], indptr_t, (n, m))
+
+
+@jax.jit
+def _gather(values, order):
+    return values[order]
+
+
+@jax.jit
+def _transpose(matrix: CSRMatrix) -> CSRMatrix:
+    """`CSRMatrix.transpose` for traced index arrays, jitted: one program for its shapes."""
+    m, n = matrix.shape
+    order, indices, indptr = transposed_structure(matrix.indices, matrix.indptr, n)
+    return CSRMatrix(matrix.data[order], indices, indptr, (n, m))
+
+
 def _as_index_array(values, name: str) -> jax.Array:
-    """`values` as an int32 or int64 JAX array; plain sequences become int32."""
+    """`values` as an int32 or int64 JAX array (1-D, or with batch axes in front); plain
+    sequences become int32."""
     if isinstance(values, (jax.Array, np.ndarray)):
         array = jnp.asarray(values)
     else:
@@ -257,7 +356,7 @@ def _as_index_array(values, name: str) -> jax.Array:
         raise TypeError(f"`{name}` must have an integer dtype, got {array.dtype}.")
     if np.dtype(array.dtype) not in INDEX_DTYPES:
         raise TypeError(f"`{name}` must be int32 or int64, got {array.dtype}.")
-    if array.ndim != 1:
+    if array.ndim < 1:
         raise ValueError(f"`{name}` must be 1-D, got shape {array.shape}.")
     return array
 

@@ -19,6 +19,7 @@ from ._base import (
     is_concrete,
     validate_shape,
 )
+from ._batching import over_batch, refuse_batch
 from ._dia_layout import (
     csr_structure,
     diagonal_lengths,
@@ -45,15 +46,18 @@ class DIAMatrix(SparseMatrix, SparseOperators):
 
     **Arguments:**
 
-    - `data`: `(len(offsets), n)` floating or complex array (1-D for a single diagonal).
+    - `data`: `(len(offsets), n)` floating or complex array (1-D for a single diagonal),
+      or `(*batch, len(offsets), n)` for a batch of matrices sharing offsets and shape
+      (see `docs/batching.md`).
     - `offsets`: distinct Python ints (0 main, > 0 above, < 0 below the main diagonal).
     - `shape`: `(m, n)`.
     """
 
-    data: Inexact[Array, "ndiag n"]
+    data: Inexact[Array, "*batch ndiag n"]
     offsets: tuple[int, ...] = eqx.field(static=True)
     shape: tuple[int, int] = eqx.field(static=True)
     format = "dia"
+    leaf_ranks = {"data": 2}
 
     def __init__(self, data, offsets, shape):
         shape = validate_shape(shape)
@@ -61,17 +65,21 @@ class DIAMatrix(SparseMatrix, SparseOperators):
         data = as_value_array(data, "data")
         if data.ndim == 1 and len(offsets) == 1:
             data = data[None, :]
-        if data.ndim != 2:
-            raise ValueError(f"`data` must be 2-D (diagonals, columns), got shape {data.shape}.")
-        if data.shape[0] != len(offsets):
+        expected = (len(offsets), shape[1])
+        if data.ndim < 2 or (data.ndim > 2 and data.shape[-2:] != expected):
             raise ValueError(
-                f"`data` has {data.shape[0]} diagonals (rows) but `offsets` has "
+                f"`data` must be 2-D (diagonals, columns) = {expected}, or {expected} after "
+                f"leading batch axes; got shape {data.shape}."
+            )
+        if data.shape[-2] != len(offsets):
+            raise ValueError(
+                f"`data` has {data.shape[-2]} diagonals (rows) but `offsets` has "
                 f"{len(offsets)} entries; they must match."
             )
-        if data.shape[1] != shape[1]:
+        if data.shape[-1] != shape[1]:
             raise ValueError(
                 f"`data` must have one column per matrix column: {shape[1]} for "
-                f"shape={shape}, got {data.shape[1]}."
+                f"shape={shape}, got {data.shape[-1]}."
             )
         self.data = data
         self.offsets = offsets
@@ -79,12 +87,14 @@ class DIAMatrix(SparseMatrix, SparseOperators):
 
     @property
     def nnz(self) -> int:
-        """Stored slots inside the matrix (as scipy counts them, zeros included)."""
+        """Stored slots inside the matrix (as scipy counts them, zeros included); per
+        member for a batch."""
         return sum(diagonal_lengths(self.offsets, self.shape))
 
     def with_data(self, data) -> "DIAMatrix":
         return DIAMatrix(data, self.offsets, self.shape)
 
+    @over_batch
     def transpose(self) -> "DIAMatrix":
         """`A^T` as a DIA matrix: offsets negated, each diagonal shifted (jit-able)."""
         return DIAMatrix(
@@ -93,11 +103,13 @@ class DIAMatrix(SparseMatrix, SparseOperators):
             (self.shape[1], self.shape[0]),
         )
 
+    @over_batch
     def todense(self) -> jax.Array:
         diagonals, rows, cols = stored_positions(self.offsets, self.shape)
         dense = jnp.zeros(self.shape, self.dtype)
         return dense.at[rows, cols].set(self.data[diagonals, cols])
 
+    @over_batch
     def tocsr(self):
         """The same matrix as a `CSRMatrix` (jit-able: its structure follows from offsets).
 
@@ -116,12 +128,59 @@ class DIAMatrix(SparseMatrix, SparseOperators):
     def todia(self) -> "DIAMatrix":
         return self
 
+    def setdiag(self, values, k: int = 0) -> "DIAMatrix":
+        """The matrix with diagonal `k` set to `values` (a new matrix, jit-able), as scipy's
+        `setdiag`: `values[i]` becomes `A[i, i + k]` (`A[i - k, i]` below the main
+        diagonal); a scalar fills the diagonal, a shorter array its first entries.
+        Offset `k` is added to the offsets (static) when the matrix has none.
+        """
+        refuse_batch("`setdiag`", self)
+        (k,) = _validate_offsets(k)
+        m, n = self.shape
+        length = max(0, min(m + min(k, 0), n - max(k, 0)))
+        values = jnp.asarray(values)
+        if values.ndim > 1:
+            raise ValueError(f"`values` must be a scalar or 1-D, got shape {values.shape}.")
+        count = length if values.ndim == 0 else min(length, values.shape[0])
+        filled = jnp.broadcast_to(values, (length,))[:count] if values.ndim == 0 else values[:count]
+        offsets = self.offsets if k in self.offsets else (*self.offsets, k)
+        data = self.data
+        if k not in self.offsets:
+            data = jnp.concatenate([data, jnp.zeros((1, n), data.dtype)])
+        dtype = jnp.result_type(data.dtype, filled.dtype)
+        if not jnp.issubdtype(dtype, jnp.inexact):
+            dtype = data.dtype
+        start = max(k, 0)
+        data = (
+            data.astype(dtype).at[offsets.index(k), start : start + count].set(filled.astype(dtype))
+        )
+        return DIAMatrix(data, offsets, self.shape)
+
+    def eliminate_zeros(self) -> "DIAMatrix":
+        """The matrix without the diagonals that hold only zeros inside it (a new matrix,
+        on the host: which diagonals remain depends on the values). Call it once on an
+        operator built from products or Kronecker terms, before using it in a loop."""
+        refuse_batch("`eliminate_zeros()`", self)
+        if not is_concrete(self.data):
+            raise TypeError(
+                "`eliminate_zeros()` drops diagonals by value, so the offsets (static) depend "
+                "on values traced under `jax.jit`: call it outside `jit`."
+            )
+        diagonals, _, cols = stored_positions(self.offsets, self.shape)
+        nonzero = np.zeros(len(self.offsets), bool)
+        np.logical_or.at(
+            nonzero, diagonals, np.asarray(host_values(self.data))[diagonals, cols] != 0
+        )
+        keep = np.flatnonzero(nonzero)
+        return DIAMatrix(self.data[keep], tuple(self.offsets[d] for d in keep), self.shape)
+
     def check(self) -> "DIAMatrix":
         """Value checks under `jit`: a DIA matrix has none beyond its shapes, so `self`."""
         return self
 
     def to_scipy(self) -> scipy.sparse.dia_array:
         """A `scipy.sparse.dia_array` on the host (bfloat16 values become float32)."""
+        refuse_batch("`to_scipy()`", self)
         data = np.asarray(host_values(self.data))
         return scipy.sparse.dia_array(
             (data, np.asarray(self.offsets, dtype=np.int64)), shape=self.shape

@@ -4,28 +4,42 @@ What comes back, and where it differs from scipy's sparse arrays:
 
 - `A[i]`, `A[i, :]` (row `i`) and `A[:, j]` (column `j`): a dense 1-D JAX array. scipy
   returns a 1-D `coo_array`; jaxsparse has no 1-D format. Jit-able, `i` and `j` may be
-  traced integers.
+  traced integers; a traced index out of range is clamped into it, as `jnp` indexing is
+  (a Python int out of range is an IndexError).
 - `A[i, j]`: the entry, a 0-d array (repeated CSR entries summed). Jit-able.
 - `A[i:j]`, `A[:, i:j]`, `A[i:j, k:l]` (steps of 1): the same format (scipy's CSR slices
   are CSR; its `dia_array` takes no index at all). DIA slices are jit-able (the offsets
   shift by the slice starts; `data` is a column slice). CSR slices change the number of
   entries, so they are computed on the host and need concrete indices (a TypeError under
   `jax.jit`).
+- `A[[i, j]]`, `A[::s]` (a list of rows, or a slice with a step) and `A[:, [k, l]]`: a
+  `CSRMatrix` of those rows (columns) in that order, as scipy's. Host-side: the indices must
+  be concrete, and so must a CSR matrix's structure.
+- A batched matrix takes no index: `A[0]` could mean the first member or row 0 of each.
+  `A.batch_member(b)` takes a member; `jax.vmap(lambda M: M[i])(A)` the rows.
 """
 
 import jax.numpy as jnp
 import numpy as np
 
 from ._base import format_class, is_concrete
+from ._batching import is_batched, refuse_batch
 from ._coordinates import entries, select_entries
 
 
 def getitem(matrix, key):
     """`matrix[key]` (see the module docstring)."""
+    if is_batched(matrix):
+        refuse_batch(
+            "`A[...]` (a member of the batch, or rows of every member?)",
+            matrix,
+        )
     rows_key, cols_key = key if isinstance(key, tuple) else (key, slice(None))
     if isinstance(key, tuple) and len(key) != 2:
         raise IndexError(f"a sparse matrix takes at most two indices, got {len(key)}.")
     m, n = matrix.shape
+    if _selects_rows(rows_key, m) or _selects_rows(cols_key, n):
+        return _select(matrix, rows_key, cols_key)
     rows_slice, cols_slice = isinstance(rows_key, slice), isinstance(cols_key, slice)
     if rows_slice and cols_slice:
         rows_range = _static_range(rows_key, m, "rows")
@@ -48,6 +62,68 @@ def getitem(matrix, key):
     return jnp.zeros((m,), matrix.dtype).at[jnp.where(cols == j, rows, m)].add(values, mode="drop")
 
 
+def _selects_rows(key, size: int) -> bool:
+    """Whether `key` picks a list of rows (or columns): a slice with a step, or a 1-D
+    sequence or array of integers."""
+    if isinstance(key, slice):
+        return key.indices(size)[2] != 1
+    if isinstance(key, (list, tuple)):
+        return True
+    return hasattr(key, "ndim") and key.ndim == 1
+
+
+def _select(matrix, rows_key, cols_key):
+    """`matrix[rows, :]` or `matrix[:, cols]` for a list of rows or columns: a `CSRMatrix`
+    holding them in the order given (host-side: the entries depend on the index values)."""
+    m, n = matrix.shape
+    if _selects_rows(rows_key, m) and cols_key == slice(None):
+        return _select_rows(matrix.tocsr(), _host_list(rows_key, m, "row"))
+    if rows_key == slice(None) and _selects_rows(cols_key, n):
+        return _select_rows(matrix.T.tocsr(), _host_list(cols_key, n, "column")).T
+    raise IndexError(
+        "a list or stepped slice of rows takes `:` for the columns, and one of columns `:` "
+        "for the rows (`A[[i, j]]`, `A[::2]`, `A[:, [k, l]]`)."
+    )
+
+
+def _host_list(key, size: int, what: str) -> np.ndarray:
+    if isinstance(key, slice):
+        return np.arange(size)[key]
+    if not is_concrete(key):
+        raise TypeError(
+            f"selecting a list of {what}s changes the number of entries, which depends on "
+            "index values traced under `jax.jit`: select outside `jit`, or take single "
+            f"{what}s (`A[i]`, dense and jit-able)."
+        )
+    picked = np.asarray(key)
+    if picked.size and not np.issubdtype(picked.dtype, np.integer):
+        raise IndexError(f"a list of {what}s must hold integers, got dtype {picked.dtype}.")
+    picked = picked.astype(np.int64)
+    if picked.size and (picked.min() < -size or picked.max() >= size):
+        raise IndexError(f"{what} index out of range for size {size}: {picked.tolist()}.")
+    return picked % max(size, 1)
+
+
+def _select_rows(matrix, rows: np.ndarray):
+    """The CSR matrix of `matrix`'s rows `rows`, in that order (repeats allowed)."""
+    if not is_concrete(matrix.indices, matrix.indptr):
+        raise TypeError(
+            "selecting rows of a `CSRMatrix` with traced index arrays (under `jax.jit`) "
+            "changes its number of entries: select outside `jit`."
+        )
+    indptr = np.asarray(matrix.indptr, np.int64)
+    starts, lengths = indptr[rows], indptr[rows + 1] - indptr[rows]
+    new_indptr = np.concatenate([[0], np.cumsum(lengths)])
+    positions = np.repeat(starts - new_indptr[:-1], lengths) + np.arange(new_indptr[-1])
+    index_dtype = matrix.indices.dtype
+    return format_class("csr")(
+        matrix.data[positions],
+        np.asarray(matrix.indices)[positions],
+        new_indptr.astype(index_dtype),
+        (len(rows), matrix.shape[1]),
+    )
+
+
 def _static_range(key: slice, size: int, what: str) -> tuple[int, int]:
     start, stop, step = key.indices(size)
     if step != 1:
@@ -64,7 +140,8 @@ def _index(value, size: int, what: str):
     array = jnp.asarray(value)
     if array.ndim != 0 or not jnp.issubdtype(array.dtype, jnp.integer):
         raise IndexError(f"a {what} index must be an integer, got {value!r}.")
-    return jnp.where(array < 0, array + size, array)
+    # Out of range under `jit` clamps to the nearest row or column, as `jnp` indexing does.
+    return jnp.clip(jnp.where(array < 0, array + size, array), 0, max(size - 1, 0))
 
 
 def _submatrix(matrix, rows_range, cols_range):

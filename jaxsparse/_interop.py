@@ -1,5 +1,6 @@
 """Conversions to and from `jax.experimental.sparse` (BCOO, BCSR), and the CSR clean-ups
-scipy has: `sum_duplicates`, `sort_indices`, `eliminate_zeros`.
+scipy has: `sum_duplicates`, `sort_indices`, `eliminate_zeros`; coordinates in and out
+(`from_coordinates`, `tocoo`), and scipy's `.npz` files.
 
 `to_bcoo`, `to_bcsr`, `from_bcoo`, `from_bcsr` and `sort_indices` keep the number of stored
 entries, so they are jit-able. `sum_duplicates` and `eliminate_zeros` change it: they run on
@@ -7,17 +8,22 @@ the host, and `sum_duplicates` under `jax.jit` takes a static `nnz` (`eliminate_
 depends on values and has no `jit` form). Unlike scipy's, they return a new matrix.
 """
 
+import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
+import scipy.sparse
 from jax.experimental import sparse as jsparse
 
 from ._base import format_class, index_dtype_for, is_concrete
+from ._batching import refuse_batch
 from ._coordinates import entries, entries_to_csr, select_entries
 from ._csr_layout import indptr_from_counts
 
 
 def to_bcoo(matrix) -> jsparse.BCOO:
     """The matrix as a `jax.experimental.sparse.BCOO` with the same entries (jit-able)."""
+    refuse_batch("`to_bcoo()`", matrix)
     rows, cols, values = entries(matrix)
     index_dtype = matrix.indices.dtype if matrix.format == "csr" else jnp.int32
     indices = jnp.stack([jnp.asarray(rows), jnp.asarray(cols)], axis=1).astype(index_dtype)
@@ -26,6 +32,7 @@ def to_bcoo(matrix) -> jsparse.BCOO:
 
 def to_bcsr(matrix) -> jsparse.BCSR:
     """The matrix as a `jax.experimental.sparse.BCSR` with the same entries (jit-able)."""
+    refuse_batch("`to_bcsr()`", matrix)
     csr = matrix.tocsr()
     return jsparse.BCSR((csr.data, csr.indices, csr.indptr), shape=csr.shape)
 
@@ -93,6 +100,55 @@ def sum_duplicates(matrix, *, nnz: int | None = None):
     """
     rows, cols, values = entries(matrix)
     return entries_to_csr(rows, cols, values, matrix.shape, nnz=nnz, operation="`sum_duplicates()`")
+
+
+def from_coordinates(data, row, col, shape, nnz):
+    """The CSR matrix of `data[p]` at `(row[p], col[p])`, repeats summed (`from_coo`)."""
+    values = jnp.asarray(data)
+    if not jnp.issubdtype(values.dtype, jnp.inexact):
+        values = values.astype(jax.dtypes.canonicalize_dtype(np.float64))
+    positions = []
+    for name, index, size in (("row", row, shape[0]), ("col", col, shape[1])):
+        index = index if isinstance(index, np.ndarray) else jnp.asarray(index)
+        if not jnp.issubdtype(index.dtype, jnp.integer):
+            raise TypeError(f"`{name}` must hold integers, got dtype {index.dtype}.")
+        if index.shape != values.shape or values.ndim != 1:
+            raise ValueError(
+                f"`data`, `row` and `col` must be 1-D of one length, got `data` "
+                f"{values.shape} and `{name}` {index.shape}."
+            )
+        if is_concrete(index):
+            host = np.asarray(index)
+            if host.size and (host.min() < 0 or host.max() >= size):
+                raise ValueError(
+                    f"`{name}` out of range: it must lie in [0, {size}) for shape={shape}, "
+                    f"got values in [{host.min()}, {host.max()}]."
+                )
+        else:
+            values = eqx.error_if(
+                values, jnp.any((index < 0) | (index >= size)), f"`{name}` out of range"
+            )
+        positions.append(index)
+    return entries_to_csr(*positions, values, shape, nnz=nnz, operation="`from_coo`")
+
+
+def tocoo(matrix):
+    """`(data, row, col)`: every stored entry and its position (DIA: every slot inside the
+    matrix, zeros included; CSR: storage order, repeats included), jit-able."""
+    rows, cols, values = entries(matrix)
+    return values, jnp.asarray(rows), jnp.asarray(cols)
+
+
+def save_npz(file, matrix, compressed: bool = True) -> None:
+    """Save `matrix` with `scipy.sparse.save_npz` (on the host, as its scipy twin)."""
+    scipy.sparse.save_npz(file, matrix.to_scipy(), compressed=compressed)
+
+
+def load_npz(file):
+    """Load a matrix saved by `save_npz` (or scipy's): a `DIAMatrix` for a DIA file, else
+    a `CSRMatrix`."""
+    loaded = scipy.sparse.load_npz(file)
+    return format_class("dia" if loaded.format == "dia" else "csr").from_scipy(loaded)
 
 
 def eliminate_zeros(matrix):

@@ -12,8 +12,10 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import scipy.sparse
 
 from ._backend import resolve_backend
+from ._batching import PerMember, batch_shape, is_batched, map_over_batch, refuse_batch
 
 
 @functools.singledispatch
@@ -66,6 +68,8 @@ def matmul(a, b, *, backend: str | None = None, nnz: int | None = None):
     matrix (DIA for DIA @ DIA, else CSR).
     """
     backend = resolve_backend(backend)
+    if is_batched(a) or is_batched(b):
+        return _batched_matmul(a, b, backend=backend, nnz=nnz)
     if _is_sparse(a) and _is_sparse(b):
         return sparse_times_sparse(a, b, nnz=nnz, backend=backend)
     if _is_sparse(a):
@@ -82,13 +86,47 @@ def matmul(a, b, *, backend: str | None = None, nnz: int | None = None):
     )
 
 
-def _as_dense_operand(value, name: str) -> jax.Array:
+def _batched_matmul(a, b, *, backend: str, nnz):
+    """A product with a batched sparse operand, member by member (`jax.vmap`, one program):
+    a dense operand of rank 1 or 2 is shared by the batch; one with the matrix's batch axes
+    in front of those gives each member its own."""
+
+    def product(x, y):
+        return matmul(x, y, backend=backend, nnz=nnz)
+
+    if _is_sparse(a) and _is_sparse(b):
+        if a.format != "dia" or b.format != "dia":
+            refuse_batch("sparse @ sparse with a CSR factor (a structure per member)", a, b)
+        return map_over_batch(product, a, b)
+    sparse, dense, name = (a, b, "b") if _is_sparse(a) else (b, a, "a")
+    batch = batch_shape(sparse)
+    dense = jnp.asarray(_as_dense_operand(dense, name, batch=batch))
+    if dense.ndim > 2:
+        dense = PerMember(dense, dense.ndim - len(batch))
+    operands = (sparse, dense) if sparse is a else (dense, sparse)
+    return map_over_batch(product, *operands)
+
+
+def _as_dense_operand(value, name: str, *, batch: tuple[int, ...] = ()) -> jax.Array:
+    if scipy.sparse.issparse(value):
+        raise TypeError(
+            f"matmul: `{name}` is a scipy.sparse matrix: convert it with "
+            "`CSRMatrix.from_scipy` (or `DIAMatrix.from_scipy`), or pass `todense()`."
+        )
     try:
         array = jnp.asarray(value)
-    except TypeError:
+    except (TypeError, ValueError):
         raise TypeError(f"matmul: `{name}` must be an array, got {type(value).__name__}.") from None
     if not (jnp.issubdtype(array.dtype, jnp.number) or array.dtype == jnp.bool_):
         raise TypeError(f"matmul: `{name}` must be numeric, got dtype {array.dtype}.")
+    if batch and array.ndim > 2:
+        if array.ndim != len(batch) + 2 or array.shape[: len(batch)] != batch:
+            raise ValueError(
+                f"matmul: `{name}` of shape {array.shape} does not fit a batched matrix "
+                f"(batch={batch}): pass a 1-D or 2-D operand shared by the batch, or one "
+                f"of shape {batch} + (rows, columns), one per member."
+            )
+        return array
     if array.ndim not in (1, 2):
         raise ValueError(
             f"matmul: `{name}` must be 1-D or 2-D, got shape {array.shape}; "

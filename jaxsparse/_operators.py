@@ -5,8 +5,11 @@ A mixin of one-line methods, each handing over to the module that does the work
 about their fields and those modules import no format.
 """
 
+import jax.numpy as jnp
+
 from . import (
     _arithmetic,
+    _comparisons,
     _indexing,
     _interop,
     _reductions,
@@ -40,6 +43,23 @@ class SparseOperators:
         """The elementwise product (`*`), as scipy's; see `jaxsparse._arithmetic`."""
         return _arithmetic.multiply(self, other)
 
+    def compare(self, other, op: str):
+        """`self op other` elementwise for `op` in `==`, `!=`, `<`, `<=`, `>`, `>=`; see
+        `jaxsparse._comparisons` for when the result is sparse."""
+        return _comparisons.compare(self, other, op)
+
+    def __lt__(self, other):
+        return _comparisons.compare(self, other, "<")
+
+    def __le__(self, other):
+        return _comparisons.compare(self, other, "<=")
+
+    def __gt__(self, other):
+        return _comparisons.compare(self, other, ">")
+
+    def __ge__(self, other):
+        return _comparisons.compare(self, other, ">=")
+
     def __truediv__(self, scalar):
         return _arithmetic.divide(self, scalar)
 
@@ -51,6 +71,15 @@ class SparseOperators:
 
     def __pow__(self, exponent):
         return _arithmetic.power(self, exponent)
+
+    def power(self, exponent):
+        """The elementwise power of the stored values (`**`), as scipy's `power`."""
+        return _arithmetic.power(self, exponent)
+
+    def copy(self):
+        """The same matrix holding a copy of its values (JAX arrays never change in place,
+        so this is scipy's `copy` for code that expects one)."""
+        return self.with_data(jnp.array(self.data, copy=True))
 
     def conj(self):
         """The complex conjugate."""
@@ -89,6 +118,21 @@ class SparseOperators:
         """The sum of the entries: a scalar, or a dense 1-D array along `axis` (0 or 1)."""
         return _reductions.total(self, axis)
 
+    def mean(self, axis=None):
+        """The mean of the entries, implicit zeros included: a scalar, or a dense 1-D array
+        along `axis` (0 or 1)."""
+        return _reductions.mean(self, axis)
+
+    def count_nonzero(self):
+        """The number of nonzero entries (repeats summed first; stored zeros not counted),
+        a 0-d integer array (jit-able)."""
+        return _reductions.count_nonzero(self)
+
+    def nonzero(self):
+        """`(row, col)`: the positions of the nonzero entries in row-major order, as numpy
+        arrays on the host (their number depends on the values, so not under `jit`)."""
+        return _reductions.nonzero(self)
+
     def max(self, axis=None):
         """The largest entry, implicit zeros included (scipy's semantics)."""
         return _reductions.extreme(self, axis, largest=True)
@@ -99,6 +143,11 @@ class SparseOperators:
 
     def __getitem__(self, key):
         return _indexing.getitem(self, key)
+
+    def tocoo(self):
+        """`(data, row, col)`: every stored entry and its position, jit-able (DIA: every slot
+        inside the matrix, zeros included; CSR: in storage order, repeats included)."""
+        return _interop.tocoo(self)
 
     def asformat(self, format: str):
         """The matrix in `format` (`"dia"` or `"csr"`)."""

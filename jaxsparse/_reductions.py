@@ -5,6 +5,7 @@ All are jit-able (and jitted, so that an eager call compiles one program): they 
 stored entries (`_coordinates.entries`) and never build the dense matrix. `max`, `min` and
 the norms first sum repeated CSR entries, as scipy does; the implicit zeros take part in
 `max` and `min` wherever a row, a column or the matrix has a position that is not stored.
+A batched matrix gives one result per member, the batch axes first.
 """
 
 import functools
@@ -13,6 +14,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._base import is_concrete
+from ._batching import over_batch, refuse_batch
 from ._coordinates import distinct_entries, entries
 
 
@@ -22,6 +25,7 @@ def diagonal_length(shape: tuple[int, int], k: int) -> int:
     return max(0, min(m + min(k, 0), n - max(k, 0)))
 
 
+@over_batch
 @functools.partial(jax.jit, static_argnames="k")
 def diagonal(matrix, k: int = 0) -> jax.Array:
     """The `k`-th diagonal of `matrix` as a dense 1-D array, as scipy's `diagonal(k)`.
@@ -46,27 +50,71 @@ def diagonal(matrix, k: int = 0) -> jax.Array:
 
 
 def trace(matrix, offset: int = 0) -> jax.Array:
-    """The sum of diagonal `offset`, as scipy's `trace(offset)`."""
-    return jnp.sum(diagonal(matrix, offset))
+    """The sum of diagonal `offset`, as scipy's `trace(offset)` (one per member of a batch)."""
+    return jnp.sum(diagonal(matrix, offset), axis=-1)
 
 
+@over_batch
 @functools.partial(jax.jit, static_argnames="axis")
 def total(matrix, axis=None) -> jax.Array:
     """`matrix.sum(axis)`: a scalar for `axis=None`, else a dense 1-D array (sparse arrays'
     convention): `(n,)` for `axis=0` (column sums), `(m,)` for `axis=1` (row sums)."""
     rows, cols, values = entries(matrix)
     axis = _axis(axis)
+    if values.dtype == jnp.bool_:
+        # Booleans (comparison results) sum to counts, as in numpy.
+        values = values.astype(jax.dtypes.canonicalize_dtype(np.int64))
     if axis is None:
         return jnp.sum(values)
     index, size = (cols, matrix.shape[1]) if axis == 0 else (rows, matrix.shape[0])
-    return jnp.zeros((size,), matrix.dtype).at[index].add(values)
+    return jnp.zeros((size,), values.dtype).at[index].add(values)
 
 
+@over_batch
+def mean(matrix, axis=None) -> jax.Array:
+    """`matrix.mean(axis)`: `sum(axis)` over the number of entries it sums, implicit zeros
+    included (as scipy); integer and boolean sums divide into the default float."""
+    axis = _axis(axis)
+    m, n = matrix.shape
+    count = m * n if axis is None else (m if axis == 0 else n)
+    sums = total(matrix, axis)
+    if not jnp.issubdtype(sums.dtype, jnp.inexact):
+        sums = sums.astype(jax.dtypes.canonicalize_dtype(np.float64))
+    return sums / np.asarray(count, np.finfo(sums.dtype).dtype)
+
+
+@over_batch
+@jax.jit
+def count_nonzero(matrix) -> jax.Array:
+    """The number of nonzero entries, repeated CSR entries summed first."""
+    _, _, values, valid = distinct_entries(matrix)
+    return jnp.sum(valid & (values != 0), dtype=jnp.int32)
+
+
+def nonzero(matrix) -> tuple[np.ndarray, np.ndarray]:
+    """The positions of the nonzero entries, row-major, on the host."""
+    refuse_batch("`nonzero()`", matrix)
+    if not is_concrete(*jax.tree_util.tree_leaves(matrix)):
+        raise TypeError(
+            "`nonzero()` returns as many positions as there are nonzeros, which depends on "
+            "values traced under `jax.jit`: call it outside `jit`."
+        )
+    rows, cols, values, valid = (np.asarray(x) for x in distinct_entries(matrix))
+    keep = valid & (values != 0)
+    rows, cols = rows[keep].astype(np.int64), cols[keep].astype(np.int64)
+    order = np.lexsort((cols, rows))
+    return rows[order], cols[order]
+
+
+@over_batch
 @functools.partial(jax.jit, static_argnames=("axis", "largest"))
 def extreme(matrix, axis, *, largest: bool) -> jax.Array:
     """`matrix.max(axis)` (`largest`) or `matrix.min(axis)`, implicit zeros included."""
     if jnp.issubdtype(matrix.dtype, jnp.complexfloating):
         raise TypeError("`max` and `min` are not defined for complex values.")
+    if matrix.dtype == jnp.bool_:
+        numbers = matrix.with_data(matrix.data.astype(jnp.float32))
+        return extreme(numbers, axis, largest=largest).astype(bool)
     m, n = matrix.shape
     axis = _axis(axis)
     if m * n == 0:
@@ -77,7 +125,8 @@ def extreme(matrix, axis, *, largest: bool) -> jax.Array:
     pick = jnp.maximum if largest else jnp.minimum
     if axis is None:
         stored = jnp.max(values, initial=neutral) if largest else jnp.min(values, initial=neutral)
-        has_zero = jnp.sum(valid) < m * n
+        # More positions than stored slots always leave a zero (and `m * n` may pass int32).
+        has_zero = True if m * n > values.shape[0] else jnp.sum(valid) < m * n
         return jnp.where(has_zero, pick(stored, 0), stored).astype(matrix.dtype)
     index, size, full = (cols, n, m) if axis == 0 else (rows, m, n)
     index = jnp.where(valid, index, size)
@@ -87,6 +136,7 @@ def extreme(matrix, axis, *, largest: bool) -> jax.Array:
     return jnp.where(counts < full, pick(stored, 0), stored).astype(matrix.dtype)
 
 
+@over_batch
 @functools.partial(jax.jit, static_argnames="ord")
 def norm(matrix, ord=None) -> jax.Array:
     """The matrix norm of `matrix`, as `scipy.sparse.linalg.norm` (no vector norms).

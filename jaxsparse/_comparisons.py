@@ -1,0 +1,122 @@
+"""Elementwise comparisons (`==`, `!=`, `<`, `<=`, `>`, `>=`), as scipy.sparse's.
+
+What comes back depends on whether the result is sparse, that is, whether comparing two
+zeros gives `False`:
+
+- Sparse with a sparse operand: `!=`, `<`, `>` give a sparse boolean matrix on the union of
+  both structures (DIA for two DIA matrices, jit-able; else CSR, which needs concrete
+  indices: outside `jit`). `==`, `<=`, `>=` are true wherever both are zero, so they give
+  a dense boolean array (scipy returns a filled sparse matrix and warns).
+- Sparse with a concrete scalar `s`: a sparse boolean matrix on the stored structure when
+  `0 op s` is false (`A != 0`, `A > 0`, `A == 2`), else the dense boolean array; with a
+  traced scalar (under `jit`, where `0 op s` is unknown) the dense boolean array.
+- Sparse with a dense array: the dense boolean array, as scipy.
+
+Repeated CSR entries are summed before they are compared. Sparse boolean results hold
+`bool` values: `sum()` counts them, `todense()` gives a boolean array, and products promote
+them to the other operand's dtype.
+"""
+
+import operator
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._base import SparseMatrix, is_concrete
+from ._batching import is_batched, map_over_batch
+from ._coordinates import entries, entries_to_csr, lookup
+
+OPERATORS = {
+    "==": operator.eq,
+    "!=": operator.ne,
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+}
+# `other op self` is `self flipped[op] other`.
+FLIPPED = {"==": "==", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
+
+
+def compare(matrix, other, op: str):
+    """`matrix op other` elementwise (see the module docstring)."""
+    if is_batched(matrix) or is_batched(other):
+        return map_over_batch(lambda x, y: compare(x, y, op), matrix, other)
+    function = OPERATORS[op]
+    if other is None or isinstance(other, (str, bytes)):
+        raise TypeError(
+            f"`{op}` between a sparse matrix and {type(other).__name__} is not supported."
+        )
+    if jnp.issubdtype(matrix.dtype, jnp.complexfloating) and op not in ("==", "!="):
+        raise TypeError(f"`{op}` is not defined for complex values.")
+    if isinstance(other, SparseMatrix):
+        return _compare_sparse(matrix, other, op, function)
+    try:
+        dense = jnp.asarray(other)
+    except TypeError:
+        raise TypeError(
+            f"`{op}` between a sparse matrix and {type(other).__name__} is not supported."
+        ) from None
+    if dense.ndim == 0 and is_concrete(dense) and not function(0, dense.item()):
+        summed = _distinct(matrix)
+        return summed.with_data(function(summed.data, dense).astype(bool))
+    return function(matrix.todense(), dense)
+
+
+def _distinct(matrix):
+    """`matrix` with each position stored once (repeated CSR entries summed)."""
+    if matrix.format == "dia":
+        return matrix
+    return matrix.sum_duplicates(nnz=None if is_concrete(matrix.indices) else matrix.nnz)
+
+
+def _compare_sparse(a, b, op: str, function):
+    if a.shape != b.shape:
+        raise ValueError(f"inconsistent shapes for `{op}`: {a.shape} and {b.shape}.")
+    if function(0, 0):
+        return function(a.todense(), b.todense())
+    if a.format == "dia" and b.format == "dia":
+        offsets = tuple(sorted(set(a.offsets) | set(b.offsets)))
+        return type(a)(
+            function(_dia_rows(a, offsets), _dia_rows(b, offsets)).astype(bool), offsets, a.shape
+        )
+    a_rows, a_cols, a_values = entries(a)
+    b_rows, b_cols, _ = entries(b)
+    rows = np.concatenate([np.asarray(a_rows), np.asarray(b_rows)]) if _host(a, b) else None
+    if rows is None:
+        raise TypeError(
+            f"sparse `{op}` with a CSR operand: the result's structure (the union of both) "
+            "depends on index values traced under `jax.jit`; compare outside `jit`, or "
+            "compare dense arrays (`todense()`)."
+        )
+    cols = np.concatenate([np.asarray(a_cols), np.asarray(b_cols)])
+    union = entries_to_csr(
+        rows,
+        cols,
+        jnp.zeros(rows.shape, a_values.dtype),
+        a.shape,
+        nnz=None,
+        operation=f"sparse `{op}`",
+    )
+    union_rows, union_cols, _ = entries(union)
+    a_at, _ = lookup(a, union_rows, union_cols)
+    b_at, _ = lookup(b, union_rows, union_cols)
+    return union.with_data(function(a_at, b_at).astype(bool))
+
+
+def _host(a, b) -> bool:
+    return all(
+        isinstance(positions, np.ndarray) for matrix in (a, b) for positions in entries(matrix)[:2]
+    )
+
+
+def _dia_rows(matrix, offsets) -> jax.Array:
+    """`matrix.data` laid out on `offsets` (a superset of its own), zeros elsewhere."""
+    rows = [
+        matrix.data[matrix.offsets.index(off)]
+        if off in matrix.offsets
+        else jnp.zeros((matrix.shape[1],), matrix.dtype)
+        for off in offsets
+    ]
+    return jnp.stack(rows) if rows else jnp.zeros((0, matrix.shape[1]), matrix.dtype)

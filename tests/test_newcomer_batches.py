@@ -1,0 +1,180 @@
+"""Batched matrices (leading batch axes on the leaves) answer per member or refuse.
+
+Each case is built the way a user meets it: `jax.vmap` returning a matrix. Results are
+compared with the members built one by one and with dense `jnp` math.
+"""
+
+import jax
+import jax.numpy as jnp
+import jax.test_util
+import numpy as np
+import pytest
+from helpers import assert_close
+
+import jaxsparse as js
+
+SCALES = jnp.array([1.0, 10.0, -2.0])
+
+
+def batched_dia():
+    base = js.diags([jnp.arange(1.0, 5.0), jnp.arange(1.0, 4.0)], [0, 1], shape=(4, 4))
+    return base, jax.vmap(lambda c: c * base)(SCALES)
+
+
+def batched_csr(shared_structure: bool):
+    rng = np.random.default_rng(0)
+    dense = np.where(rng.random((5, 4)) < 0.5, rng.standard_normal((5, 4)), 0.0)
+    base = js.CSRMatrix.fromdense(jnp.asarray(dense))
+    if shared_structure:
+        data = SCALES[:, None] * base.data
+        return base, js.CSRMatrix(data, base.indices, base.indptr, base.shape)
+    # `vmap` gives every leaf the batch axis, the index arrays too.
+    return base, jax.vmap(lambda c: c * base)(SCALES)
+
+
+CASES = {
+    "dia": batched_dia,
+    "csr-shared-structure": lambda: batched_csr(True),
+    "csr-from-vmap": lambda: batched_csr(False),
+}
+
+
+@pytest.fixture(params=list(CASES), scope="module")
+def case(request):
+    return CASES[request.param]()
+
+
+def dense_members(base):
+    return SCALES[:, None, None] * base.todense()
+
+
+def test_batch_is_visible(case):
+    base, batched = case
+    assert batched.batch_shape == (3,)
+    assert batched.shape == base.shape
+    assert batched.nnz == base.nnz
+    assert "batch=(3,)" in repr(batched)
+    assert f"nnz={base.nnz}" in repr(batched)
+    assert base.batch_shape == ()
+    assert "batch" not in repr(base)
+
+
+def test_todense_and_transpose(case):
+    base, batched = case
+    expected = dense_members(base)
+    assert_close(batched.todense(), expected, jnp.float64)
+    transposed = batched.T
+    assert transposed.batch_shape == (3,)
+    assert_close(transposed.todense(), jnp.swapaxes(expected, -1, -2), jnp.float64)
+
+
+def test_products_broadcast_over_the_batch(case):
+    base, batched = case
+    m, n = base.shape
+    expected = dense_members(base)
+    x = jnp.arange(1.0, n + 1.0)
+    X = jnp.arange(2.0 * n).reshape(n, 2)
+    per_member = jnp.arange(3.0 * n * 2).reshape(3, n, 2)
+    assert_close(batched @ x, expected @ x, jnp.float64)
+    assert (batched @ X).shape == (3, m, 2)
+    assert_close(batched @ X, expected @ X, jnp.float64)
+    assert_close(batched @ per_member, expected @ per_member, jnp.float64)
+    y = jnp.arange(1.0, m + 1.0)
+    assert_close(y @ batched, y @ expected, jnp.float64)
+    with pytest.raises(ValueError, match=r"batch=\(3,\)"):
+        batched @ jnp.ones((2, n, 2))
+
+
+def test_reductions_per_member(case):
+    base, batched = case
+    expected = dense_members(base)
+    assert_close(batched.sum(), expected.sum(axis=(1, 2)), jnp.float64)
+    assert_close(batched.sum(axis=0), expected.sum(axis=1), jnp.float64)
+    assert_close(batched.max(axis=1), expected.max(axis=2), jnp.float64)
+    assert_close(batched.min(), expected.min(axis=(1, 2)), jnp.float64)
+    assert_close(batched.diagonal(), jnp.diagonal(expected, axis1=1, axis2=2), jnp.float64)
+    assert_close(batched.trace(), jnp.trace(expected, axis1=1, axis2=2), jnp.float64)
+
+
+def test_arithmetic_per_member(case):
+    base, batched = case
+    expected = dense_members(base)
+    assert_close((2.0 * batched).todense(), 2.0 * expected, jnp.float64)
+    assert_close((batched / 2.0).todense(), expected / 2.0, jnp.float64)
+    if base.format == "csr":
+        # A CSR sum's structure may differ per member: a static `nnz` is needed.
+        with pytest.raises(ValueError, match=r"batch=\(3,\)"):
+            batched + batched
+        total = js.add(batched, batched, nnz=base.nnz)
+        difference = js.subtract(batched, base, nnz=base.nnz)
+    else:
+        total, difference = batched + batched, batched - base
+    assert_close(total.todense(), 2.0 * expected, jnp.float64)
+    assert_close(difference.todense(), expected - base.todense(), jnp.float64)
+    assert_close((batched + base.todense()), expected + base.todense(), jnp.float64)
+    assert_close(batched.multiply(base).todense(), expected * base.todense(), jnp.float64)
+    assert_close((-batched).todense(), -expected, jnp.float64)
+
+
+def test_member_and_refusals(case):
+    base, batched = case
+    member = batched.batch_member(1)
+    assert member.batch_shape == ()
+    assert_close(member.todense(), 10.0 * base.todense(), jnp.float64)
+    for operation in (
+        lambda: batched[0],
+        lambda: batched.to_scipy(),
+        lambda: js.kron(batched, base),
+        lambda: js.vstack([batched, base]),
+        lambda: batched.to_bcoo(),
+    ):
+        with pytest.raises(ValueError, match=r"batch=\(3,\)"):
+            operation()
+    with pytest.raises(ValueError, match="no batch"):
+        base.batch_member(0)
+
+
+def test_gradient_through_a_batched_product():
+    base, _ = batched_dia()
+    x = jnp.arange(1.0, 5.0)
+
+    def loss(scales):
+        batched = jax.vmap(lambda c: c * base)(scales)
+        return jnp.sum((batched @ x) ** 2)
+
+    def dense_loss(scales):
+        return jnp.sum((dense_members_of(scales, base) @ x) ** 2)
+
+    assert_close(jax.grad(loss)(SCALES), jax.grad(dense_loss)(SCALES), jnp.float64)
+    jax.test_util.check_grads(loss, (SCALES,), order=1, modes=["rev"])
+
+
+def dense_members_of(scales, base):
+    return scales[:, None, None] * base.todense()
+
+
+def test_explicit_batched_construction():
+    data = jnp.arange(2 * 2 * 4, dtype=jnp.float64).reshape(2, 2, 4)
+    batched = js.DIAMatrix(data, (0, 1), (4, 4))
+    assert batched.batch_shape == (2,)
+    for b in range(2):
+        member = js.DIAMatrix(data[b], (0, 1), (4, 4))
+        assert_close(batched.todense()[b], member.todense(), jnp.float64)
+    with pytest.raises(ValueError, match="diagonals"):
+        js.DIAMatrix(jnp.ones((2, 3, 4)), (0, 1), (4, 4))
+    base = js.CSRMatrix(jnp.ones(3), jnp.array([0, 1, 2]), jnp.array([0, 1, 2, 3]), (3, 3))
+    csr = js.CSRMatrix(jnp.ones((2, 3)), base.indices, base.indptr, (3, 3))
+    assert csr.batch_shape == (2,) and csr.nnz == 3
+    with pytest.raises(ValueError, match="indices"):
+        js.CSRMatrix(jnp.ones((2, 3)), jnp.zeros((4, 3), jnp.int32), base.indptr, (3, 3))
+
+
+def test_two_batch_axes():
+    base, _ = batched_dia()
+    grid = jnp.arange(1.0, 7.0).reshape(2, 3)
+    batched = jax.vmap(jax.vmap(lambda c: c * base))(grid)
+    assert batched.batch_shape == (2, 3)
+    x = jnp.arange(1.0, 5.0)
+    expected = grid[:, :, None, None] * base.todense()
+    assert_close(batched @ x, expected @ x, jnp.float64)
+    assert_close(batched.sum(axis=1), expected.sum(axis=3), jnp.float64)

@@ -1,0 +1,135 @@
+"""COO construction and the scipy names a newcomer tries first, against scipy."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.sparse
+from helpers import assert_close
+
+import jaxsparse as js
+
+ROW = np.array([0, 2, 2, 0, 1, 2, 0])
+COL = np.array([0, 0, 1, 0, 3, 1, 2])
+DATA = np.array([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 0.0])
+SHAPE = (3, 4)
+TWIN = scipy.sparse.coo_array((DATA, (ROW, COL)), shape=SHAPE).tocsr()
+
+
+def test_coo_construction_sums_repeats():
+    matrix = js.CSRMatrix((DATA, (ROW, COL)), shape=SHAPE)
+    assert matrix.nnz == 5  # distinct positions, the explicit zero kept
+    assert_close(matrix.todense(), TWIN.toarray(), jnp.float64)
+    same = js.CSRMatrix.from_coo(DATA, ROW, COL, SHAPE)
+    np.testing.assert_array_equal(same.indptr, matrix.indptr)
+    three = js.CSRMatrix((matrix.data, matrix.indices, matrix.indptr), shape=SHAPE)
+    assert_close(three.todense(), TWIN.toarray(), jnp.float64)
+    with pytest.raises(ValueError, match="`col` out of range"):
+        js.CSRMatrix.from_coo(DATA, ROW, COL + 2, SHAPE)
+    with pytest.raises(TypeError, match="shape"):
+        js.CSRMatrix((DATA, (ROW, COL)))
+
+
+def test_coo_construction_under_jit_with_gradient():
+    build = jax.jit(lambda d, r, c: js.CSRMatrix.from_coo(d, r, c, SHAPE, nnz=6))
+    matrix = build(jnp.asarray(DATA), jnp.asarray(ROW), jnp.asarray(COL))
+    assert matrix.nnz == 6  # one padding entry, an explicit zero
+    assert_close(matrix.todense(), TWIN.toarray(), jnp.float64)
+    x = jnp.arange(1.0, 5.0)
+
+    def loss(values):
+        return jnp.sum(build(values, jnp.asarray(ROW), jnp.asarray(COL)) @ x)
+
+    expected = x[COL]  # d/d data[p] of sum(A @ x) is x[col[p]]
+    assert_close(jax.grad(loss)(jnp.asarray(DATA)), expected, jnp.float64)
+    too_few = jax.jit(lambda d, r, c: js.CSRMatrix.from_coo(d, r, c, SHAPE, nnz=3))
+    with pytest.raises(Exception, match="smaller than"):
+        jax.block_until_ready(too_few(jnp.asarray(DATA), jnp.asarray(ROW), jnp.asarray(COL)).data)
+
+
+def test_tocoo_round_trip():
+    matrix = js.CSRMatrix.from_scipy(TWIN)
+    data, row, col = matrix.tocoo()
+    again = scipy.sparse.coo_array((np.asarray(data), (np.asarray(row), np.asarray(col))), SHAPE)
+    np.testing.assert_array_equal(again.toarray(), TWIN.toarray())
+
+
+@pytest.fixture(scope="module", params=["dia", "csr"])
+def matrix(request):
+    twin = scipy.sparse.csr_array(TWIN)
+    if request.param == "dia":
+        return js.DIAMatrix.from_scipy(twin), twin
+    return js.CSRMatrix.from_scipy(twin), twin
+
+
+def test_scipy_methods(matrix):
+    A, twin = matrix
+    dense = twin.toarray()
+    copied = A.copy()
+    assert copied.data is not A.data
+    assert_close(copied.todense(), dense, jnp.float64)
+    assert int(A.count_nonzero()) == twin.count_nonzero()
+    rows, cols = A.nonzero()
+    expected_rows, expected_cols = np.nonzero(dense)
+    np.testing.assert_array_equal(rows, expected_rows)
+    np.testing.assert_array_equal(cols, expected_cols)
+    assert_close(A.mean(), twin.mean(), jnp.float64)
+    assert_close(A.mean(axis=0), twin.mean(axis=0), jnp.float64)
+    assert_close(A.mean(axis=1), twin.mean(axis=1), jnp.float64)
+    assert_close(A.power(2).todense(), twin.power(2).toarray(), jnp.float64)
+    for k in (-1, 0, 1):
+        assert_close(js.tril(A, k).todense(), scipy.sparse.tril(twin, k).toarray(), jnp.float64)
+        assert_close(js.triu(A, k).todense(), scipy.sparse.triu(twin, k).toarray(), jnp.float64)
+    assert js.issparse(A) and not js.issparse(dense)
+    for key in ([2, 0], [1, 1, 0], slice(None, None, 2), slice(None, None, -1)):
+        assert_close(A[key].todense(), twin[key].toarray(), jnp.float64)
+    assert_close(A[:, [3, 0]].todense(), twin[:, [3, 0]].toarray(), jnp.float64)
+    assert_close(A[:, ::2].todense(), twin[:, ::2].toarray(), jnp.float64)
+    with pytest.raises(IndexError, match="out of range"):
+        A[[0, 5]]
+
+
+def test_setdiag_and_eliminate_zeros_on_dia():
+    twin = scipy.sparse.dia_array(TWIN.toarray())
+    A = js.DIAMatrix.from_scipy(twin)
+    for values, k in ((7.0, 0), (np.array([8.0, 9.0]), 1), (np.array([1.0, 2.0, 3.0]), -2)):
+        expected = twin.tolil()
+        expected.setdiag(values, k)
+        result = A.setdiag(jnp.asarray(values), k)
+        assert_close(result.todense(), expected.toarray(), jnp.float64)
+    zero_diagonal = js.diags([jnp.zeros(3), jnp.ones(4), jnp.zeros(3)], [-1, 0, 2], shape=(4, 4))
+    pruned = zero_diagonal.eliminate_zeros()
+    assert pruned.offsets == (0,)
+    assert_close(pruned.todense(), zero_diagonal.todense(), jnp.float32)
+    # Offset -3 of a 4 x 4 matrix has one slot inside, in column 0; column 3 is ignored.
+    junk = js.DIAMatrix(jnp.array([[0, 0, 0, 5.0]]), (-3,), (4, 4))
+    assert junk.eliminate_zeros().offsets == ()
+    kept = js.DIAMatrix(jnp.array([[5.0, 0, 0, 0]]), (-3,), (4, 4))
+    assert kept.eliminate_zeros().offsets == (-3,)
+
+
+def test_bmat_aliases_and_npz(tmp_path):
+    A = js.CSRMatrix.from_scipy(TWIN)
+    B = js.eye(3)
+    result = js.bmat([[A, None], [None, B]])
+    expected = scipy.sparse.bmat([[TWIN, None], [None, scipy.sparse.eye(3)]])
+    assert_close(result.todense(), expected.toarray(), jnp.float64)
+    with pytest.raises(ValueError, match="block column 0"):
+        js.bmat([[A, None], [B, None]])
+    with pytest.raises(ValueError, match="block column 1"):
+        js.bmat([[A, None], [A, None]])
+    assert_close(
+        js.diags_array([1.0, 2.0], offsets=[0, 1], shape=(3, 3)).todense(),
+        scipy.sparse.diags_array([1.0, 2.0], offsets=[0, 1], shape=(3, 3)).toarray(),
+        jnp.float64,
+    )
+    assert_close(
+        js.eye_array(3, 4, k=1).todense(), scipy.sparse.eye_array(3, 4, k=1).toarray(), jnp.float64
+    )
+    for saved in (A, js.DIAMatrix.from_scipy(TWIN)):
+        path = tmp_path / f"{saved.format}.npz"
+        js.save_npz(path, saved)
+        loaded = js.load_npz(path)
+        assert loaded.format == saved.format
+        assert_close(loaded.todense(), TWIN.toarray(), jnp.float64)
+        assert_close(scipy.sparse.load_npz(path).toarray(), TWIN.toarray(), jnp.float64)
