@@ -24,6 +24,7 @@ from ._shard import ShardedCSRMatrix as ShardedCSRMatrix
 from ._shard import ShardedDIAMatrix as ShardedDIAMatrix
 from ._shard import ShardedMatrix as ShardedMatrix
 from ._shard import shard as shard
+from ._shard_rows import shard_from_rows as shard_from_rows
 
 __version__ = _version("jaxsparse")
 
@@ -48,6 +49,7 @@ __all__ = [
     "matmul",
     "random",
     "shard",
+    "shard_from_rows",
     "subtract",
     "vstack",
 ]

@@ -304,7 +304,7 @@ def check_errors() -> None:
     A = js.DIAMatrix.from_scipy(stencil((7,)))
     S = js.shard(A, mesh_of(2), axis="x")
     for call, message in (
-        (lambda: S @ jnp.ones(7), "padded to whole blocks"),
+        (lambda: S @ jnp.ones(5), "dimension mismatch"),
         (lambda: js.shard(A, mesh_of(2), axis="y"), "`axis`"),
         (lambda: js.shard(A.todense(), mesh_of(2), axis="x"), "`matrix`"),
         (lambda: S.shard_vector(jnp.ones(5)), "`vector`"),
