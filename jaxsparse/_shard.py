@@ -146,7 +146,7 @@ class ShardedMatrix(eqx.Module):
         mesh over several processes, every process must call it."""
 
     def todense(self) -> jax.Array:
-        """The dense `(m, n)` matrix."""
+        """The dense `(m, n)` matrix (replicated over the mesh)."""
         return self.unshard().todense()
 
     def to_scipy(self):
