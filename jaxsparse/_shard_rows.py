@@ -123,10 +123,14 @@ def _block(rows, start: int, stop: int, n: int) -> scipy.sparse.csr_array:
 
 
 def _across_processes(array: np.ndarray) -> np.ndarray:
-    """Every process's `array` (same shape everywhere), stacked along a new first axis."""
+    """Every process's int64 `array` (same shape everywhere), stacked along a new first
+    axis. It travels as pairs of int32 so that it arrives exact whether or not JAX has
+    64-bit types enabled."""
     if jax.process_count() == 1:
         return array[None]
-    return np.asarray(multihost_utils.process_allgather(array))
+    halves = np.ascontiguousarray(array, np.int64).view(np.int32)
+    gathered = np.asarray(multihost_utils.process_allgather(halves), np.int32)
+    return np.ascontiguousarray(gathered).view(np.int64)
 
 
 def _common_dtype(blocks: dict) -> np.dtype:

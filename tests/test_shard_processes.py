@@ -1,13 +1,15 @@
 """Sharded matrices over two processes (2 x 4 CPU devices on 127.0.0.1, `jax.distributed`,
 gloo collectives): each process builds its rows only and checks products, gradients and a
-CG solve against scipy (`sharding_processes.py`); and a killed process makes its peer end
-with an error naming the cause, within a bound, instead of hanging.
+CG solve against scipy (`sharding_processes.py`); a killed process makes its peer end
+with an error naming the cause, within a bound, instead of hanging; and the sharded
+Poisson example runs as two processes by its one command.
 
 Every process is started here and killed here if it outlives its bound.
 """
 
 import os
 import pathlib
+import re
 import signal
 import socket
 import subprocess
@@ -110,3 +112,20 @@ def test_a_killed_process_makes_its_peer_fail_fast(tmp_path, mode):
     assert any(cause in message for cause in CAUSES[mode]), report(processes)
     assert elapsed < DEAD_PEER_BOUND_S
     print(f"the survivor ended {elapsed:.1f} s after its peer was killed")
+
+
+def test_sharded_poisson_example_as_two_processes():
+    env = {key: value for key, value in os.environ.items() if key != "XLA_FLAGS"}
+    result = subprocess.run(
+        [sys.executable, "examples/sharded_poisson.py", "--processes", "2", "--N", "10"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=CHECKS_BOUND_S,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "8 devices" in result.stdout and "in 2 process(es)" in result.stdout, result.stdout
+    errors = re.findall(r"sharded (?:DIA|CSR): ([\d.e+-]+)\n", result.stdout)
+    assert len(errors) == 2 and all(float(error) < 1e-4 for error in errors), result.stdout
+    assert re.search(r"sharded DIA (\d+), sharded CSR \1\n", result.stdout), result.stdout
