@@ -95,8 +95,8 @@ class ShardedMatrix(eqx.Module):
         return jax.device_put(jnp.pad(array, pad), self.sharding)
 
     def unpad(self, result) -> jax.Array:
-        """The first `m` rows of `result` (`(padded_m,)` or `(padded_m, k)`, as `S @ x`
-        gives them; `n` rows for `x @ S`'s), jit-able.
+        """The first `m` rows of a result of `S @ x`, `(padded_m,)` or `(padded_m, k)`
+        (`S.T.unpad(u)` cuts a result of `x @ S` to `n`), jit-able.
 
         Where `m` divides evenly over the devices nothing is cut and the result stays
         sharded. Otherwise the rows cannot stay split evenly: on a mesh axis of type
@@ -105,15 +105,13 @@ class ShardedMatrix(eqx.Module):
         XLA places it.
         """
         array = jnp.asarray(result)
-        m, n = self.shape
-        padded_m, padded_n = self.padded_shape
-        rows = {padded_m: m, padded_n: n}.get(array.shape[0] if array.ndim else -1)
-        if rows is None or array.ndim not in (1, 2):
+        padded_m = self.padded_shape[0]
+        if array.ndim not in (1, 2) or array.shape[0] != padded_m:
             raise ValueError(
-                f"`result` must have {padded_m} or {padded_n} rows (`padded_shape`), got "
-                f"shape {array.shape}."
+                f"`result` must have shape ({padded_m},) or ({padded_m}, k) (`padded_shape[0]` "
+                f"rows, as `S @ x` gives), got {array.shape}."
             )
-        return _first_rows(array, rows, self.mesh, self.axis)
+        return _first_rows(array, self.shape[0], self.mesh, self.axis)
 
     def exchanged_bytes(self, columns: int = 1, dtype=None) -> int:
         """Bytes one product sends between devices, summed over all pairs, by the plan.

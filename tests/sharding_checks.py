@@ -332,6 +332,8 @@ def check_sharded_matrix_surface(rng) -> None:
             padded = js.matmul(S, S.shard_vector(x))
             assert padded.shape == (204,) and padded.sharding.spec == P("x"), (what, padded)
             np.testing.assert_allclose(np.asarray(S.unpad(padded)), dense @ x, rtol=TOLERANCE)
+            left = S.T.unpad(S.shard_vector(x) @ S)
+            np.testing.assert_allclose(np.asarray(left), x @ dense, rtol=TOLERANCE, err_msg=what)
             unpadded_in_jit = jax.jit(lambda S, b: S.unpad(S @ b))(S, S.shard_vector(x))
             np.testing.assert_allclose(np.asarray(unpadded_in_jit), dense @ x, rtol=TOLERANCE)
             assert S.T.shape == (203, 203) and S.T.T is S and isinstance(S.T, js.ShardedMatrix)
