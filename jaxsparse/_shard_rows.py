@@ -22,7 +22,7 @@ from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from ._base import SparseMatrix, index_dtype_for
+from ._base import SparseMatrix, floating_host_values, index_dtype_for
 from ._shard import ShardedCSRMatrix, ShardedDIAMatrix, ShardedMatrix, check_mesh
 from ._shard_plan import (
     block_needs,
@@ -119,7 +119,10 @@ def _block(rows, start: int, stop: int, n: int) -> scipy.sparse.csr_array:
         )
     block = scipy.sparse.csr_array(block)
     block.sum_duplicates()
-    return block
+    # Integer and boolean values become floating, as `from_scipy` makes them.
+    return scipy.sparse.csr_array(
+        (floating_host_values(block.data), block.indices, block.indptr), shape=block.shape
+    )
 
 
 def _across_processes(array: np.ndarray) -> np.ndarray:
