@@ -32,6 +32,7 @@ from ._shard import ShardedCSRMatrix as ShardedCSRMatrix
 from ._shard import ShardedDIAMatrix as ShardedDIAMatrix
 from ._shard import ShardedMatrix as ShardedMatrix
 from ._shard import shard as shard
+from ._shard_rows import shard_from_rows as shard_from_rows
 
 __version__ = _version("jaxsparse")
 
@@ -62,6 +63,7 @@ __all__ = [
     "random",
     "save_npz",
     "shard",
+    "shard_from_rows",
     "subtract",
     "tril",
     "triu",

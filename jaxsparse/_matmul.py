@@ -40,6 +40,14 @@ _NOT_SPARSE = sparse_times_dense.dispatch(object)
 
 
 @functools.singledispatch
+def operand_rows(matrix, *, transposed: bool) -> tuple[int, ...]:
+    """The numbers of rows a dense operand of `A @ x` (of `x @ A` if `transposed`, counting
+    its last axis) may have: the matrix's inner dimension; a format whose operands may also
+    come padded registers more (a sharded matrix takes its padded length too)."""
+    return (matrix.shape[0],) if transposed else (matrix.shape[1],)
+
+
+@functools.singledispatch
 def sparse_times_sparse(a, b, *, nnz: int | None, backend: str):
     """`a @ b` for two sparse matrices, as a sparse matrix; `_spgemm.py` registers it."""
     raise TypeError(f"matmul: unsupported sparse format {type(a).__name__}.")
@@ -74,11 +82,11 @@ def matmul(a, b, *, backend: str | None = None, nnz: int | None = None):
         return sparse_times_sparse(a, b, nnz=nnz, backend=backend)
     if _is_sparse(a):
         dense = _as_dense_operand(b, "b")
-        _check_inner_dims(a.shape, dense.shape, sparse_first=True)
+        _check_inner_dims(a, dense.shape, sparse_first=True)
         return _sparse_at_dense(a, dense, backend)
     if _is_sparse(b):
         dense = _as_dense_operand(a, "a")
-        _check_inner_dims(b.shape, dense.shape, sparse_first=False)
+        _check_inner_dims(b, dense.shape, sparse_first=False)
         return _dense_at_sparse(dense, b, backend)
     raise TypeError(
         f"matmul: one operand must be a jaxsparse matrix, got {type(a).__name__} and "
@@ -135,14 +143,16 @@ def _as_dense_operand(value, name: str, *, batch: tuple[int, ...] = ()) -> jax.A
     return array
 
 
-def _check_inner_dims(sparse_shape, dense_shape, *, sparse_first: bool) -> None:
+def _check_inner_dims(matrix, dense_shape, *, sparse_first: bool) -> None:
+    sparse_shape = matrix.shape
+    accepted = operand_rows(matrix, transposed=not sparse_first)
     if sparse_first:
         inner_sparse, inner_dense = sparse_shape[1], dense_shape[0]
         shapes = f"{sparse_shape} @ {dense_shape}"
     else:
         inner_sparse, inner_dense = sparse_shape[0], dense_shape[-1]
         shapes = f"{dense_shape} @ {sparse_shape}"
-    if inner_sparse != inner_dense:
+    if inner_dense not in accepted:
         raise ValueError(
             f"matmul: dimension mismatch: {shapes} "
             f"(inner dimensions {inner_dense} and {inner_sparse} differ)."

@@ -21,24 +21,28 @@ from jax import lax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from ._backend import resolve_backend
-from ._base import _as_scalar, is_concrete
+from ._base import _as_scalar, is_concrete, leaf_dtype_name
 from ._csr import CSRMatrix
 from ._csr_ops import csr_matmul_p, csr_matmul_t_p
 from ._dia import DIAMatrix
 from ._dia_layout import active_diagonals, valid_rows
 from ._dia_ops import dia_matmul_p, dia_matmul_t_p
+from ._matmul import matmul, operand_rows, sparse_times_dense
 from ._shard_exchange import column_buffer, halo_window, sent_back
+from ._shard_gather import host_array, replicated, unshard_csr, unshard_dia
 from ._shard_plan import ColumnPlan, HaloPlan, column_plan, halo_plan
 
 
 class ShardedMatrix(eqx.Module):
     """A sparse matrix whose row blocks live on the devices of one mesh axis.
 
-    Built by `shard`. Dense operands are sharded by rows over the same axis
-    (`S.sharding`); JAX needs a sharded axis to divide evenly, so they have
-    `S.padded_shape` rows: `m` and `n` rounded up to a multiple of the device count,
-    zero past the matrix (`S.shard_vector` pads and places a vector or matrix).
+    Built by `shard` (from a whole matrix) or `shard_from_rows` (each process from its own
+    rows). Dense operands sharded by rows over the same axis (`S.sharding`) must divide
+    evenly over its devices, so the sharded ones have `S.padded_shape` rows: `m` and `n`
+    rounded up to a multiple of the device count, zero past the matrix (`S.shard_vector`
+    pads and places a vector or matrix, `S.unpad` slices a result back). An operand with
+    the matrix's own number of rows is padded inside and gives a result with the matrix's
+    own number of rows.
     """
 
     data: eqx.AbstractVar[jax.Array]
@@ -50,6 +54,10 @@ class ShardedMatrix(eqx.Module):
     @property
     def dtype(self) -> np.dtype:
         return self.data.dtype
+
+    @property
+    def ndim(self) -> int:
+        return 2
 
     @property
     def devices(self) -> int:
@@ -72,7 +80,7 @@ class ShardedMatrix(eqx.Module):
         `padded_shape` and placed with `sharding` (jit-able).
 
         A length of `n` is taken as an operand of `S @ x`, one of `m` as an operand of
-        `x @ S`; slice results back with `y[:m]`.
+        `x @ S`; `S.unpad(y)` slices results back.
         """
         array = jnp.asarray(vector)
         m, n = self.shape
@@ -85,6 +93,25 @@ class ShardedMatrix(eqx.Module):
         rows = padded_n if array.shape[0] == n else padded_m
         pad = [(0, rows - array.shape[0])] + [(0, 0)] * (array.ndim - 1)
         return jax.device_put(jnp.pad(array, pad), self.sharding)
+
+    def unpad(self, result) -> jax.Array:
+        """The first `m` rows of a result of `S @ x`, `(padded_m,)` or `(padded_m, k)`
+        (`S.T.unpad(u)` cuts a result of `x @ S` to `n`), jit-able.
+
+        Where `m` divides evenly over the devices nothing is cut and the result stays
+        sharded. Otherwise the rows cannot stay split evenly: on a mesh axis of type
+        `Explicit` (`jax.make_mesh`'s default), where a plain `y[:m]` raises
+        `ShardingTypeError`, the result is replicated over the axis; on an `Auto` axis
+        XLA places it.
+        """
+        array = jnp.asarray(result)
+        padded_m = self.padded_shape[0]
+        if array.ndim not in (1, 2) or array.shape[0] != padded_m:
+            raise ValueError(
+                f"`result` must have shape ({padded_m},) or ({padded_m}, k) (`padded_shape[0]` "
+                f"rows, as `S @ x` gives), got {array.shape}."
+            )
+        return _first_rows(array, self.shape[0], self.mesh, self.axis)
 
     def exchanged_bytes(self, columns: int = 1, dtype=None) -> int:
         """Bytes one product sends between devices, summed over all pairs, by the plan.
@@ -101,11 +128,36 @@ class ShardedMatrix(eqx.Module):
         """The same structure and placement holding new (sharded) values `data`."""
         return eqx.tree_at(lambda matrix: matrix.data, self, data)
 
+    @property
+    def T(self) -> "ShardedMatrix":
+        """The transpose: a view on the same shards whose products are the transposed
+        products (`S.T @ x == x @ S`), with no data moved."""
+        return ShardedTranspose(self)
+
+    def transpose(self) -> "ShardedMatrix":
+        return self.T
+
+    @abc.abstractmethod
+    def unshard(self):
+        """The same matrix as one `DIAMatrix` or `CSRMatrix` (not sharded), jit-able in
+        the values and differentiable in them; a CSR structure must be concrete. On a
+        mesh over several processes, every process must call it."""
+
+    def todense(self) -> jax.Array:
+        """The dense `(m, n)` matrix (replicated over the mesh)."""
+        return self.unshard().todense()
+
+    def to_scipy(self):
+        """The matrix as a scipy.sparse array on this host (gathered from every process
+        when the mesh spans several: every process must call it then)."""
+        whole = jax.tree.map(host_array, self.unshard())
+        return whole.to_scipy()
+
     def __matmul__(self, other):
-        return self._product(other, transposed=False)
+        return matmul(self, other)
 
     def __rmatmul__(self, other):
-        return self._product(other, transposed=True)
+        return matmul(other, self)
 
     def __mul__(self, scalar):
         return self.with_data(self.data * _as_scalar(scalar, "*"))
@@ -121,28 +173,31 @@ class ShardedMatrix(eqx.Module):
     # Make numpy arrays defer to `__rmatmul__` (`x @ S` with `x` a numpy array).
     __array_ufunc__ = None
 
-    def _product(self, other, *, transposed: bool) -> jax.Array:
-        dense = jnp.asarray(other)
-        if dense.ndim not in (1, 2):
-            raise ValueError(f"matmul: the dense operand must be 1-D or 2-D, got {dense.shape}.")
-        padded_m, padded_n = self.padded_shape
-        rows = padded_m if transposed else padded_n
-        inner = dense.shape[-1] if transposed else dense.shape[0]
-        if inner != rows:
-            raise ValueError(
-                f"matmul: dimension mismatch: a sharded matrix of shape {self.shape} over "
-                f"{self.devices} devices takes operands with {rows} rows (padded to whole "
-                f"blocks), got shape {dense.shape}; `S.shard_vector(x)` pads and places one."
-            )
-        dtype = jnp.result_type(self.dtype, dense.dtype)
-        columns = dense.astype(dtype)
-        columns = columns.T if transposed else columns
-        columns = columns[:, None] if dense.ndim == 1 else columns
-        row_spec = P(self.axis, None)
-        local = functools.partial(
-            self._local_product, transposed=transposed, backend=resolve_backend(None)
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(shape={self.shape}, dtype={leaf_dtype_name(self.data)}, "
+            f"{self._repr_structure()}devices={self.devices} on axis {self.axis!r}, "
+            f"{self.plan.summary()})"
         )
-        leaves = self._leaves(dtype)
+
+    def _repr_structure(self) -> str:
+        return ""
+
+    def _sharded_product(self, data, columns, *, transposed: bool, backend: str) -> jax.Array:
+        """`S @ columns` (`S^T @ columns` if `transposed`): `columns` 2-D with the padded or
+        the matrix's own number of rows, `data` the values in the product's dtype.
+
+        The formats define what runs on each device: `_leaves(data)` (the arrays it takes),
+        `_leaf_specs()` (their `PartitionSpec`s) and `_local_product` (its exchange and
+        product, under `jax.shard_map`)."""
+        padded_m, padded_n = self.padded_shape
+        m, n = self.shape
+        padded_rows, out_rows = (padded_m, n) if transposed else (padded_n, m)
+        own_length = columns.shape[0] != padded_rows
+        if own_length:
+            columns = jnp.pad(columns, ((0, padded_rows - columns.shape[0]), (0, 0)))
+        row_spec = P(self.axis, None)
+        local = functools.partial(self._local_product, transposed=transposed, backend=backend)
         out = jax.shard_map(
             local,
             mesh=self.mesh,
@@ -151,21 +206,96 @@ class ShardedMatrix(eqx.Module):
             # The library's product primitives carry no varying-axes types (their abstract
             # evaluation knows nothing of meshes), so JAX's check of them is turned off.
             check_vma=False,
-        )(leaves, columns)
-        out = out[:, 0] if dense.ndim == 1 else out
-        return out.T if transposed else out
+        )(self._leaves(data), _rows_placed(columns, self.mesh, self.axis))
+        return _first_rows(out, out_rows, self.mesh, self.axis) if own_length else out
 
-    @abc.abstractmethod
-    def _leaves(self, dtype) -> tuple:
-        """The arrays each device's product takes, values cast to `dtype`."""
 
-    @abc.abstractmethod
-    def _leaf_specs(self) -> tuple:
-        """The `PartitionSpec` of each of `_leaves`."""
+def _is_explicit(mesh, axis: str) -> bool:
+    return mesh.axis_types[mesh.axis_names.index(axis)] == jax.sharding.AxisType.Explicit
 
-    @abc.abstractmethod
-    def _local_product(self, leaves, columns, *, transposed: bool, backend: str):
-        """One device's exchange and product, under `jax.shard_map`."""
+
+def _rows_placed(columns, mesh, axis: str) -> jax.Array:
+    """`columns` sharded by rows over `axis`, as the product's `shard_map` takes them: an
+    `Explicit` axis needs the operand's type to say so; on an `Auto` one `shard_map` moves
+    it itself."""
+    if _is_explicit(mesh, axis):
+        return jax.sharding.reshard(columns, NamedSharding(mesh, P(axis, None)))
+    return columns
+
+
+def _first_rows(array, rows: int, mesh, axis: str) -> jax.Array:
+    """`array[:rows]`; replicated over `axis` when that is an `Explicit` axis that `rows`
+    does not divide (explicit shardings must divide evenly)."""
+    if array.shape[0] == rows:
+        return array
+    if _is_explicit(mesh, axis) and rows % mesh.shape[axis]:
+        replicated = NamedSharding(mesh, P(*[None] * array.ndim))
+        return jax.sharding.reshard(array, replicated)[:rows]
+    return array[:rows]
+
+
+@sparse_times_dense.register(ShardedMatrix)
+def _sharded_times_dense(matrix, data, columns, *, transposed: bool, backend: str):
+    return matrix._sharded_product(data, columns, transposed=transposed, backend=backend)
+
+
+@operand_rows.register(ShardedMatrix)
+def _sharded_operand_rows(matrix, *, transposed: bool) -> tuple[int, ...]:
+    padded_m, padded_n = matrix.padded_shape
+    m, n = matrix.shape
+    return (m, padded_m) if transposed else (n, padded_n)
+
+
+class ShardedTranspose(ShardedMatrix):
+    """`S.T` for a sharded matrix `S`: the same shards, products transposed.
+
+    Its operands are sharded like `S`'s results and the other way round, so
+    `padded_shape` is `S`'s reversed; `S.T.T` is `S`.
+    """
+
+    parent: ShardedMatrix
+
+    @property
+    def data(self) -> jax.Array:
+        return self.parent.data
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.parent.shape[::-1]
+
+    @property
+    def mesh(self) -> jax.sharding.Mesh:
+        return self.parent.mesh
+
+    @property
+    def axis(self) -> str:
+        return self.parent.axis
+
+    @property
+    def plan(self) -> HaloPlan | ColumnPlan:
+        return self.parent.plan
+
+    @property
+    def padded_shape(self) -> tuple[int, int]:
+        return self.parent.padded_shape[::-1]
+
+    @property
+    def T(self) -> ShardedMatrix:
+        return self.parent
+
+    def with_data(self, data) -> "ShardedTranspose":
+        return ShardedTranspose(self.parent.with_data(data))
+
+    def unshard(self):
+        return self.parent.unshard().T
+
+    def __repr__(self) -> str:
+        return f"ShardedTranspose(shape={self.shape}, of {self.parent!r})"
+
+    def _sharded_product(self, data, columns, *, transposed: bool, backend: str) -> jax.Array:
+        return self.parent._sharded_product(
+            data, columns, transposed=not transposed, backend=backend
+        )
 
 
 class ShardedDIAMatrix(ShardedMatrix):
@@ -187,8 +317,14 @@ class ShardedDIAMatrix(ShardedMatrix):
     axis: str = eqx.field(static=True)
     plan: HaloPlan = eqx.field(static=True)
 
-    def _leaves(self, dtype) -> tuple:
-        return (self.data.astype(dtype),)
+    def unshard(self) -> DIAMatrix:
+        return unshard_dia(replicated(self.data, self.mesh), self.offsets, self.shape, self.plan)
+
+    def _repr_structure(self) -> str:
+        return f"offsets={self.offsets}, "
+
+    def _leaves(self, data) -> tuple:
+        return (data,)
 
     def _leaf_specs(self) -> tuple:
         return (P(None, self.axis),)
@@ -228,8 +364,24 @@ class ShardedCSRMatrix(ShardedMatrix):
     axis: str = eqx.field(static=True)
     plan: ColumnPlan = eqx.field(static=True)
 
-    def _leaves(self, dtype) -> tuple:
-        return (self.data.astype(dtype), self.indices, self.indptr, self.send_positions)
+    def unshard(self) -> CSRMatrix:
+        if not is_concrete(self.indices, self.indptr, self.send_positions):
+            raise TypeError(
+                "`unshard` needs a sharded CSR matrix with a concrete structure: it is "
+                "rebuilt on the host. Call it outside `jit`, or close over the matrix."
+            )
+        return unshard_csr(
+            replicated(self.data, self.mesh),
+            self.indices,
+            self.indptr,
+            self.send_positions,
+            self.shape,
+            self.plan,
+            self.indices.dtype,
+        )
+
+    def _leaves(self, data) -> tuple:
+        return (data, self.indices, self.indptr, self.send_positions)
 
     def _leaf_specs(self) -> tuple:
         return (P(self.axis),) * 4
@@ -282,7 +434,7 @@ def shard(matrix, mesh: jax.sharding.Mesh, axis: str) -> ShardedMatrix:
     raise TypeError(f"`matrix` must be a DIAMatrix or a CSRMatrix, got {type(matrix).__name__}.")
 
 
-def _check_mesh(mesh, axis) -> int:
+def check_mesh(mesh, axis) -> int:
     if not isinstance(mesh, jax.sharding.Mesh):
         raise TypeError(f"`mesh` must be a jax.sharding.Mesh, got {type(mesh).__name__}.")
     if axis not in mesh.axis_names:
@@ -292,7 +444,7 @@ def _check_mesh(mesh, axis) -> int:
 
 @shard.register(DIAMatrix)
 def _shard_dia(matrix: DIAMatrix, mesh: jax.sharding.Mesh, axis: str) -> ShardedDIAMatrix:
-    devices = _check_mesh(mesh, axis)
+    devices = check_mesh(mesh, axis)
     index, offsets = active_diagonals(matrix.offsets, matrix.shape)
     plan = halo_plan(offsets, matrix.shape, devices)
     data = _local_layout(matrix, index, offsets, plan)
@@ -318,7 +470,7 @@ def _local_layout(matrix: DIAMatrix, index, offsets, plan: HaloPlan) -> jax.Arra
 
 @shard.register(CSRMatrix)
 def _shard_csr(matrix: CSRMatrix, mesh: jax.sharding.Mesh, axis: str) -> ShardedCSRMatrix:
-    devices = _check_mesh(mesh, axis)
+    devices = check_mesh(mesh, axis)
     if not is_concrete(matrix.indices, matrix.indptr):
         raise TypeError(
             "`shard` needs a CSR matrix with concrete `indices` and `indptr`: its "

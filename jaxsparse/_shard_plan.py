@@ -186,65 +186,115 @@ def column_plan(
     row_block, column_block = block_size(m, devices), block_size(n, devices)
     indices, indptr = np.asarray(indices, np.int64), np.asarray(indptr, np.int64)
     starts = indptr[np.minimum(np.arange(devices + 1) * row_block, m)]
-    entries_per_block = max(1, int(np.max(np.diff(starts))))
-    # needs[p][q]: sorted columns of block q that the rows of device p touch.
-    needs = []
+    blocks = [indices[starts[p] : starts[p + 1]] for p in range(devices)]
+    needs = [block_needs(columns, p, column_block, devices) for p, columns in enumerate(blocks)]
+    plan = plan_from_needs(needs, [len(columns) for columns in blocks], shape, devices)
+    width = plan.entries_per_block
+    entry_source = np.full((devices, width), -1, np.int64)
+    local_indices = np.empty((devices, width), np.int64)
+    local_indptr = np.empty((devices, row_block + 1), np.int64)
     for p in range(devices):
-        columns = np.unique(indices[starts[p] : starts[p + 1]])
-        owners = columns // column_block
-        needs.append([columns[owners == q] for q in range(devices)])
+        entry_source[p, : len(blocks[p])] = np.arange(starts[p], starts[p + 1])
+        rows = np.arange(p * row_block, (p + 1) * row_block + 1)
+        block_indptr = indptr[np.minimum(rows, m)] - starts[p]
+        local_indices[p], local_indptr[p] = local_structure(
+            plan, p, blocks[p], block_indptr, needs[p]
+        )
+    arrays = ColumnPlanArrays(
+        entry_source, local_indices, local_indptr, send_positions(plan, needs)
+    )
+    return plan, arrays
+
+
+def block_needs(columns: np.ndarray, p: int, column_block: int, devices: int) -> list:
+    """`needs[q]`: the sorted columns of operand block `q` that device `p`'s entries
+    (`columns`, global column indices) touch; empty for `q == p` (its own block is local)."""
+    columns = np.unique(np.asarray(columns, np.int64))
+    owners = columns // column_block
+    empty = np.zeros(0, np.int64)
+    return [columns[owners == q] if q != p else empty for q in range(devices)]
+
+
+def plan_from_needs(
+    needs: list, entries: list[int], shape: tuple[int, int], devices: int
+) -> ColumnPlan:
+    """The `ColumnPlan` from every device's `block_needs` and its number of entries.
+
+    Only this (the columns each block touches outside itself, and the entry counts)
+    needs to be known about other devices' rows, which is what lets each process of a
+    multi-process mesh build its blocks from its own rows (`shard_from_rows`).
+    """
+    m, n = shape
+    row_block, column_block = block_size(m, devices), block_size(n, devices)
     lengths = {}
     for p in range(devices):
         for q in range(devices):
             if q != p and len(needs[p][q]):
                 lengths[q - p] = max(lengths.get(q - p, 0), len(needs[p][q]))
     shifts = tuple(sorted(lengths.items()))
+    entries_per_block = max(1, int(max(entries)))
     plan = ColumnPlan(devices, row_block, column_block, entries_per_block, shifts, False)
     if 2 * plan.exchanged_rows() >= devices * (devices - 1) * column_block and devices > 1:
         plan = dataclasses.replace(plan, shifts=(), all_gather=True)
-    arrays = _column_plan_arrays(plan, indices, indptr, starts, needs, m)
-    return plan, arrays
+    return plan
 
 
-def _column_plan_arrays(plan, indices, indptr, starts, needs, m) -> ColumnPlanArrays:
-    devices, row_block, column_block = plan.devices, plan.row_block, plan.column_block
-    width = plan.entries_per_block
-    zero_row = plan.buffer - 1
-    entry_source = np.full((devices, width), -1, np.int64)
-    local_indices = np.full((devices, width), zero_row, np.int64)
-    local_indptr = np.zeros((devices, row_block + 1), np.int64)
-    send_positions = np.zeros((devices, plan.sent_per_device), np.int64)
-    segment_start = {}
-    start = column_block
+def local_structure(
+    plan: ColumnPlan, p: int, columns: np.ndarray, block_indptr: np.ndarray, needs_of_p: list
+) -> tuple[np.ndarray, np.ndarray]:
+    """Device `p`'s local CSR structure: `(local_indices, local_indptr)`, of lengths
+    `plan.entries_per_block` and `plan.row_block + 1`.
+
+    **Arguments:**
+
+    - `columns`: the global columns of its entries, row after row.
+    - `block_indptr`: `(row_block + 1,)` row pointers into `columns` (rows past the matrix
+      empty).
+    - `needs_of_p`: its `block_needs`.
+    """
+    width, zero_row = plan.entries_per_block, plan.buffer - 1
+    columns = np.asarray(columns, np.int64)
+    local_indices = np.full(width, zero_row, np.int64)
+    if plan.all_gather:
+        local_indices[: len(columns)] = columns
+    else:
+        local_indices[: len(columns)] = _buffer_rows(columns, p, needs_of_p, plan)
+    local_indptr = np.asarray(block_indptr, np.int64).copy()
+    # The padding slots sit in the last local row, after its entries.
+    local_indptr[-1] = width
+    return local_indices, local_indptr
+
+
+def send_positions(plan: ColumnPlan, needs: list) -> np.ndarray:
+    """`(devices, sent_per_device)`: the rows of its own block each device sends, shift
+    after shift (zeros past a shorter list)."""
+    devices, column_block = plan.devices, plan.column_block
+    positions = np.zeros((devices, plan.sent_per_device), np.int64)
+    if plan.all_gather:
+        return positions
+    start = 0
     for shift, length in plan.shifts:
-        segment_start[shift] = start
+        for p in range(devices):
+            q = p + shift
+            if 0 <= q < devices:
+                wanted = needs[p][q] - q * column_block
+                positions[q, start : start + len(wanted)] = wanted
         start += length
-    for p in range(devices):
-        count = starts[p + 1] - starts[p]
-        entry_source[p, :count] = np.arange(starts[p], starts[p + 1])
-        columns = indices[starts[p] : starts[p + 1]]
-        if plan.all_gather:
-            local_indices[p, :count] = columns
-        else:
-            local_indices[p, :count] = _buffer_rows(columns, p, needs[p], segment_start, plan)
-        rows = np.arange(p * row_block, (p + 1) * row_block + 1)
-        local_indptr[p] = indptr[np.minimum(rows, m)] - starts[p]
-        # The padding slots sit in the last local row, after its entries.
-        local_indptr[p, -1] = width
-    if not plan.all_gather:
-        position = 0
-        for shift, length in plan.shifts:
-            for p in range(devices):
-                q = p + shift
-                if 0 <= q < devices:
-                    wanted = needs[p][q] - q * column_block
-                    send_positions[q, position : position + len(wanted)] = wanted
-            position += length
-    return ColumnPlanArrays(entry_source, local_indices, local_indptr, send_positions)
+    return positions
 
 
-def _buffer_rows(columns, p, needs_of_p, segment_start, plan) -> np.ndarray:
+def _segment_starts(plan: ColumnPlan) -> dict[int, int]:
+    """Where each shift's received rows start in a device's buffer."""
+    starts, start = {}, plan.column_block
+    for shift, length in plan.shifts:
+        starts[shift] = start
+        start += length
+    return starts
+
+
+def _buffer_rows(columns, p, needs_of_p, plan) -> np.ndarray:
     """Each column's row in device `p`'s buffer (own block first, then received segments)."""
+    segment_start = _segment_starts(plan)
     owners = columns // plan.column_block
     rows = columns - p * plan.column_block
     for q, wanted in enumerate(needs_of_p):
