@@ -201,8 +201,8 @@ ffi::Error Factor(ffi::ThreadPool& pool, const ffi::AnyBuffer& data,
   Bandwidths(offsets, n, kl, ku);
   const int64_t rows = 2 * kl + ku + 1;
   if (band_dims[band_dims.size() - 2] != rows || band_dims.back() != n) {
-    return ffi::Error::InvalidArgument("banded LU: the band must be (..., " +
-                                       std::to_string(rows) + ", " + std::to_string(n) + ")");
+    return ffi::Error::InvalidArgument("banded LU: the band must be (..., " + std::to_string(rows) +
+                                       ", " + std::to_string(n) + ")");
   }
   if (band->element_type() != data.element_type()) {
     return ffi::Error::InvalidArgument("banded LU: the band must have the values' dtype");
@@ -233,7 +233,8 @@ ffi::Error Factor(ffi::ThreadPool& pool, const ffi::AnyBuffer& data,
         const int64_t lo = std::max<int64_t>(0, offset), hi = std::min(n, n + offset);
         std::copy(member + d * n + lo, member + d * n + hi, band_values + (kv - offset) * n + lo);
       }
-      WithBand(band_values, n, kl, ku, [&](auto a) { all_info[b] = FactorBand(a, all_pivots + b * n); });
+      WithBand(band_values, n, kl, ku,
+               [&](auto a) { all_info[b] = FactorBand(a, all_pivots + b * n); });
     }
   });
   return ffi::Error::Success();
