@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from helpers import CSR_MATRICES, cases, tolerance
+from helpers import CSR_MATRICES, slow_unless, tolerance
 from lowering import KERNEL_CALLS, NEEDS_CROSS_LOWERING, lower
 
 from jaxsparse.kernels import mosaic_tpu_csr, triton_csr
@@ -76,8 +76,22 @@ def _check_all_kernels(family, matrix, k, dtype, block_sizes, rng):
         np.testing.assert_allclose(_host(got), want, rtol=tol, atol=tol * scale, err_msg=name)
 
 
-@pytest.mark.parametrize("family", FAMILIES)
-@pytest.mark.parametrize("case", cases(CSR_MATRICES))
+# The fast suite keeps two structures per family (one with long rows, one with empty
+# rows); the rest run in `make test-slow`.
+_FAST_STRUCTURES = ("csr-power-law", "csr-empty-rows")
+STRUCTURE_CASES = [
+    pytest.param(
+        case,
+        family,
+        id=f"{case.name}-{family}",
+        marks=slow_unless(case.name in _FAST_STRUCTURES),
+    )
+    for case in CSR_MATRICES
+    for family in FAMILIES
+]
+
+
+@pytest.mark.parametrize(("case", "family"), STRUCTURE_CASES)
 def test_structures(case, family):
     rng = np.random.default_rng(0)
     matrix, _ = case.make(rng, jnp.float32)
@@ -99,7 +113,20 @@ DTYPE_CASE_IDS = [f"{jnp.dtype(d).name}-{np.dtype(i).name}-k{k}-{f}" for d, i, k
 POWER_LAW = next(case for case in CSR_MATRICES if case.structure == "power-law")
 
 
-@pytest.mark.parametrize(("dtype", "index_dtype", "k", "family"), DTYPE_CASES, ids=DTYPE_CASE_IDS)
+# Fast: float32 with int32 indices, float64 with int64, bfloat16 on Mosaic TPU; the rest
+# run in `make test-slow`.
+_FAST_DTYPES = {(jnp.float32, np.int32), (jnp.float64, np.int64)}
+DTYPE_PARAMS = [
+    pytest.param(
+        *case,
+        id=case_id,
+        marks=slow_unless(case[3] == "mosaic_tpu" or (case[0], case[1]) in _FAST_DTYPES),
+    )
+    for case, case_id in zip(DTYPE_CASES, DTYPE_CASE_IDS, strict=True)
+]
+
+
+@pytest.mark.parametrize(("dtype", "index_dtype", "k", "family"), DTYPE_PARAMS)
 def test_dtypes(dtype, index_dtype, k, family):
     module, platform, small_blocks, _ = FAMILIES[family]
     assert module.supports(dtype, platform)

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import MATRICES, assert_close, random_values, tolerance
+from helpers import MATRICES, assert_close, random_values, slow_unless, tolerance
 
 import jaxsparse as js
 
@@ -16,7 +16,18 @@ import jaxsparse as js
 # matrix of each format.
 _EXTRA = [case for case in MATRICES if case.name in ("dia-tall-beyond-matrix", "csr-power-law")]
 CASES = [
-    *[pytest.param(case, jnp.float32, 5, id=f"{case.name}-float32-k5") for case in MATRICES],
+    *[
+        pytest.param(
+            case,
+            jnp.float32,
+            5,
+            id=f"{case.name}-float32-k5",
+            marks=slow_unless(
+                case.fmt == "dia" or case.name in ("csr-power-law", "csr-empty-rows")
+            ),
+        )
+        for case in MATRICES
+    ],
     *[pytest.param(case, jnp.float32, None, id=f"{case.name}-float32-vector") for case in _EXTRA],
     *[pytest.param(case, jnp.bfloat16, 5, id=f"{case.name}-bfloat16-k5") for case in _EXTRA],
 ]

@@ -114,6 +114,8 @@ def test_a_killed_process_makes_its_peer_fail_fast(tmp_path, mode):
     print(f"the survivor ended {elapsed:.1f} s after its peer was killed")
 
 
+# The two-process checks above cover the same path; the example runs in `make test-slow`.
+@pytest.mark.slow
 def test_sharded_poisson_example_as_two_processes():
     env = {key: value for key, value in os.environ.items() if key != "XLA_FLAGS"}
     result = subprocess.run(

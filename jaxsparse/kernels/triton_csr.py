@@ -479,7 +479,7 @@ def _matmul_t_rows_kernel(
             & (mask & ~outside)[None, :, :, None]
             & k_mask[None, None, None],
         )
-        return bad | jnp.max(outside.astype(jnp.int32))
+        return bad | jnp.max(jnp.max(outside.astype(jnp.int32), axis=1))
 
     num_steps = ((jnp.max(lengths) + tiles.lanes - 1) // tiles.lanes).astype(jnp.int32)
     bad = lax.fori_loop(0, num_steps, step, jnp.max(bad_rows.astype(jnp.int32)))
