@@ -295,10 +295,10 @@ def _count_long_rows(long_ref, block, lengths, tiles: _Tiles, bad_rows=None):
 
 
 def _matmul_rows_kernel(
-    indptr_ref, indices_ref, data_ref, x_ref, out_ref, long_ref, *, tiles: _Tiles, shared_x
+    indptr_ref, indices_ref, data_ref, x_ref, out_ref, long_ref, *, tiles: _Tiles, shared
 ):
     """Rows block `program_id(0)`, k-block `program_id(1)`, batch block `program_id(2)`:
-    `data` `(batch, nnz)`, `x` `(n, k)` if `shared_x` else `(batch, n, k)`, `out`
+    `data` `(batch, nnz)`, `x` `(n, k)` if `shared` else `(batch, n, k)`, `out`
     `(batch, m, k)`; `long_ref` `(blocks,)` counts the rows left to the long-row kernel."""
     block = pl.program_id(0)
     k_cols, k_mask, out_k = _k_columns(tiles, pl.program_id(1))
@@ -318,7 +318,7 @@ def _matmul_rows_kernel(
             mask=member_mask[:, None, None] & mask[None],
             other=0,
         )
-        x_rows = _gather(x_ref, not shared_x, members, member_mask, cols, mask, k_cols, k_mask)
+        x_rows = _gather(x_ref, not shared, members, member_mask, cols, mask, k_cols, k_mask)
         products = vals.astype(acc_dtype)[..., None] * x_rows.astype(acc_dtype)
         return acc + jnp.sum(products, axis=2), bad | (jnp.max(outside.astype(jnp.int32), 1) > 0)
 
@@ -343,7 +343,7 @@ def _matmul_rows_kernel(
         return acc + jnp.sum(products, axis=1), bad | (jnp.max(outside.astype(jnp.int32), 1) > 0)
 
     num_steps = ((jnp.max(lengths) + tiles.lanes - 1) // tiles.lanes).astype(jnp.int32)
-    if tiles.batch == 1 and shared_x:
+    if tiles.batch == 1 and shared:
         shape = (tiles.block_rows,) if tiles.k == 1 else (tiles.block_rows, tiles.block_k)
         acc, bad = lax.fori_loop(
             0, num_steps, one_matrix_step, (jnp.zeros(shape, acc_dtype), bad_rows)
@@ -402,7 +402,7 @@ def _for_each_long_row(indptr_ref, long_ref, tiles: _Tiles, body, skip=False):
 
 
 def _matmul_long_rows_kernel(
-    indptr_ref, indices_ref, data_ref, x_ref, long_ref, _, out_ref, *, tiles: _Tiles, shared_x
+    indptr_ref, indices_ref, data_ref, x_ref, long_ref, _, out_ref, *, tiles: _Tiles, shared
 ):
     """The rows longer than `row_cap`: program `program_id(0)` walks those of the blocks it
     owns, `long_lanes` entries per step; `out` is the row-block kernel's output."""
@@ -423,7 +423,7 @@ def _matmul_long_rows_kernel(
                 mask=member_mask[:, None] & mask[None],
                 other=0,
             )
-            x_rows = _gather(x_ref, not shared_x, members, member_mask, cols, mask, k_cols, k_mask)
+            x_rows = _gather(x_ref, not shared, members, member_mask, cols, mask, k_cols, k_mask)
             products = vals.astype(acc_dtype)[..., None] * x_rows.astype(acc_dtype)
             return acc + jnp.sum(products, axis=1), bad | jnp.max(outside.astype(jnp.int32))
 
@@ -444,7 +444,7 @@ def _matmul_long_rows_kernel(
 
 
 def _matmul_t_rows_kernel(
-    indptr_ref, indices_ref, data_ref, g_ref, _, out_ref, long_ref, *, tiles: _Tiles, shared_g
+    indptr_ref, indices_ref, data_ref, g_ref, _, out_ref, long_ref, *, tiles: _Tiles, shared
 ):
     """Rows block `program_id(0)` of `A`, k-block `program_id(1)`, batch block
     `program_id(2)`: adds `data[p] * g[row(p)]` to `out[indices[p]]` for the block's short
@@ -458,7 +458,7 @@ def _matmul_t_rows_kernel(
     lengths = jnp.where(is_long, 0, lengths)
     rows = jnp.minimum(out_rows, tiles.m - 1)
     acc_dtype = accumulation_dtype(out_ref.dtype)
-    g_rows = _gather(g_ref, not shared_g, members, member_mask, rows, row_mask, k_cols, k_mask)
+    g_rows = _gather(g_ref, not shared, members, member_mask, rows, row_mask, k_cols, k_mask)
     g_rows = g_rows.astype(acc_dtype)[:, :, None, :]
     lane = jnp.arange(tiles.lanes, dtype=starts.dtype)[None, :]
 
@@ -487,7 +487,7 @@ def _matmul_t_rows_kernel(
 
 
 def _matmul_t_long_rows_kernel(
-    indptr_ref, indices_ref, data_ref, g_ref, long_ref, invalid_ref, _, out_ref, *, tiles, shared_g
+    indptr_ref, indices_ref, data_ref, g_ref, long_ref, invalid_ref, _, out_ref, *, tiles, shared
 ):
     """The long rows of `A`, `long_lanes` entries per step, scattered into the row-block
     kernel's output `out`; or, where `invalid_ref[0]` says a bound or a column was invalid,
@@ -502,7 +502,7 @@ def _matmul_t_long_rows_kernel(
         lane = jnp.arange(tiles.long_lanes, dtype=start.dtype)
         row_ids = jnp.full((1,), row, jnp.int32)
         g_row = _gather(
-            g_ref, not shared_g, members, member_mask, row_ids, row_ids >= 0, k_cols, k_mask
+            g_ref, not shared, members, member_mask, row_ids, row_ids >= 0, k_cols, k_mask
         )
         g_row = g_row.astype(acc_dtype)
 
@@ -747,28 +747,45 @@ def csr_matmul_triton(
     **Returns:** `(m, k)` array in `x`'s dtype (`(B, m, k)` for a batch); NaN in the rows
     of an invalid structure (see the module docstring).
     """
+    kernels = (_matmul_rows_kernel, _matmul_long_rows_kernel)
+    options = dict(interpret=interpret, platform=platform, block_sizes=block_sizes)
+    return _product(kernels, "csr_matmul", data, x, indices, indptr, shape, **options)
+
+
+def _product(kernels, name, data, dense, indices, indptr, shape, **options):
+    """`A @ dense` (`name` `"csr_matmul"`, `dense` `(n, k)`) or `A.T @ dense`
+    (`"csr_matmul_t"`, `(m, k)`) by the two `kernels`, with the batch axis of the product
+    contract; the transposed product scatters into a zeroed result and poisons it all
+    for an invalid structure."""
     m, n = shape
+    transposed = name == "csr_matmul_t"
+    inner, outer = (m, n) if transposed else (n, m)
     check_structure(data, indices, indptr, shape)
     batch = data.shape[0] if data.ndim == 2 else None
-    check_dense("x", x, n, data.dtype, batch)
-    k, nnz = x.shape[-1], indices.shape[0]
+    check_dense("g" if transposed else "x", dense, inner, data.dtype, batch)
+    k, nnz = dense.shape[-1], indices.shape[0]
     lead = data.shape[:-1]
     if m == 0 or k == 0 or nnz == 0 or n == 0 or 0 in lead:
-        return jnp.zeros((*lead, m, k), x.dtype)
+        return jnp.zeros((*lead, outer, k), dense.dtype)
     tiles, block_sizes = _tiles(
-        platform, interpret, block_sizes, shape=shape, nnz=nnz, k=k, batch=batch or 1
+        options["platform"],
+        options["interpret"],
+        options["block_sizes"],
+        shape=shape,
+        nnz=nnz,
+        k=k,
+        batch=batch or 1,
     )
-    kernels = (
-        functools.partial(kernel, tiles=tiles, shared_x=x.ndim == 2)
-        for kernel in (_matmul_rows_kernel, _matmul_long_rows_kernel)
-    )
+    out_shape = (batch or 1, outer, k)
+    extra = dict(poison_all=True, initial=jnp.zeros(out_shape, dense.dtype)) if transposed else {}
     out = _two_kernels(
-        *kernels,
-        (indptr, indices, data.reshape(batch or 1, -1), x),
-        jax.ShapeDtypeStruct((batch or 1, m, k), x.dtype),
+        *(functools.partial(kernel, tiles=tiles, shared=dense.ndim == 2) for kernel in kernels),
+        (indptr, indices, data.reshape(batch or 1, -1), dense),
+        jax.ShapeDtypeStruct(out_shape, dense.dtype),
         tiles,
         pl.cdiv(k, tiles.block_k),
-        (interpret, block_sizes, "csr_matmul"),
+        (options["interpret"], block_sizes, name),
+        **extra,
     )
     return out if batch else out[0]
 
@@ -816,32 +833,9 @@ def csr_matmul_t_triton(
             platform=platform,
             block_sizes=block_sizes,
         )
-    m, n = shape
-    check_structure(data, indices, indptr, shape)
-    batch = data.shape[0] if data.ndim == 2 else None
-    check_dense("g", g, m, data.dtype, batch)
-    k, nnz = g.shape[-1], indices.shape[0]
-    lead = data.shape[:-1]
-    if m == 0 or k == 0 or nnz == 0 or n == 0 or 0 in lead:
-        return jnp.zeros((*lead, n, k), g.dtype)
-    tiles, block_sizes = _tiles(
-        platform, interpret, block_sizes, shape=shape, nnz=nnz, k=k, batch=batch or 1
-    )
-    kernels = (
-        functools.partial(kernel, tiles=tiles, shared_g=g.ndim == 2)
-        for kernel in (_matmul_t_rows_kernel, _matmul_t_long_rows_kernel)
-    )
-    out = _two_kernels(
-        *kernels,
-        (indptr, indices, data.reshape(batch or 1, -1), g),
-        jax.ShapeDtypeStruct((batch or 1, n, k), g.dtype),
-        tiles,
-        pl.cdiv(k, tiles.block_k),
-        (interpret, block_sizes, "csr_matmul_t"),
-        poison_all=True,
-        initial=jnp.zeros((batch or 1, n, k), g.dtype),
-    )
-    return out if batch else out[0]
+    kernels = (_matmul_t_rows_kernel, _matmul_t_long_rows_kernel)
+    options = dict(interpret=interpret, platform=platform, block_sizes=block_sizes)
+    return _product(kernels, "csr_matmul_t", data, g, indices, indptr, shape, **options)
 
 
 def csr_sddmm_triton(
