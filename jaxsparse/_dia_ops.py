@@ -12,16 +12,9 @@ choice of implementation come from `_primitive.product_family`.
 The `native` family (`kernels/native_dia.py`) takes any number of diagonals (the offsets
 are an attribute of one kernel call) and a whole batch in one call. The gradient step in
 `data` and `x` together (the `pullback` primitive) runs the sampled and the transposed
-kernels one after the other: a kernel doing both in one pass over the diagonals measured
-slower (forward and gradient step in a jitted loop, 5-point, k = 1, 4 * 10^6 rows: 11.3
-vs 10.3 ms; 27-point, k = 8, 10^6 rows: 43.6 vs 36.2 ms), since the streams it saves are
-small next to the diagonals read and the gradient written. Tried again on the Intel Xeon
-VM (10^6 rows, k = 8, in a jitted loop, against 16.9 + 12.2 ms for the two kernels on
-the 27-point stencil and 2.8 + 2.3 ms on the tridiagonal): one pass summing dX row by
-row over groups of four diagonals took 38-45 ms and 4.6-5.0 ms; running both kernels on
-each block of rows in turn, 37 and 5.0 ms. With many diagonals the one pass has twice
-the streams of memory in flight (the diagonals read and their gradient written), more
-than the hardware prefetchers follow.
+kernels one after the other: one pass doing both keeps twice the memory streams in
+flight (the diagonals read and their gradient written), more than the hardware
+prefetchers follow, and measured slower (`benchmarks/results/native-kernels.md`).
 """
 
 from ._backend import KERNEL_FAMILIES

@@ -67,14 +67,11 @@ def supports(dtype, platform: str) -> bool:
 def default_block_sizes(kernel: str, num_cols: int, itemsize: int = 4) -> BlockSizes:
     """The Triton DIA kernels' default tiles for a dense operand of `num_cols` columns.
 
-    Picked from a sweep on an H100 (`benchmarks/gpu_tiles.py`, 2026-11-24, JAX 0.11.2,
-    float32, 2^22 rows, 5- and 27-point stencils): the product ran fastest with 256 rows
-    and 8 warps at `k = 1` (5-point 67 us against 76 us with 1024 rows), and 128 rows at
-    larger `k` (27-point, `k = 8`: 393 us against 806 us with 1024 rows); the data gradient
-    with 256 stored columns and 4 warps up to `k = 8` (27-point, `k = 8`: 557 us against
-    10.4 ms with 1024) and 32 columns by chunks of 32 beyond (5-point, `k = 64`: 830 us).
-    A product tile holds at most 32 KiB of values: float64 at `k >= 64` takes 64 rows
-    (128 rows spilled 824 bytes of registers per thread in `make gpu-compile`).
+    Picked from `benchmarks/gpu_tiles.py` on an H100 (its figures are on the documentation's
+    performance page): the product takes 256 rows and 8 warps at `k = 1` and 128 rows at
+    larger `k`; the data gradient 256 stored columns and 4 warps up to `k = 8`, and 32
+    columns by chunks of 32 beyond. A product tile holds at most 32 KiB of values:
+    float64 at `k >= 64` takes 64 rows (128 rows spill registers in `make gpu-compile`).
 
     **Arguments:**
 
