@@ -322,45 +322,7 @@ def _matmul_rows_kernel(
         products = vals.astype(acc_dtype)[..., None] * x_rows.astype(acc_dtype)
         return acc + jnp.sum(products, axis=2), bad | (jnp.max(outside.astype(jnp.int32), 1) > 0)
 
-    def one_matrix_step(s, carry):
-        # One matrix and a shared operand: tiles without the batch axis (and, at k = 1,
-        # without the column axis), which Triton lays out without reshuffling.
-        acc, bad = carry
-        offset = s.astype(starts.dtype) * tiles.lanes + lane
-        mask = offset < lengths[:, None]
-        positions, cols, outside = _entries(indices_ref, tiles, starts[:, None] + offset, mask)
-        vals = plgpu.load(data_ref.at[0, positions], mask=mask, other=0).astype(acc_dtype)
-        if tiles.k == 1:
-            x_rows = plgpu.load(x_ref.at[cols, 0], mask=mask, other=0)
-            products = vals * x_rows.astype(acc_dtype)
-        else:
-            x_rows = plgpu.load(
-                x_ref.at[cols[:, :, None], k_cols[None, None, :]],
-                mask=mask[:, :, None] & k_mask[None, None, :],
-                other=0,
-            )
-            products = vals[:, :, None] * x_rows.astype(acc_dtype)
-        return acc + jnp.sum(products, axis=1), bad | (jnp.max(outside.astype(jnp.int32), 1) > 0)
-
     num_steps = ((jnp.max(lengths) + tiles.lanes - 1) // tiles.lanes).astype(jnp.int32)
-    if tiles.batch == 1 and shared:
-        shape = (tiles.block_rows,) if tiles.k == 1 else (tiles.block_rows, tiles.block_k)
-        acc, bad = lax.fori_loop(
-            0, num_steps, one_matrix_step, (jnp.zeros(shape, acc_dtype), bad_rows)
-        )
-        if tiles.k == 1:
-            plgpu.store(
-                out_ref.at[0, out_rows, 0],
-                _poisoned(acc, bad).astype(out_ref.dtype),
-                mask=row_mask,
-            )
-        else:
-            plgpu.store(
-                out_ref.at[0, out_rows[:, None], out_k[None, :]],
-                _poisoned(acc, bad[:, None]).astype(out_ref.dtype),
-                mask=row_mask[:, None] & k_mask[None, :],
-            )
-        return
     zeros = jnp.zeros((tiles.block_batch, tiles.block_rows, tiles.block_k), acc_dtype)
     acc, bad = lax.fori_loop(0, num_steps, step, (zeros, bad_rows))
     plgpu.store(
