@@ -12,9 +12,12 @@ Run: `flock /tmp/jaxsparse-bench.lock python benchmarks/first_calls.py`
 
 import json
 import os
-import platform
 import subprocess
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from timing import cpu_name, uptime  # noqa: E402
 
 CASES = {
     "eager D @ D (10^5 rows, 3 diagonals)": """
@@ -126,18 +129,6 @@ def run_case(body: str) -> dict:
         check=True,
     )
     return json.loads(completed.stdout.strip().splitlines()[-1])
-
-
-def uptime() -> str:
-    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
-
-
-def cpu_name() -> str:
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor()
 
 
 def main() -> None:

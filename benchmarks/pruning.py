@@ -11,8 +11,6 @@ Run: `flock /tmp/jaxsparse-bench.lock python benchmarks/pruning.py [--n 32] [--i
 
 import argparse
 import os
-import platform
-import subprocess
 import sys
 from pathlib import Path
 
@@ -22,7 +20,7 @@ import numpy as np
 import scipy.sparse.linalg
 
 sys.path.insert(0, str(Path(__file__).parent))
-from timing import blocking, streaming_bandwidth, time_call  # noqa: E402
+from timing import blocking, cpu_name, streaming_bandwidth, time_call, uptime  # noqa: E402
 
 import jaxsparse as js  # noqa: E402
 
@@ -43,18 +41,6 @@ def cg_seconds(operator, rhs, iterations: int) -> dict:
     )
     timing = time_call(blocking(solve, operator, rhs), budget_s=2.0, min_repeats=5, max_repeats=50)
     return {**timing, "solution": np.asarray(solve(operator, rhs))}
-
-
-def uptime() -> str:
-    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
-
-
-def cpu_name() -> str:
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor()
 
 
 def main(argv=None) -> None:

@@ -1,6 +1,8 @@
-"""Timing: first call (compile) apart, then the median of repeats; and the machine's
-streaming bandwidth, the ceiling beside every GB/s figure."""
+"""Timing: first call (compile) apart, then the median of repeats; and the machine: its
+streaming bandwidth, the ceiling beside every GB/s figure, its CPU and its load."""
 
+import platform
+import subprocess
 import time
 
 import jax
@@ -79,3 +81,17 @@ def streaming_bandwidth(bytes_per_array: int = 100_000_000, repeats: int = 11) -
         "numpy_add_gbs": moved / numpy_s / 1e9,
         "jax_add_new_output_gbs": moved / jax_s / 1e9,
     }
+
+
+def uptime() -> str:
+    """The load averages as `uptime` prints them: benchmarks report them before and after."""
+    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+
+
+def cpu_name() -> str:
+    """The CPU model from `/proc/cpuinfo`, else what `platform` knows."""
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor()
