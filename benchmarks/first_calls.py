@@ -5,7 +5,8 @@ the first call's time, then a second call with new values of the same signature 
 must reuse the compiled function). Cases: eager `D @ D`, `CSR.T` and `js.kron` on 10^5 rows;
 the L = 10 spin-chain Hamiltonian (Heisenberg, from `js.kron` of 2 x 2 Pauli matrices) built
 under `jit`, with the Pauli matrices built inside the jitted function (traced) and outside it
-(known values); the compilation of the gradient through 200 RK4 steps with it.
+(known values); the compilation of the gradient through 200 RK4 steps with it (built from
+known and from traced Pauli matrices).
 
 Run: `flock /tmp/jaxsparse-bench.lock python benchmarks/first_calls.py`
 """
@@ -52,6 +53,25 @@ second_call = lambda: build(2 * couplings).data
     "gradient through 200 RK4 steps (L = 10 chain, Pauli matrices outside): compile": """
 def loss(couplings, psi0):
     H = hamiltonian(couplings.astype(jnp.complex64), PAULIS_OUTSIDE)
+    dt = 0.01
+    def f(psi):
+        return -1j * (H @ psi)
+    def step(psi, _):
+        k1 = f(psi); k2 = f(psi + dt / 2 * k1); k3 = f(psi + dt / 2 * k2); k4 = f(psi + dt * k3)
+        return psi + dt / 6 * (k1 + 2 * k2 + 2 * k3 + k4), None
+    psi, _ = jax.lax.scan(step, psi0, None, length=200)
+    return jnp.abs(psi[0]) ** 2
+
+grad = jax.jit(jax.grad(loss))
+couplings = jnp.array([1.0, 1.0, 0.5], jnp.float32)
+psi0 = jnp.zeros(2 ** 10, jnp.complex64).at[1].set(1.0)
+compiled = []
+first_call = lambda: compiled.append(grad.lower(couplings, psi0).compile())
+second_call = lambda: compiled[0](couplings, psi0)
+""",
+    "gradient through 200 RK4 steps (L = 10 chain built inside, Pauli matrices too): compile": """
+def loss(couplings, psi0):
+    H = hamiltonian(couplings.astype(jnp.complex64))
     dt = 0.01
     def f(psi):
         return -1j * (H @ psi)

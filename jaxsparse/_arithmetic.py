@@ -138,18 +138,24 @@ def _same_csr_structure(a, b) -> bool:
 def _add_dia(a, b, sign: int, dtype):
     """The union of the diagonals of two DIA matrices, static."""
     offsets = tuple(sorted(set(a.offsets) | set(b.offsets)))
-    # Each diagonal is a plain sum of rows, stacked (no scatter), so that sums of many terms
-    # stay small programs that compile fast.
-    rows = []
-    for off in offsets:
-        parts = [
-            factor * matrix.data[matrix.offsets.index(off)].astype(dtype)
-            for matrix, factor in ((a, 1), (b, sign))
-            if off in matrix.offsets
-        ]
-        rows.append(parts[0] if len(parts) == 1 else parts[0] + parts[1])
-    data = jnp.stack(rows) if rows else jnp.zeros((0, a.shape[1]), dtype)
+    data = _placed_rows(a, offsets, dtype) + sign * _placed_rows(b, offsets, dtype)
     return type(a)(data, offsets, a.shape)
+
+
+def _placed_rows(matrix, offsets: tuple[int, ...], dtype) -> jax.Array:
+    """`matrix`'s diagonals at their rows among `offsets` (a superset), zero rows elsewhere.
+
+    One gather with static indices, not an operation per diagonal, so that sums of many
+    terms (and their transposes under autodiff) stay small programs that compile fast.
+    """
+    data = matrix.data.astype(dtype)
+    if matrix.offsets == offsets:
+        return data
+    missing = len(matrix.offsets)  # out of range: `take` fills the row with zeros
+    index = np.asarray(
+        [matrix.offsets.index(off) if off in matrix.offsets else missing for off in offsets]
+    )
+    return jnp.take(data, index, axis=0, mode="fill", fill_value=0)
 
 
 def multiply(a, b):

@@ -25,7 +25,7 @@ from ._coordinates import entries, select_entries
 from ._csr import CSRMatrix
 from ._csr_layout import indptr_from_counts, row_ids
 from ._dia import DIAMatrix, _validate_offsets
-from ._dia_layout import valid_rows
+from ._dia_layout import active_diagonals, valid_rows
 
 # `random` samples positions by one permutation of all `m * n` of them up to this many;
 # beyond, and at densities up to 1/4, by drawing with replacement and redrawing repeats.
@@ -482,6 +482,8 @@ def _kron_dia(A: DIAMatrix, B: DIAMatrix) -> DIAMatrix:
     (p, q), (r, s) = A.shape, B.shape
     shape = (p * r, q * s)
     dtype = jnp.result_type(A.dtype, B.dtype)
+    if r == s:
+        return _kron_dia_square(A, B, dtype)
     pairs = []
     for a, off_a in enumerate(A.offsets):
         row_a = _inside_slots(A, a)
@@ -489,14 +491,6 @@ def _kron_dia(A: DIAMatrix, B: DIAMatrix) -> DIAMatrix:
             row_b = _inside_slots(B, b)
             if row_a is not None and row_b is not None:
                 pairs.append((off_a, off_b, row_a.astype(dtype), row_b.astype(dtype)))
-    if r == s:
-        terms = collections.defaultdict(list)
-        for off_a, off_b, row_a, row_b in pairs:
-            terms[off_a * s + off_b].append(jnp.outer(row_a, row_b).reshape(-1))
-        offsets = tuple(sorted(terms))
-        rows = [sum(terms[off][1:], terms[off][0]) for off in offsets]
-        data = jnp.stack(rows) if rows else jnp.zeros((0, q * s), dtype)
-        return DIAMatrix(data, offsets, shape)
     # Each stored column `j` of `A`'s diagonal starts a diagonal of its own.
     placed = []
     for off_a, off_b, row_a, row_b in pairs:
@@ -512,6 +506,40 @@ def _kron_dia(A: DIAMatrix, B: DIAMatrix) -> DIAMatrix:
         block = row_a[columns_a][:, None] * row_b[None, :]
         data = data.at[diagonal[:, None], columns].add(block)
     return DIAMatrix(data, offsets, shape)
+
+
+def _kron_dia_square(A: DIAMatrix, B: DIAMatrix, dtype) -> DIAMatrix:
+    """`_kron_dia` for a square `B`: every pair of diagonals `(a, b)` is the outer product of
+    their rows on diagonal `a * s + b`, all pairs in one broadcast product, so a chain of
+    Kronecker products stays a few operations per factor and compiles fast."""
+    (p, q), s = A.shape, B.shape[1]
+    a_index, a_offsets = active_diagonals(A.offsets, A.shape)
+    b_index, b_offsets = active_diagonals(B.offsets, B.shape)
+    if not a_offsets or not b_offsets:
+        return DIAMatrix(jnp.zeros((0, q * s), dtype), (), (p * s, q * s))
+    rows_a = _active_slots(A, a_index).astype(dtype)
+    rows_b = _active_slots(B, b_index).astype(dtype)
+    pairs = (rows_a[:, None, :, None] * rows_b[None, :, None, :]).reshape(-1, q * s)
+    pair_offsets = (np.asarray(a_offsets)[:, None] * s + np.asarray(b_offsets)[None, :]).ravel()
+    offsets, slot = np.unique(pair_offsets, return_inverse=True)
+    if offsets.size == pair_offsets.size:
+        # Distinct offsets (the rule when `B` has no two diagonals `s` apart): a reordering.
+        order = np.argsort(pair_offsets)
+        data = pairs if np.all(order[1:] > order[:-1]) else pairs[order]
+    else:
+        data = jax.ops.segment_sum(pairs, slot.ravel(), num_segments=offsets.size)
+    return DIAMatrix(data, tuple(int(off) for off in offsets), (p * s, q * s))
+
+
+def _active_slots(matrix: DIAMatrix, index: tuple[int, ...]) -> jax.Array:
+    """The diagonals `index` of `matrix`'s `data`, slots outside the matrix zeroed."""
+    m, n = matrix.shape
+    offsets = np.asarray([matrix.offsets[d] for d in index], np.int32)[:, None]
+    columns = lax.broadcasted_iota(jnp.int32, (1, n), 1)
+    inside = (columns >= offsets) & (columns - offsets < m)
+    every = tuple(index) == tuple(range(len(matrix.offsets)))
+    picked = matrix.data if every else matrix.data[np.asarray(index)]
+    return jnp.where(inside, picked, 0)
 
 
 @jax.jit

@@ -54,3 +54,46 @@ def test_gradient_step_compiles_once():
         grads = step(matrix, x)
         assert grads.offsets == (0, 2)
     assert step._cache_size() == 1
+
+
+def _program_size(fn, *args) -> int:
+    """Operations in the StableHLO of `jax.jit(fn)` (compile time grows with them)."""
+    return jax.jit(fn).lower(*args).as_text().count("= stablehlo.")
+
+
+def test_kron_chain_program_grows_linearly_with_factors():
+    # A chain of Kronecker products of traced 2 x 2 factors (a spin-chain term): each
+    # factor adds the same few operations, however many diagonals the chain has gathered.
+    def chain(x, factors):
+        pauli_x = js.DIAMatrix(x, (-1, 1), (2, 2))
+        product = pauli_x
+        for _ in range(factors - 1):
+            product = js.kron(product, pauli_x)
+        return product.data
+
+    x = jnp.ones((2, 2))
+    sizes = {k: _program_size(lambda x, k=k: chain(x, k), x) for k in (4, 8)}
+    assert sizes[8] < 3 * sizes[4], sizes
+
+
+def test_gradient_of_a_sum_of_many_dia_terms_grows_linearly_with_terms():
+    # Each `+` places both operands' diagonals in one gather, so the program (and its
+    # transpose) grows with the number of terms, not with terms times diagonals.
+    def loss(c, terms):
+        n = 64
+        total = None
+        for i in range(terms):
+            term = js.DIAMatrix(c[i] * jnp.ones((1, n), c.dtype), (i - terms // 2,), (n, n))
+            total = term if total is None else total + term
+        return jnp.sum(total @ jnp.arange(n, dtype=c.dtype))
+
+    sizes = {
+        k: _program_size(jax.grad(lambda c, k=k: loss(c, k)), jnp.ones(k, jnp.float32))
+        for k in (12, 24)
+    }
+    assert sizes[24] < 2.5 * sizes[12], sizes
+    # d loss / d c_i sums x over the columns diagonal i meets.
+    offsets = np.arange(24) - 12
+    expected = [np.arange(64)[max(0, off) : 64 + min(0, off)].sum() for off in offsets]
+    gradient = jax.grad(lambda c: loss(c, 24))(jnp.ones(24, jnp.float32))
+    np.testing.assert_allclose(gradient, expected)
