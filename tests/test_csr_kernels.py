@@ -13,6 +13,7 @@ from helpers import CSR_MATRICES, slow_unless, tolerance
 from lowering import KERNEL_CALLS, NEEDS_CROSS_LOWERING, lower
 
 from jaxsparse.kernels import mosaic_tpu_csr, triton_csr
+from jaxsparse.kernels._bounds_check import out_of_bounds_reports
 
 # Each family's kernels and its platform; small blocks so the tiny test matrices still
 # take several loop steps (and column blocks on Triton), and on Triton rows of more than 4
@@ -297,15 +298,67 @@ def test_invalid_structures_give_nan_rows(name):
     blocks = triton_csr.BlockSizes(block_rows=2, lanes=1, row_steps=2, long_programs=1)
     options = dict(shape=(4, 5), interpret=True, platform="cuda", block_sizes=blocks)
     product = jax.jit(functools.partial(triton_csr.csr_matmul_triton, **options))
-    got = np.asarray(product(data, x, indices, indptr))
+    with out_of_bounds_reports() as reports:
+        got = np.asarray(product(data, x, indices, indptr))
+        sampled = np.asarray(triton_csr.csr_sddmm_triton(g, x, indices, indptr, **options))
+        transposed = np.asarray(_transposed_with_atomics(data, g, indices, indptr, options))
+    assert reports == []
     np.testing.assert_allclose(got, _expected_rows(indptr, indices, x, bad_rows), rtol=1e-6)
     # The sampled product: NaN at an entry with a bad column; everywhere for bad bounds.
-    sampled = np.asarray(triton_csr.csr_sddmm_triton(g, x, indices, indptr, **options))
     bad_columns = (np.asarray(indices) < 0) | (np.asarray(indices) >= 5)
     if bad_columns.any():
         np.testing.assert_array_equal(np.isnan(sampled), bad_columns)
     else:
         assert np.isnan(sampled).all()
+    # The atomic transposed product: NaN everywhere (these bad columns are in short rows).
+    assert np.isnan(transposed).all()
+
+
+def _transposed_with_atomics(data, g, indices, indptr, options):
+    """The GPU's transposed product (atomic scatter kernels), run in interpret mode: only
+    inside `out_of_bounds_reports`, whose `atomic_add` interpret mode can run."""
+    kernels = (triton_csr._matmul_t_rows_kernel, triton_csr._matmul_t_long_rows_kernel)
+    shape = options["shape"]
+    rest = {key: value for key, value in options.items() if key != "shape"}
+    return triton_csr._product(kernels, "csr_matmul_t", data, g, indices, indptr, shape, **rest)
+
+
+@pytest.mark.parametrize("shape", [(4, 0), (0, 5)])
+def test_entries_in_an_empty_dimension_give_nan(shape):
+    m, n = shape
+    indices, indptr = jnp.zeros(3, jnp.int32), jnp.array([0] + [3] * m, jnp.int32)
+    data, x, g = jnp.ones(3), jnp.ones((n, 2)), jnp.ones((m, 2))
+    options = dict(shape=shape, interpret=True, platform="cuda")
+    with out_of_bounds_reports() as reports:
+        results = (
+            triton_csr.csr_matmul_triton(data, x, indices, indptr, **options),
+            triton_csr.csr_sddmm_triton(g, x, indices, indptr, **options),
+            _transposed_with_atomics(data, g, indices, indptr, {**options, "shape": shape}),
+        )
+    assert reports == []
+    for result, rows in zip(results, (m, 3, n), strict=True):
+        assert result.shape[0] == rows and np.isnan(np.asarray(result)).all()
+
+
+def test_out_of_bounds_reports_count_unmasked_lanes_outside():
+    from jax.experimental import pallas as pl
+
+    from jaxsparse.kernels import _bounds_check
+
+    def kernel(x_ref, index_ref, out_ref):
+        index = index_ref[...]
+        out_ref[...] = _bounds_check.load(x_ref, (index,), mask=index != 7, other=0)
+
+    gather = pl.pallas_call(
+        kernel, out_shape=jax.ShapeDtypeStruct((4,), jnp.float32), interpret=True
+    )
+    x = jnp.arange(6.0, dtype=jnp.float32)
+    with out_of_bounds_reports() as reports:
+        jax.block_until_ready(gather(x, jnp.array([0, 9, 7, -1], jnp.int32)))
+    assert reports == [("load", (6,), 2)]  # 9 and -1; 7 is masked
+    with out_of_bounds_reports() as reports:
+        np.testing.assert_array_equal(gather(x, jnp.array([0, 5, 7, 2], jnp.int32)), [0, 5, 0, 2])
+    assert reports == []
 
 
 @pytest.mark.skipif(

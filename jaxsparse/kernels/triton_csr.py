@@ -23,14 +23,16 @@ Each row is summed by one program in a fixed order, so results are the same bits
 every run (no atomics).
 
 **Invalid structures give NaN, never an out-of-bounds access.** Every index is checked
-before it is used, so nothing outside the arrays is read or written. In the product, a
+before it is used, so nothing outside the arrays is read or written (every access goes
+through `_bounds_check`, whose interpret-mode reports the tests require to be empty). In the product, a
 row whose `indptr` bounds are decreasing or outside `[0, nnz]` (or `indptr[0] != 0`,
 `indptr[m] != nnz`), or that holds a column outside `[0, n)`, gets NaN in every column
 of its result. In the sampled product an entry with a column outside `[0, n)` gets NaN,
 and invalid bounds anywhere make every entry NaN (which entries such a row claims is not
 defined). The transposed product with atomics is NaN everywhere for invalid bounds or a
 column outside in a short row, and has NaN in row 0 for a column outside in a long row.
-The containers' `check()` reports the same problems as an error, off the hot path.
+Entries in a matrix with no rows or no columns make every element of a result NaN. The
+containers' `check()` reports the same problems as an error, off the hot path.
 
 **Transposed product `A.T @ g`** (the operand's gradient). On a GPU, for float32 and
 float64: the same two kernels, each entry adding `data[p] * g[row(p)]` to `out[col]` with
@@ -66,6 +68,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
+from ._bounds_check import atomic_add, load, store
 from ._csr_common import check_dense, check_sddmm, check_structure, matmul_t_by_transposed_structure
 from ._precision import accumulation_dtype
 
@@ -234,8 +237,8 @@ def _block_rows(indptr_ref, tiles: _Tiles, block):
     out_rows += jnp.arange(tiles.block_rows, dtype=index_dtype)
     row_mask = out_rows < tiles.m
     rows = jnp.minimum(out_rows, tiles.m - 1)
-    starts = plgpu.load(indptr_ref.at[rows], mask=row_mask, other=0)
-    ends = plgpu.load(indptr_ref.at[rows + 1], mask=row_mask, other=0)
+    starts = load(indptr_ref, (rows,), mask=row_mask, other=0)
+    ends = load(indptr_ref, (rows + 1,), mask=row_mask, other=0)
     bad = (starts < 0) | (ends > tiles.nnz) | (ends < starts)
     bad |= (out_rows == 0) & (starts != 0)
     bad |= (out_rows == tiles.m - 1) & (ends != tiles.nnz)
@@ -250,18 +253,18 @@ def _gather(ref, batched: bool, members, member_mask, entries, entry_mask, k_col
     k_cols = k_cols.reshape((1,) * (entries.ndim - 1) + (-1,))
     k_mask = k_mask.reshape(k_cols.shape)
     if not batched:
-        return plgpu.load(ref.at[entries, k_cols], mask=entry_mask & k_mask, other=0)[None]
+        return load(ref, (entries, k_cols), mask=entry_mask & k_mask, other=0)[None]
     lead = (-1,) + (1,) * entries.ndim
     members, member_mask = members.reshape(lead), member_mask.reshape(lead)
     mask = member_mask & entry_mask[None] & k_mask[None]
-    return plgpu.load(ref.at[members, entries[None], k_cols[None]], mask=mask, other=0)
+    return load(ref, (members, entries[None], k_cols[None]), mask=mask, other=0)
 
 
 def _entries(indices_ref, tiles: _Tiles, positions, mask):
     """Columns of the entries at `positions` (masked lanes: column 0), and which of the
     unmasked ones lie outside `[0, n)`."""
     positions = jnp.where(mask, positions, 0)
-    cols = plgpu.load(indices_ref.at[positions], mask=mask, other=0)
+    cols = load(indices_ref, (positions,), mask=mask, other=0)
     outside = mask & ((cols < 0) | (cols >= tiles.n))
     return positions, jnp.where(outside, 0, cols), outside
 
@@ -313,8 +316,9 @@ def _matmul_rows_kernel(
         offset = s.astype(starts.dtype) * tiles.lanes + lane
         mask = offset < lengths[:, None]
         positions, cols, outside = _entries(indices_ref, tiles, starts[:, None] + offset, mask)
-        vals = plgpu.load(
-            data_ref.at[members[:, None, None], positions[None]],
+        vals = load(
+            data_ref,
+            (members[:, None, None], positions[None]),
             mask=member_mask[:, None, None] & mask[None],
             other=0,
         )
@@ -325,8 +329,9 @@ def _matmul_rows_kernel(
     num_steps = ((jnp.max(lengths) + tiles.lanes - 1) // tiles.lanes).astype(jnp.int32)
     zeros = jnp.zeros((tiles.block_batch, tiles.block_rows, tiles.block_k), acc_dtype)
     acc, bad = lax.fori_loop(0, num_steps, step, (zeros, bad_rows))
-    plgpu.store(
-        out_ref.at[out_members[:, None, None], out_rows[None, :, None], out_k[None, None, :]],
+    store(
+        out_ref,
+        (out_members[:, None, None], out_rows[None, :, None], out_k[None, None, :]),
         _poisoned(acc, bad[None, :, None]).astype(out_ref.dtype),
         mask=member_mask[:, None, None] & row_mask[None, :, None] & k_mask[None, None, :],
     )
@@ -339,8 +344,8 @@ def _for_each_long_row(indptr_ref, long_ref, tiles: _Tiles, body, skip=False):
     blocks_total = pl.cdiv(tiles.m, tiles.block_rows)
     program = pl.program_id(0)  # read outside the loops: interpret mode needs it there
     owned = program + tiles.long_programs * jnp.arange(tiles.owned, dtype=jnp.int32)
-    counts = plgpu.load(
-        long_ref.at[jnp.minimum(owned, blocks_total - 1)], mask=owned < blocks_total, other=0
+    counts = load(
+        long_ref, (jnp.minimum(owned, blocks_total - 1),), mask=owned < blocks_total, other=0
     )
     rank = jnp.arange(tiles.block_rows, dtype=jnp.int32)
 
@@ -380,8 +385,9 @@ def _matmul_long_rows_kernel(
             offset = s.astype(start.dtype) * tiles.long_lanes + lane
             mask = offset < length
             positions, cols, outside = _entries(indices_ref, tiles, start + offset, mask)
-            vals = plgpu.load(
-                data_ref.at[members[:, None], positions[None]],
+            vals = load(
+                data_ref,
+                (members[:, None], positions[None]),
                 mask=member_mask[:, None] & mask[None],
                 other=0,
             )
@@ -392,8 +398,9 @@ def _matmul_long_rows_kernel(
         num_steps = ((length + tiles.long_lanes - 1) // tiles.long_lanes).astype(jnp.int32)
         zeros = jnp.zeros((tiles.block_batch, tiles.block_k), acc_dtype)
         acc, bad = lax.fori_loop(0, num_steps, step, (zeros, jnp.int32(0)))
-        plgpu.store(
-            out_ref.at[out_members[:, None], row, out_k[None, :]],
+        store(
+            out_ref,
+            (out_members[:, None], row, out_k[None, :]),
             _poisoned(acc, bad > 0).astype(out_ref.dtype),
             mask=member_mask[:, None] & k_mask[None, :],
         )
@@ -428,12 +435,13 @@ def _matmul_t_rows_kernel(
         offset = s.astype(starts.dtype) * tiles.lanes + lane
         mask = offset < lengths[:, None]
         positions, cols, outside = _entries(indices_ref, tiles, starts[:, None] + offset, mask)
-        vals = plgpu.load(
-            data_ref.at[members[:, None, None], positions[None]],
+        vals = load(
+            data_ref,
+            (members[:, None, None], positions[None]),
             mask=member_mask[:, None, None] & mask[None],
             other=0,
         )
-        plgpu.atomic_add(
+        atomic_add(
             out_ref,
             (out_members[:, None, None, None], cols[None, :, :, None], out_k[None, None, None]),
             (vals.astype(acc_dtype)[..., None] * g_rows).astype(out_ref.dtype),
@@ -472,14 +480,15 @@ def _matmul_t_long_rows_kernel(
             offset = s.astype(start.dtype) * tiles.long_lanes + lane
             mask = offset < length
             positions, cols, outside = _entries(indices_ref, tiles, start + offset, mask)
-            vals = plgpu.load(
-                data_ref.at[members[:, None], positions[None]],
+            vals = load(
+                data_ref,
+                (members[:, None], positions[None]),
                 mask=member_mask[:, None] & mask[None],
                 other=0,
             )
             # An entry whose column is outside adds NaN to column 0 (where `cols` points).
             products = vals.astype(acc_dtype)[..., None] * g_row
-            plgpu.atomic_add(
+            atomic_add(
                 out_ref,
                 (out_members[:, None, None], cols[None, :, None], out_k[None, None]),
                 _poisoned(products, outside[None, :, None]).astype(out_ref.dtype),
@@ -501,8 +510,9 @@ def _matmul_t_long_rows_kernel(
         nans = jnp.full(
             (tiles.block_batch, tiles.long_lanes, tiles.block_k), jnp.nan, out_ref.dtype
         )
-        plgpu.store(
-            out_ref.at[out_members[:, None, None], rows[None, :, None], out_k[None, None]],
+        store(
+            out_ref,
+            (out_members[:, None, None], rows[None, :, None], out_k[None, None]),
             nans,
             mask=member_mask[:, None, None] & mask[None, :, None] & k_mask[None, None],
         )
@@ -545,8 +555,9 @@ def _sddmm_rows_kernel(
 
         zeros = jnp.zeros((tiles.block_batch, tiles.block_rows, tiles.lanes), acc_dtype)
         acc = lax.fori_loop(0, pl.cdiv(tiles.k, tiles.block_k), k_step, zeros)
-        plgpu.store(
-            out_ref.at[out_members[:, None, None], _distinct(positions, mask, tiles)[None]],
+        store(
+            out_ref,
+            (out_members[:, None, None], _distinct(positions, mask, tiles)[None]),
             _poisoned(acc, outside[None]).astype(out_ref.dtype),
             mask=member_mask[:, None, None] & mask[None],
         )
@@ -586,8 +597,9 @@ def _sddmm_long_rows_kernel(
 
             zeros = jnp.zeros((tiles.block_batch, tiles.long_lanes), acc_dtype)
             acc = lax.fori_loop(0, pl.cdiv(tiles.k, tiles.block_k), k_step, zeros)
-            plgpu.store(
-                out_ref.at[out_members[:, None], _distinct(positions, mask, tiles)[None]],
+            store(
+                out_ref,
+                (out_members[:, None], _distinct(positions, mask, tiles)[None]),
                 _poisoned(acc, outside[None]).astype(out_ref.dtype),
                 mask=member_mask[:, None] & mask[None],
             )
@@ -606,8 +618,9 @@ def _sddmm_long_rows_kernel(
         positions = program * share + offset
         mask = (offset < share) & (positions < tiles.nnz)
         nans = jnp.full((tiles.block_batch, tiles.long_lanes), jnp.nan, out_ref.dtype)
-        plgpu.store(
-            out_ref.at[out_members[:, None], _distinct(positions, mask, tiles)[None]],
+        store(
+            out_ref,
+            (out_members[:, None], _distinct(positions, mask, tiles)[None]),
             nans,
             mask=member_mask[:, None] & mask[None],
         )
@@ -727,6 +740,8 @@ def _product(kernels, name, data, dense, indices, indptr, shape, **options):
     check_dense("g" if transposed else "x", dense, inner, data.dtype, batch)
     k, nnz = dense.shape[-1], indices.shape[0]
     lead = data.shape[:-1]
+    if nnz > 0 and (m == 0 or n == 0):
+        return jnp.full((*lead, outer, k), jnp.nan, dense.dtype)  # entries with no place
     if m == 0 or k == 0 or nnz == 0 or n == 0 or 0 in lead:
         return jnp.zeros((*lead, outer, k), dense.dtype)
     tiles, block_sizes = _tiles(
@@ -825,7 +840,9 @@ def csr_sddmm_triton(
     lead = (batch,) if batch is not None else ()
     if nnz == 0 or 0 in lead:
         return jnp.zeros((*lead, nnz), g.dtype)
-    if k == 0 or shape[0] == 0:
+    if 0 in shape:
+        return jnp.full((*lead, nnz), jnp.nan, g.dtype)  # entries with no place
+    if k == 0:
         return jnp.zeros((*lead, nnz), g.dtype)
     tiles, block_sizes = _tiles(
         platform, interpret, block_sizes, shape=shape, nnz=nnz, k=k, batch=batch or 1
