@@ -12,6 +12,7 @@ import scipy.sparse
 from helpers import DIA_MATRICES, cases, ignored_slots, slow_unless, tolerance
 from lowering import KERNEL_CALLS, NEEDS_CROSS_LOWERING, lower
 
+from jaxsparse.kernels._bounds_check import out_of_bounds_reports
 from jaxsparse.kernels.pallas_dia import (
     BlockSizes,
     dia_matmul_pallas,
@@ -114,6 +115,18 @@ _BFLOAT16_CASES = ("dia-tall-beyond-matrix", "dia-many-diagonals")
 )
 def test_kernels_match_scipy(case, dtype, family):
     _check_kernels(*case.shape, case.structure, 3, dtype, family=family)
+
+
+_OUT_OF_BOUNDS_CASES = ("dia-tall-beyond-matrix", "dia-many-diagonals", "dia-one-column")
+
+
+# Beyond the matrix on both sides, many diagonals (the loop over offsets given as data),
+# one column: the Triton kernels touch no memory outside their buffers.
+@pytest.mark.parametrize("case", cases([c for c in DIA_MATRICES if c.name in _OUT_OF_BOUNDS_CASES]))
+def test_triton_kernels_make_no_access_outside_their_buffers(case):
+    with out_of_bounds_reports() as reports:
+        _check_kernels(*case.shape, case.structure, 3, jnp.float32, family="triton")
+    assert reports == []
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))

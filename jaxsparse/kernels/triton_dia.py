@@ -48,6 +48,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
 from .._dia_layout import active_diagonals, unrolls_diagonals
+from ._bounds_check import load, store
 from ._dia_checks import check_product, check_sddmm
 from ._precision import accumulation_dtype
 from .pallas_dia import BlockSizes
@@ -131,7 +132,7 @@ def _diagonal_loop(offsets, shape, body, init):
 
 def _operand_rows(ref, batch, rows, cols, mask):
     """`ref[(batch,) rows, cols]`, a `(len(rows), len(cols))` tile, zero where masked."""
-    return plgpu.load(ref.at[(*batch, rows[:, None], cols[None, :])], mask=mask, other=0)
+    return load(ref, (*batch, rows[:, None], cols[None, :]), mask=mask, other=0)
 
 
 def _rows_kernel(
@@ -153,15 +154,16 @@ def _rows_kernel(
         source = rows - off if transposed else rows + off
         stored = rows if transposed else source
         inside = row_ok & (source >= 0) & (source < in_rows)
-        values = plgpu.load(data_ref.at[b, d, stored], mask=inside, other=0)
+        values = load(data_ref, (b, d, stored), mask=inside, other=0)
         batch = (b,) if batched_operand else ()
         block = _operand_rows(operand_ref, batch, source, cols, inside[:, None] & col_ok[None, :])
         return acc + values.astype(acc_dtype)[:, None] * block.astype(acc_dtype)
 
     zeros = jnp.zeros((block_rows, block_cols), acc_dtype)
     acc = _diagonal_loop(offsets, shape, add_diagonal, zeros)
-    plgpu.store(
-        out_ref.at[b, rows[:, None], cols[None, :]],
+    store(
+        out_ref,
+        (b, rows[:, None], cols[None, :]),
         acc.astype(out_ref.dtype),
         mask=row_ok[:, None] & col_ok[None, :],
     )
@@ -318,10 +320,10 @@ def _sddmm_kernel(*refs, offsets, shape, num_cols, block_rows, block_cols, batch
             jnp.int32(0), jnp.int32(num_chunks), lambda c, t: body(c, totals=t), zeros
         )
 
-    def store(d, off, total):
+    def store_diagonal(d, off, total):
         # Exactly zero on ignored slots, even where `x` is not finite.
         gradient = jnp.where(inside(off)[1], total, 0).astype(out_ref.dtype)
-        plgpu.store(out_ref.at[b, d, columns], gradient, mask=column_ok)
+        store(out_ref, (b, d, columns), gradient, mask=column_ok)
 
     if not offsets_ref:
         active = active_diagonals(offsets, shape)[0]
@@ -329,17 +331,17 @@ def _sddmm_kernel(*refs, offsets, shape, num_cols, block_rows, block_cols, batch
         for d, off, total in zip(
             active, active_offsets, reduce_over_k(active_offsets), strict=True
         ):
-            store(d, off, total)
+            store_diagonal(d, off, total)
         # Diagonals outside the matrix get their zeros here, in the same pass.
         zeros = jnp.zeros((block_rows,), out_ref.dtype)
         for d in sorted(set(range(len(offsets))) - set(active)):
-            plgpu.store(out_ref.at[b, d, columns], zeros, mask=column_ok)
+            store(out_ref, (b, d, columns), zeros, mask=column_ok)
         return
 
     def one_diagonal(d, carry):
         off = offsets_ref[0][d]
         (total,) = reduce_over_k((off,))
-        store(d, off, total)
+        store_diagonal(d, off, total)
         return carry
 
     lax.fori_loop(jnp.int32(0), jnp.int32(offsets_ref[0].shape[0]), one_diagonal, jnp.int32(0))
