@@ -66,10 +66,11 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
+from . import _pallas
 from ._csr_common import check_dense, check_sddmm, check_structure, matmul_t_by_transposed_structure
 from ._precision import accumulation_dtype
 
-_PLATFORMS = ("cuda", "rocm", "cpu")
+_PLATFORMS = ("cuda", "rocm", _pallas.INTERPRET_PLATFORM)
 DETERMINISTIC_ENV_VAR = "JAXSPARSE_DETERMINISTIC"
 
 
@@ -88,10 +89,6 @@ def supports(dtype, platform: str) -> bool:
     return jnp.issubdtype(dtype, jnp.floating)
 
 
-def _is_power_of_two(value: int) -> bool:
-    return value > 0 and value & (value - 1) == 0
-
-
 # Values per loop step that keep a program's tile in registers: the row-block tile is
 # `block_batch * block_rows * lanes * block_k`, the long-row tile `block_batch *
 # long_lanes * block_k`.
@@ -100,7 +97,7 @@ _LONG_TILE = 2048
 
 
 @dataclasses.dataclass(frozen=True)
-class BlockSizes:
+class BlockSizes(_pallas.BlockSizes):
     """Block sizes and Triton knobs of the CSR kernels.
 
     - `block_rows`: rows per program of the row-block kernels; a power of 2.
@@ -119,26 +116,15 @@ class BlockSizes:
     columns `k`, the batch and the mean row length.
     """
 
-    block_rows: int | None = None
-    lanes: int | None = None
-    row_steps: int | None = None
-    long_lanes: int | None = None
-    long_programs: int | None = None
-    block_k: int | None = None
-    block_batch: int | None = None
-    num_warps: int | None = None
-    num_stages: int | None = None
-
-    def __post_init__(self):
-        powers = ("block_rows", "lanes", "long_lanes", "block_k", "block_batch", "num_warps")
-        for name in powers:
-            value = getattr(self, name)
-            if value is not None and not _is_power_of_two(value):
-                raise ValueError(f"{name}={value} must be a positive power of 2")
-        for name in ("row_steps", "long_programs", "num_stages"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise ValueError(f"{name}={value} must be at least 1")
+    block_rows: int | None = _pallas.tile()
+    lanes: int | None = _pallas.tile()
+    row_steps: int | None = _pallas.tile(power_of_two=False)
+    long_lanes: int | None = _pallas.tile()
+    long_programs: int | None = _pallas.tile(power_of_two=False)
+    block_k: int | None = _pallas.tile()
+    block_batch: int | None = _pallas.tile()
+    num_warps: int | None = _pallas.tile()
+    num_stages: int | None = _pallas.tile(power_of_two=False)
 
     @classmethod
     def get_default(
@@ -151,7 +137,7 @@ class BlockSizes:
         one or two full steps; a row counts as long past 8 steps and at least 64 entries.
         The tiles stay near 2048 values.
         """
-        _check_platform(platform)
+        _pallas.check_platform(platform, _PLATFORMS)
         block_k = min(pl.next_power_of_2(max(num_cols, 1)), 64)
         block_batch = min(pl.next_power_of_2(max(batch, 1)), 8)
         lanes = min(1 << max(int(mean_row_length), 1).bit_length() - 1, 32)
@@ -174,20 +160,11 @@ class BlockSizes:
         self, *, platform: str, num_cols: int, batch: int = 1, mean_row_length: float = 8.0
     ) -> "BlockSizes":
         """These block sizes with `None` tiles taken from `get_default`."""
-        default = self.get_default(
-            platform=platform, num_cols=num_cols, batch=batch, mean_row_length=mean_row_length
+        return self.filled_from(
+            self.get_default(
+                platform=platform, num_cols=num_cols, batch=batch, mean_row_length=mean_row_length
+            )
         )
-        tiles = ("block_rows", "lanes", "row_steps", "long_lanes", "long_programs")
-        tiles += ("block_k", "block_batch")
-        return dataclasses.replace(
-            self, **{name: getattr(self, name) or getattr(default, name) for name in tiles}
-        )
-
-
-def _check_platform(platform: str) -> str:
-    if platform not in _PLATFORMS:
-        raise ValueError(f"{platform=} must be one of {_PLATFORMS}")
-    return platform
 
 
 def _compiler_params(block_sizes: BlockSizes):
@@ -621,9 +598,7 @@ def _sddmm_long_rows_kernel(
 
 
 def _tiles(platform, interpret, block_sizes, *, shape, nnz, k, batch) -> tuple[_Tiles, BlockSizes]:
-    if platform is None:
-        platform = "cpu" if interpret else "cuda"
-    _check_platform(platform)
+    platform = _pallas.resolve_platform(platform, interpret, _PLATFORMS)
     m, n = shape
     block_sizes = (block_sizes or BlockSizes()).filled(
         platform=platform, num_cols=k, batch=batch, mean_row_length=nnz / max(m, 1)
