@@ -1,4 +1,5 @@
-"""What the Pallas kernel files share: block sizes and the platform a kernel is built for.
+"""What the Pallas kernel files share: block sizes, the platform a kernel is built for,
+and the batch axis of block specs.
 
 Every Pallas kernel function takes `interpret` and `platform` (the backend table binds
 both, `_backend.py`). `platform` is the one whose lowering the tiles are chosen for; `None`
@@ -8,6 +9,9 @@ compiles for. `"cpu"` always means interpret mode: Pallas has no CPU compiler.
 
 import dataclasses
 from typing import Self
+
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
 
 INTERPRET_PLATFORM = "cpu"
 
@@ -38,6 +42,22 @@ def resolve_platform(platform: str | None, interpret: bool, platforms: tuple[str
     if platform is None:
         platform = INTERPRET_PLATFORM if interpret else platforms[0]
     return check_platform(platform, platforms)
+
+
+def squeezed(batched) -> tuple:
+    """Block dimensions for a leading batch axis: one squeezed dimension where the array
+    has it (`batched` true, or a non-empty batch shape), else none."""
+    return (pl.squeezed,) if batched else ()
+
+
+def batch_indices(batched: bool, indices) -> tuple:
+    """An index map's leading batch indices, for an array with the batch axis; else none."""
+    return tuple(indices) if batched else ()
+
+
+def pad_last_two(array, rows: tuple[int, int], cols: tuple[int, int]):
+    """Pad the last two axes (rows, columns) of a possibly batched array."""
+    return jnp.pad(array, ((0, 0),) * (array.ndim - 2) + (rows, cols))
 
 
 def tile(*, minimum: int = 1, power_of_two: bool = True):

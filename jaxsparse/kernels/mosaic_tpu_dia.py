@@ -221,13 +221,17 @@ def dia_matmul_mosaic_tpu(
     pad_top = max(0, -window_start)
     pad_bottom = max(0, (num_row_blocks - 1) * block_rows + window_start + window - n)
     cols = num_col_blocks * block_cols
-    x_padded = _pad_rows_cols(x, (pad_top, pad_bottom), (0, cols - k))
-    data_padded = _pad_rows_cols(jnp.swapaxes(active, -1, -2), (pad_top, pad_bottom), (0, 0))
+    x_padded = _pallas.pad_last_two(x, (pad_top, pad_bottom), (0, cols - k))
+    data_padded = _pallas.pad_last_two(jnp.swapaxes(active, -1, -2), (pad_top, pad_bottom), (0, 0))
     ndiag = len(active_offsets)
     batched_x = x.ndim == 3
 
     def window_map(i, j, *b):
-        return (*_if(batched_x, b), i * block_rows + window_start + pad_top, j * block_cols)
+        return (
+            *_pallas.batch_indices(batched_x, b),
+            i * block_rows + window_start + pad_top,
+            j * block_cols,
+        )
 
     def data_window_map(i, j, *b):
         return (*b, i * block_rows + window_start + pad_top, 0)
@@ -254,15 +258,19 @@ def dia_matmul_mosaic_tpu(
         grid=grid,
         in_specs=[
             pl.BlockSpec(
-                (*_squeezed(lead), pl.Element(window), pl.Element(ndiag)), data_window_map
+                (*_pallas.squeezed(lead), pl.Element(window), pl.Element(ndiag)), data_window_map
             ),
             pl.BlockSpec(
-                (*_squeezed(lead if batched_x else ()), pl.Element(window), pl.Element(block_cols)),
+                (
+                    *_pallas.squeezed(lead if batched_x else ()),
+                    pl.Element(window),
+                    pl.Element(block_cols),
+                ),
                 window_map,
             ),
         ],
         out_specs=pl.BlockSpec(
-            (*_squeezed(lead), block_rows, block_cols), lambda i, j, *b: (*b, i, j)
+            (*_pallas.squeezed(lead), block_rows, block_cols), lambda i, j, *b: (*b, i, j)
         ),
         compiler_params=_compiler_params(vmem_bytes, ("parallel",) * len(grid)),
         cost_estimate=pl.CostEstimate(
@@ -450,8 +458,8 @@ def _sddmm_unrolled(g, x, offsets, shape, block_sizes, interpret):
     # row b * block_rows - window_end.
     pad_top = max(0, window_end)
     pad_bottom = max(0, (num_blocks - 1) * block_rows - window_end + window - m)
-    g_padded = _pad_rows_cols(g, (pad_top, pad_bottom), (0, cols - k))
-    x_padded = _pad_rows_cols(x, (0, 0), (0, cols - k))
+    g_padded = _pallas.pad_last_two(g, (pad_top, pad_bottom), (0, cols - k))
+    x_padded = _pallas.pad_last_two(x, (0, 0), (0, cols - k))
     ndiag = len(offsets)
     batched_g, batched_x = g.ndim == 3, x.ndim == 3
 
@@ -476,15 +484,21 @@ def _sddmm_unrolled(g, x, offsets, shape, block_sizes, interpret):
         grid=grid,
         in_specs=[
             pl.BlockSpec(
-                (*_squeezed(g.shape[:-2]), pl.Element(window), pl.Element(cols)),
-                lambda blk, *b: (*_if(batched_g, b), blk * block_rows - window_end + pad_top, 0),
+                (*_pallas.squeezed(g.shape[:-2]), pl.Element(window), pl.Element(cols)),
+                lambda blk, *b: (
+                    *_pallas.batch_indices(batched_g, b),
+                    blk * block_rows - window_end + pad_top,
+                    0,
+                ),
             ),
             pl.BlockSpec(
-                (*_squeezed(x.shape[:-2]), block_rows, cols),
-                lambda blk, *b: (*_if(batched_x, b), blk, 0),
+                (*_pallas.squeezed(x.shape[:-2]), block_rows, cols),
+                lambda blk, *b: (*_pallas.batch_indices(batched_x, b), blk, 0),
             ),
         ],
-        out_specs=pl.BlockSpec((*_squeezed(lead), block_rows, ndiag), lambda blk, *b: (*b, blk, 0)),
+        out_specs=pl.BlockSpec(
+            (*_pallas.squeezed(lead), block_rows, ndiag), lambda blk, *b: (*b, blk, 0)
+        ),
         compiler_params=_compiler_params(vmem_bytes, ("parallel",) * len(grid)),
         cost_estimate=pl.CostEstimate(
             flops=2 * ndiag * n * k * members,
@@ -502,17 +516,3 @@ def _each(function, data, **params):
     if data.ndim == 3:
         return jax.vmap(functools.partial(function, **params))(data)
     return function(data, **params)
-
-
-def _pad_rows_cols(array, rows, cols):
-    """Pad the last two axes (rows, columns) of a possibly batched array."""
-    return jnp.pad(array, ((0, 0),) * (array.ndim - 2) + (rows, cols))
-
-
-def _squeezed(lead) -> tuple:
-    """Block dimensions for a leading batch axis of shape `lead` (`()` or `(B,)`)."""
-    return (pl.squeezed,) * len(lead)
-
-
-def _if(batched: bool, indices) -> tuple:
-    return tuple(indices) if batched else ()

@@ -36,6 +36,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
+from . import _pallas
 from ._precision import accumulation_dtype
 
 _LANES = 128  # diagonals per tile of row-aligned values
@@ -67,9 +68,11 @@ def rows_product(aligned, operand, *, shifts, out_rows, block_rows, block_cols, 
     # bounds; the values transposed to `(rows, diagonals)` and padded to whole tiles.
     pad_top = max(0, -min(shifts))
     pad_bottom = max(0, num_row_blocks * block_rows + max(shifts) - in_rows)
-    operand = _pad_last_two(operand, (pad_top, pad_bottom), (0, num_col_blocks * block_cols - k))
+    operand = _pallas.pad_last_two(
+        operand, (pad_top, pad_bottom), (0, num_col_blocks * block_cols - k)
+    )
     num_tiles = pl.cdiv(len(shifts), _LANES)
-    aligned = _pad_last_two(
+    aligned = _pallas.pad_last_two(
         jnp.swapaxes(aligned, -1, -2),
         (0, num_row_blocks * block_rows - out_rows),
         (0, num_tiles * _LANES - len(shifts)),
@@ -78,11 +81,15 @@ def rows_product(aligned, operand, *, shifts, out_rows, block_rows, block_cols, 
 
     def aligned_map(i, j, *rest):
         *b, d, _ = rest
-        return (*_if(batched_aligned, b), i, d // _LANES)
+        return (*_pallas.batch_indices(batched_aligned, b), i, d // _LANES)
 
     def operand_map(i, j, *rest):
         *b, d, shifts_ref = rest
-        return (*_if(batched_operand, b), i * block_rows + shifts_ref[d] + pad_top, j * block_cols)
+        return (
+            *_pallas.batch_indices(batched_operand, b),
+            i * block_rows + shifts_ref[d] + pad_top,
+            j * block_cols,
+        )
 
     def out_map(i, j, *rest):
         *b, _, _ = rest
@@ -93,10 +100,12 @@ def rows_product(aligned, operand, *, shifts, out_rows, block_rows, block_cols, 
         num_scalar_prefetch=1,
         grid=(*grid, len(shifts)),
         in_specs=[
-            pl.BlockSpec((*_squeezed_if(batched_aligned), block_rows, _LANES), aligned_map),
-            pl.BlockSpec((*_squeezed_if(batched_operand), *window), operand_map),
+            pl.BlockSpec((*_pallas.squeezed(batched_aligned), block_rows, _LANES), aligned_map),
+            pl.BlockSpec((*_pallas.squeezed(batched_operand), *window), operand_map),
         ],
-        out_specs=pl.BlockSpec((*_squeezed(batch), block_rows, block_cols), out_map),
+        out_specs=pl.BlockSpec(
+            (*_pallas.squeezed(batch is not None), block_rows, block_cols), out_map
+        ),
         scratch_shapes=[pltpu.VMEM((block_rows, block_cols), jnp.float32)],
     )
     vmem = 4 * block_rows * (_LANES + 3 * max(block_cols, _LANES))
@@ -154,18 +163,18 @@ def sddmm_loop(g, x, *, offsets, shape, block_rows, interpret, params):
     pad_top = max(0, max(offsets))
     pad_bottom = max(0, num_blocks * block_rows - min(offsets) - m)
     cols = pl.cdiv(k, _LANES) * _LANES if k > _LANES else k
-    g = _pad_last_two(g, (pad_top, pad_bottom), (0, cols - k))
-    x = _pad_last_two(x, (0, num_blocks * block_rows - n), (0, cols - k))
+    g = _pallas.pad_last_two(g, (pad_top, pad_bottom), (0, cols - k))
+    x = _pallas.pad_last_two(x, (0, num_blocks * block_rows - n), (0, cols - k))
     num_tiles = pl.cdiv(len(offsets), _LANES)
     batched_g, batched_x = g.ndim == 3, x.ndim == 3
 
     def g_map(j, *rest):
         *b, d, offsets_ref = rest
-        return (*_if(batched_g, b), j * block_rows - offsets_ref[d] + pad_top, 0)
+        return (*_pallas.batch_indices(batched_g, b), j * block_rows - offsets_ref[d] + pad_top, 0)
 
     def x_map(j, *rest):
         *b, _, _ = rest
-        return (*_if(batched_x, b), j, 0)
+        return (*_pallas.batch_indices(batched_x, b), j, 0)
 
     def out_map(j, *rest):
         *b, d, _ = rest
@@ -177,11 +186,11 @@ def sddmm_loop(g, x, *, offsets, shape, block_rows, interpret, params):
         grid=grid,
         in_specs=[
             pl.BlockSpec(
-                (*_squeezed_if(batched_g), pl.Element(block_rows), pl.Element(cols)), g_map
+                (*_pallas.squeezed(batched_g), pl.Element(block_rows), pl.Element(cols)), g_map
             ),
-            pl.BlockSpec((*_squeezed_if(batched_x), block_rows, cols), x_map),
+            pl.BlockSpec((*_pallas.squeezed(batched_x), block_rows, cols), x_map),
         ],
-        out_specs=pl.BlockSpec((*_squeezed(batch), block_rows, _LANES), out_map),
+        out_specs=pl.BlockSpec((*_pallas.squeezed(batch is not None), block_rows, _LANES), out_map),
     )
     vmem = 4 * block_rows * (4 * max(cols, _LANES) + _LANES)
     gradient_t = pl.pallas_call(
@@ -220,19 +229,3 @@ def _batch_size(*arrays) -> int | None:
 
 def _lead(batch) -> tuple:
     return () if batch is None else (batch,)
-
-
-def _squeezed(batch) -> tuple:
-    return () if batch is None else (pl.squeezed,)
-
-
-def _squeezed_if(batched: bool) -> tuple:
-    return (pl.squeezed,) if batched else ()
-
-
-def _if(batched: bool, indices) -> tuple:
-    return tuple(indices) if batched else ()
-
-
-def _pad_last_two(array, rows, cols):
-    return jnp.pad(array, ((0, 0),) * (array.ndim - 2) + (rows, cols))
