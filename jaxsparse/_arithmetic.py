@@ -27,7 +27,7 @@ import numpy as np
 import scipy.sparse
 
 from ._base import SparseMatrix, _as_scalar, is_concrete, register_for_format
-from ._batching import is_batched, map_over_batch, refuse_batch
+from ._batching import is_batched, map_over_batch, refuse_batch, structure_per_member
 from ._coordinates import entries, entries_to_csr, lookup, select_entries, stored_on_host
 
 
@@ -82,7 +82,7 @@ def subtract(a, b, *, nnz: int | None = None):
 def _add(a, b, *, sign: int, nnz, operator: str):
     if is_batched(a) or is_batched(b):
         both_sparse = isinstance(a, SparseMatrix) and isinstance(b, SparseMatrix)
-        if nnz is None and both_sparse and not (_static_structure(a) and _static_structure(b)):
+        if nnz is None and both_sparse and (structure_per_member(a) or structure_per_member(b)):
             refuse_batch(
                 f"sparse `{operator}` with a CSR operand, whose structure may differ per "
                 "member, without a static `nnz`",
@@ -107,17 +107,6 @@ def _add(a, b, *, sign: int, nnz, operator: str):
     if type(a) is type(b):
         return _add_same_format(a, b, sign=sign, dtype=dtype, nnz=nnz, operator=operator)
     return _add_entries(a, b, sign=sign, dtype=dtype, nnz=nnz, operator=operator)
-
-
-@functools.singledispatch
-def _static_structure(matrix) -> bool:
-    """Whether the structure is static metadata, the same for every member of a batch."""
-    return False
-
-
-@register_for_format("dia", _static_structure)
-def _dia_static_structure(matrix) -> bool:
-    return True
 
 
 @functools.singledispatch
