@@ -62,7 +62,8 @@ def _preferences(backend: str, platform: str) -> tuple[str, ...]:
     return ("xla",)
 
 
-# (requested backend, platform) -> implementation families to try, in order.
+# (requested backend, platform) -> implementation families to try, in order: derived from
+# `FAMILIES`; `tools/gpu_compile.py` narrows it to one family at a time.
 PREFERENCES: dict[tuple[str, str], tuple[str, ...]] = {
     (backend, platform): _preferences(backend, platform)
     for backend in BACKENDS
@@ -122,7 +123,7 @@ def choose_implementation(
     interpret = backend == "interpret"
     kernel_platform = INTERPRET_PLATFORM if interpret else platform
     for name in PREFERENCES[backend, platform]:
-        family = FAMILIES.get(name)
+        family = FAMILIES.get(name)  # None: a stand-in a test put in PREFERENCES, plain
         pallas = family is not None and family.pallas
         exports = family is not None and platform in family.exports
         if for_export and backend == "auto" and not exports:
