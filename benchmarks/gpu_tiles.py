@@ -18,8 +18,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import gpu  # noqa: E402
 import matrices  # noqa: E402
 
-from jaxsparse.kernels.pallas_dia import BlockSizes  # noqa: E402
-from jaxsparse.kernels.triton_dia import dia_matmul_triton, dia_sddmm_triton  # noqa: E402
+from jaxsparse.kernels.triton_dia import BlockSizes, dia_matmul_triton, dia_sddmm_triton  # noqa: E402
 
 LOOP = gpu.LOOP
 

@@ -26,8 +26,8 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.sparse
 
-from ._base import SparseMatrix, _as_scalar, is_concrete
-from ._batching import is_batched, map_over_batch, refuse_batch
+from ._base import SparseMatrix, _as_scalar, is_concrete, register_for_format
+from ._batching import is_batched, map_over_batch, refuse_batch, structure_per_member
 from ._coordinates import entries, entries_to_csr, lookup, select_entries, stored_on_host
 
 
@@ -82,7 +82,7 @@ def subtract(a, b, *, nnz: int | None = None):
 def _add(a, b, *, sign: int, nnz, operator: str):
     if is_batched(a) or is_batched(b):
         both_sparse = isinstance(a, SparseMatrix) and isinstance(b, SparseMatrix)
-        if nnz is None and both_sparse and "csr" in (a.format, b.format):
+        if nnz is None and both_sparse and (structure_per_member(a) or structure_per_member(b)):
             refuse_batch(
                 f"sparse `{operator}` with a CSR operand, whose structure may differ per "
                 "member, without a static `nnz`",
@@ -104,10 +104,30 @@ def _add(a, b, *, sign: int, nnz, operator: str):
         return a.todense() + sign * dense if a_sparse else dense + sign * b.todense()
     _check_same_shape(a, b, operator)
     dtype = jnp.result_type(a.dtype, b.dtype)
-    if a.format == "dia" and b.format == "dia":
-        return _add_dia(a, b, sign=sign, dtype=np.dtype(dtype))
-    if _same_csr_structure(a, b):
+    if type(a) is type(b):
+        return _add_same_format(a, b, sign=sign, dtype=dtype, nnz=nnz, operator=operator)
+    return _add_entries(a, b, sign=sign, dtype=dtype, nnz=nnz, operator=operator)
+
+
+@functools.singledispatch
+def _add_same_format(a, b, *, sign: int, dtype, nnz, operator: str):
+    return _add_entries(a, b, sign=sign, dtype=dtype, nnz=nnz, operator=operator)
+
+
+@register_for_format("dia", _add_same_format)
+def _add_dia_pair(a, b, *, sign: int, dtype, nnz, operator: str):
+    return _add_dia(a, b, sign=sign, dtype=np.dtype(dtype))
+
+
+@register_for_format("csr", _add_same_format)
+def _add_csr_pair(a, b, *, sign: int, dtype, nnz, operator: str):
+    if a.indices is b.indices and a.indptr is b.indptr:  # one structure: add the values
         return a.with_data(a.data.astype(dtype) + sign * b.data.astype(dtype))
+    return _add_entries(a, b, sign=sign, dtype=dtype, nnz=nnz, operator=operator)
+
+
+def _add_entries(a, b, *, sign: int, dtype, nnz, operator: str):
+    """`a + sign * b` on the union of both structures, as CSR."""
     a_rows, a_cols, a_values = entries(a)
     b_rows, b_cols, b_values = entries(b)
     return entries_to_csr(
@@ -126,12 +146,6 @@ def _concatenate_indices(first, second) -> jax.Array:
     if isinstance(first, np.ndarray) and isinstance(second, np.ndarray):
         return np.concatenate([first.astype(dtype), second.astype(dtype)])
     return jnp.concatenate([jnp.asarray(first).astype(dtype), jnp.asarray(second).astype(dtype)])
-
-
-def _same_csr_structure(a, b) -> bool:
-    return (
-        a.format == "csr" and b.format == "csr" and a.indices is b.indices and a.indptr is b.indptr
-    )
 
 
 @functools.partial(jax.jit, static_argnames=("sign", "dtype"))
@@ -180,13 +194,14 @@ def multiply(a, b):
         return a.with_data(a.data * b)
     factor = _broadcast_factor(_as_dense(b, "*"), a.shape)
     dtype = jnp.result_type(a.dtype, factor.dtype)
-    if a.format == "dia":
-        return a.with_data(a.data.astype(dtype) * _dia_slot_factors(a, factor))
-    rows, cols, _ = entries(a)
-    picked = factor[
-        _broadcast_index(rows, factor.shape[0]), _broadcast_index(cols, factor.shape[1])
-    ]
-    return a.with_data(a.data.astype(dtype) * picked)
+    return a.with_data(a.data.astype(dtype) * _stored_factors(a, factor))
+
+
+@functools.singledispatch
+def _stored_factors(matrix, factor: jax.Array) -> jax.Array:
+    """`factor[row, col]` for every stored entry, in `matrix.data`'s layout."""
+    rows, cols, _ = entries(matrix)
+    return factor[_broadcast_index(rows, factor.shape[0]), _broadcast_index(cols, factor.shape[1])]
 
 
 def _broadcast_factor(dense: jax.Array, shape: tuple[int, int]) -> jax.Array:
@@ -207,6 +222,7 @@ def _broadcast_index(index, size: int):
     return index if size != 1 else 0
 
 
+@register_for_format("dia", _stored_factors)
 def _dia_slot_factors(matrix, factor: jax.Array) -> jax.Array:
     """`factor[row, col]` for every DIA slot `(d, col)`, zero on the ignored slots."""
     m, n = matrix.shape
@@ -221,17 +237,31 @@ def _dia_slot_factors(matrix, factor: jax.Array) -> jax.Array:
     return jnp.where(inside, factor[row_index, col_index], 0)
 
 
+@functools.singledispatch
 def _multiply_sparse(a, b):
+    """`a * b` elementwise: on `a`'s structure, the entries of `b` looked up there."""
+    return _multiply_on(a, b)
+
+
+@register_for_format("dia", _multiply_sparse)
+def _multiply_dia(a, b):
+    """The common diagonals if both are DIA, else on the other's structure."""
+    if type(b) is not type(a):
+        return _multiply_on(b, a)
     dtype = jnp.result_type(a.dtype, b.dtype)
-    if a.format == "dia" and b.format == "dia":
-        offsets = tuple(off for off in a.offsets if off in b.offsets)
-        rows = [
-            a.data[a.offsets.index(off)].astype(dtype) * b.data[b.offsets.index(off)].astype(dtype)
-            for off in offsets
-        ]
-        data = jnp.stack(rows) if rows else jnp.zeros((0, a.shape[1]), dtype)
-        return type(a)(data, offsets, a.shape)
-    structure, other = (a, b) if a.format == "csr" else (b, a)
+    offsets = tuple(off for off in a.offsets if off in b.offsets)
+    rows = [
+        a.data[a.offsets.index(off)].astype(dtype) * b.data[b.offsets.index(off)].astype(dtype)
+        for off in offsets
+    ]
+    data = jnp.stack(rows) if rows else jnp.zeros((0, a.shape[1]), dtype)
+    return type(a)(data, offsets, a.shape)
+
+
+def _multiply_on(structure, other):
+    """The product on the stored entries of `structure` (kept where `other` stores one
+    too, when that is known on the host)."""
+    dtype = jnp.result_type(structure.dtype, other.dtype)
     rows, cols, values = entries(structure)
     other_values, _ = lookup(other, rows, cols)
     product = structure.with_data(values.astype(dtype) * other_values.astype(dtype))

@@ -1,115 +1,76 @@
-"""Which implementation of a sparse product runs where: the one table.
+"""Which implementation of a sparse product runs where, from the families' table.
 
 A product is traced with a requested backend and lowered for a platform; the choice is
 made at lowering time, from (requested backend, platform, dtype), so one traced program
 lowered for a GPU runs the Pallas kernels and the same program lowered for the CPU runs
-XLA. Each product declares a table of implementation families (`_dia_ops.py`,
-`_csr_ops.py`); this module walks the families `PREFERENCES` lists for the request and the
-platform and takes the first that the product has and that takes the dtype there:
+XLA. The families are records in `_families.FAMILIES`, in order of preference;
+`PREFERENCES` derives from them which families each request tries on each platform (the
+documentation's backends page renders it):
 
-| platform | `"auto"`/`None`                | `"pallas"`             |
-|----------|--------------------------------|------------------------|
-| cpu      | `native`, `xla`                | error: no compiler     |
-| cuda     | `mosaic_gpu`, `triton`, `xla`  | `mosaic_gpu`, `triton` |
-| rocm     | `triton`, `xla`                | `triton`               |
-| tpu      | `pallas`, `mosaic_tpu`, `xla`  | `pallas`, `mosaic_tpu` |
+- `"auto"` (and `None`): the families that compile for the platform, `xla` last;
+- `"pallas"`: the Pallas families that compile for the platform (none on a CPU: Pallas
+  has no CPU compiler, a `ValueError`);
+- `"interpret"`: the families that run in interpret mode, on any platform;
+- `"xla"`: `xla` only: pure StableHLO, no custom call, on any platform.
 
-(the first of the listed families that the product has and that takes the dtype; when
-none does, `"auto"` always has `xla`, and the explicit requests raise.) `"interpret"` runs
-`pallas`, `triton` in interpret mode, on any platform; `"xla"` runs `xla`: pure StableHLO,
-no custom call, on any platform.
+The first family that the product has, that runs here and that takes the dtype runs.
 
 **Lowering for export.** When `jax.export` lowers a program (the lowering rule sees
-`for_export` in JAX's lowering parameters), `"auto"` keeps only the families that
-`EXPORTABLE` lists for the platform: those whose lowering holds no custom call, or only
-custom calls that `jax.export` guarantees to keep loading (its default checks accept them):
-
-| platform   | `"auto"` exports              |
-|------------|-------------------------------|
-| cpu        | `xla`                         |
-| cuda       | `mosaic_gpu`, `xla`           |
-| rocm       | `xla`                         |
-| tpu        | `pallas`, `mosaic_tpu`, `xla` |
-
-Every CPU family but `xla` calls a native kernel with no guarantee (jaxsparse's own FFI
-kernels). On GPUs the portable Pallas kernels lower to Triton, whose
-`__gpu$xla.gpu.triton` has no guarantee; the Mosaic GPU kernels (`plgpu.kernel`) lower to
-`mosaic_gpu_v2`, which has one. Mosaic TPU's `tpu_custom_call` has one.
+`for_export` in JAX's lowering parameters), `"auto"` keeps only the families whose
+`exports` list the platform: those whose lowering holds no custom call, or only custom
+calls that `jax.export` guarantees to keep loading (its default checks accept them). The
+native CPU kernels and Pallas's Triton custom call `__gpu$xla.gpu.triton` have no such
+guarantee; Mosaic GPU's `mosaic_gpu_v2` and Mosaic TPU's `tpu_custom_call` do.
 
 A Pallas kernel picks its grid and block sizes from static shapes, so a product with a
 symbolic dimension (`jax.export`'s shape polymorphism: a symbolic column count or batch)
-never runs one: `"auto"` skips the kernel families, and `"pallas"` or `"interpret"` raise a
-`ValueError`.
+never runs one: `"auto"` skips the Pallas families, and `"pallas"` or `"interpret"` raise
+a `ValueError`.
 
 An explicit backend is exported as it is: `"xla"` anywhere; `"pallas"` on TPU; `"pallas"`
 on a GPU only with `disabled_checks=[jax.export.DisabledSafetyCheck.custom_call(
 "__gpu$xla.gpu.triton")]`, and lowering it for export warns so (`jax.export` itself
 raises without them).
 
-The families: `xla` (pure `jax.numpy`, `kernels/xla_*.py`), `native` (jaxsparse's C++
-kernels registered as XLA FFI targets for the CPU: `kernels/native_*.py`; missing when the
-extension was not built, and half precision), `mosaic_gpu` (Mosaic GPU kernels for NVIDIA
-Hopper and newer, `plgpu.kernel`: `kernels/mosaic_gpu_dia.py`; skipped when the local
-CUDA GPU is older than Hopper; their interpret mode is Mosaic GPU's own, with race
-detection, called on the kernels directly), `pallas` (DIA window kernels, written for
-Triton and Mosaic TPU, run on TPU: `kernels/pallas_dia.py`), `triton` and `mosaic_tpu`
-(per-platform Pallas kernels: `kernels/triton_dia.py`, `kernels/triton_csr.py`,
-`kernels/mosaic_tpu_csr.py`). GPUs run `triton` for DIA where Mosaic GPU cannot, not
-`pallas`: on an H100 the window kernels gave wrong results wherever an output block
-overhangs the array (`k` not a multiple of the column block, fewer rows than a block,
-batches), and `triton_dia`'s masked loads also skip the window kernels' padded copies.
-Kernel families take complex values on real planes (`kernels/_complex_planes.py`). A new family is a
-key in the products' tables, a line in `PREFERENCES`, if it is a Pallas kernel family (it
-takes `interpret` and `platform`) a name in `KERNEL_FAMILIES`, and, where its custom calls
-carry `jax.export`'s guarantee, a name in `EXPORTABLE`.
-
 Only `"auto"` falls back. An explicit `"pallas"` or `"interpret"` for a dtype its kernels
-cannot take (complex values, float64 on TPU, ...) is a `TypeError` naming the dtype, the
-platform and what to use instead, never a silent run of something else; `"pallas"` on a
-CPU is a `ValueError` (Pallas has no CPU compiler). The environment variable
-`JAXSPARSE_BACKEND` replaces `"auto"` (and `None`) for a whole run.
+cannot take (complex128 or float64 on TPU, ...) is a `TypeError` naming the dtype, the
+platform and what to use instead, never a silent run of something else. The environment
+variable `JAXSPARSE_BACKEND` replaces `"auto"` (and `None`) for a whole run.
 """
 
-import functools
 import os
 import warnings
 from collections.abc import Callable, Mapping
 
-import jax
 import numpy as np
+
+from ._families import FAMILIES, PLATFORMS
+from .kernels._pallas import INTERPRET_PLATFORM
 
 BACKENDS = ("auto", "pallas", "interpret", "xla")
 BACKEND_ENV_VAR = "JAXSPARSE_BACKEND"
-PLATFORMS = ("cpu", "cuda", "rocm", "tpu")
-KERNEL_FAMILIES = ("mosaic_gpu", "pallas", "triton", "mosaic_tpu")
 
-# (requested backend, platform) -> implementation families to try, in order.
+
+def _preferences(backend: str, platform: str) -> tuple[str, ...]:
+    families = FAMILIES.values()
+    if backend == "auto":
+        return tuple(f.name for f in families if platform in f.platforms)
+    if backend == "pallas":
+        return tuple(f.name for f in families if f.pallas and platform in f.platforms)
+    if backend == "interpret":
+        return tuple(f.name for f in families if f.interprets)
+    return ("xla",)
+
+
+# (requested backend, platform) -> implementation families to try, in order: derived from
+# `FAMILIES`; `tools/gpu_compile.py` narrows it to one family at a time.
 PREFERENCES: dict[tuple[str, str], tuple[str, ...]] = {
-    ("auto", "cpu"): ("native", "xla"),
-    ("auto", "cuda"): ("mosaic_gpu", "triton", "xla"),
-    ("auto", "rocm"): ("triton", "xla"),
-    ("auto", "tpu"): ("pallas", "mosaic_tpu", "xla"),
-    ("pallas", "cpu"): (),
-    ("pallas", "cuda"): ("mosaic_gpu", "triton"),
-    ("pallas", "rocm"): ("triton",),
-    ("pallas", "tpu"): ("pallas", "mosaic_tpu"),
-    **{("interpret", platform): ("triton", "pallas") for platform in PLATFORMS},
-    **{("xla", platform): ("xla",) for platform in PLATFORMS},
-}
-
-# Platform -> the families `"auto"` may lower for export there (see the module docstring):
-# a family is listed only once its custom calls, if any, carry `jax.export`'s guarantee.
-EXPORTABLE: dict[str, tuple[str, ...]] = {
-    "cpu": ("xla",),
-    "cuda": ("mosaic_gpu", "xla"),
-    "rocm": ("xla",),
-    "tpu": ("pallas", "mosaic_tpu", "xla"),
+    (backend, platform): _preferences(backend, platform)
+    for backend in BACKENDS
+    for platform in PLATFORMS
 }
 # The custom call that Pallas GPU kernels lower to today (Triton), for the export warning.
 TRITON_CUSTOM_CALL = "__gpu$xla.gpu.triton"
-
-# Interpret mode runs on the host whatever the target: kernels pick tiles for "cpu".
-_INTERPRET_PLATFORM = "cpu"
 
 
 def resolve_backend(backend: str | None) -> str:
@@ -152,29 +113,31 @@ def choose_implementation(
     - `platform`: the platform being lowered for.
     - `dtype`: the dtype of the product's floating operands.
     - `for_export`: whether the program is being lowered for `jax.export`; then `"auto"`
-      takes only the families `EXPORTABLE` lists for `platform`.
+      takes only the families whose `exports` list `platform`.
     - `symbolic_shapes`: whether an operand has a symbolic dimension; then no kernel family
       is taken.
 
-    **Returns:** a function of the product's arrays and static parameters. Kernel families
+    **Returns:** a function of the product's arrays and static parameters. Pallas families
     come with `interpret` and `platform` bound.
     """
     interpret = backend == "interpret"
-    kernel_platform = _INTERPRET_PLATFORM if interpret else platform
-    preferences = PREFERENCES[backend, platform]
-    if for_export and backend == "auto":
-        preferences = tuple(f for f in preferences if f in EXPORTABLE[platform])
-    for family in preferences:
-        if family not in implementations or not _FAMILY_RUNS_HERE.get(family, _always)():
+    kernel_platform = INTERPRET_PLATFORM if interpret else platform
+    for name in PREFERENCES[backend, platform]:
+        family = FAMILIES.get(name)  # None: a stand-in a test put in PREFERENCES, plain
+        pallas = family is not None and family.pallas
+        exports = family is not None and platform in family.exports
+        if for_export and backend == "auto" and not exports:
             continue
-        if not supports.get(family, _takes_every_dtype)(dtype, kernel_platform):
+        if name not in implementations or (family is not None and not family.runs_here()):
             continue
-        if symbolic_shapes and family in KERNEL_FAMILIES:
+        if not supports.get(name, _takes_every_dtype)(dtype, kernel_platform):
             continue
-        function = implementations[family]
-        if for_export and backend == "pallas" and family not in EXPORTABLE[platform]:
+        if symbolic_shapes and pallas:
+            continue
+        function = implementations[name]
+        if for_export and backend == "pallas" and not exports:
             warnings.warn(_unguaranteed_export_message(op_name, platform), stacklevel=2)
-        if family in KERNEL_FAMILIES:
+        if pallas:
             return _with_kernel_options(function, interpret, kernel_platform)
         return function
     raise _no_implementation_error(op_name, backend, platform, dtype, symbolic_shapes)
@@ -182,26 +145,6 @@ def choose_implementation(
 
 def _takes_every_dtype(dtype, platform) -> bool:
     return True
-
-
-def _always() -> bool:
-    return True
-
-
-@functools.cache
-def _no_local_gpu_older_than_hopper() -> bool:
-    """Whether Mosaic GPU kernels can run where this process lowers for CUDA: no local
-    CUDA GPU below compute capability 9.0. With no local CUDA GPU at all (lowering for an
-    abstract H100, or compiling deviceless for sm_90a), Mosaic GPU is taken."""
-    try:
-        devices = jax.devices("cuda")
-    except RuntimeError:
-        return True
-    return all(float(getattr(device, "compute_capability", "9.0")) >= 9.0 for device in devices)
-
-
-# Families that need more of the machine than the platform's name says.
-_FAMILY_RUNS_HERE = {"mosaic_gpu": _no_local_gpu_older_than_hopper}
 
 
 def _with_kernel_options(function, interpret: bool, platform: str):

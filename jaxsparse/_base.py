@@ -23,11 +23,32 @@ from ._export import register_serialization
 from ._matmul import matmul
 
 _FORMATS: dict[str, type] = {}
+# Format name -> (singledispatch function, implementation) waiting for the format's class.
+_PENDING: dict[str, list[tuple]] = {}
 
 
 def format_class(name: str) -> type:
     """The registered class of the format called `name` (`"dia"`, `"csr"`)."""
     return _FORMATS[name]
+
+
+def register_for_format(name: str, dispatcher):
+    """A decorator: register the function with `dispatcher` (a `functools.singledispatch`)
+    for the class of the format called `name`.
+
+    Operations dispatch on the matrix's type, as products do (`_matmul.py`); their modules
+    sit below the containers, which import them, so they name the class by its format and
+    the registration happens when the class is defined (or at once, if it already is).
+    """
+
+    def register(function):
+        if name in _FORMATS:
+            dispatcher.register(_FORMATS[name], function)
+        else:
+            _PENDING.setdefault(name, []).append((dispatcher, function))
+        return function
+
+    return register
 
 
 class SparseMatrix(eqx.Module):
@@ -44,6 +65,8 @@ class SparseMatrix(eqx.Module):
         if "format" in cls.__dict__:
             _FORMATS[cls.format] = cls
             register_serialization(cls)
+            for dispatcher, function in _PENDING.pop(cls.format, []):
+                dispatcher.register(cls, function)
 
     # Make numpy arrays defer to our reflected operators (`x @ A` with `x` a numpy array).
     __array_ufunc__ = None

@@ -57,6 +57,13 @@ def is_batched(value) -> bool:
     return batchable and bool(batch_shape(value))
 
 
+def structure_per_member(matrix) -> bool:
+    """Whether the members of a batch of `matrix`'s format may differ in structure: the
+    format keeps its structure in array leaves (CSR's index arrays), not in static
+    metadata (DIA's offsets)."""
+    return any(name != "data" for name in getattr(type(matrix), "leaf_ranks", {}))
+
+
 def map_over_batch(function, *operands):
     """`function(*operands)` for each member of the batch of the batched matrices among
     `operands` (all of one batch shape), and each `PerMember` operand's slice for it;

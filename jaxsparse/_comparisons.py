@@ -17,13 +17,14 @@ Repeated CSR entries are summed before they are compared. Sparse boolean results
 them to the other operand's dtype.
 """
 
+import functools
 import operator
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._base import SparseMatrix, is_concrete
+from ._base import SparseMatrix, is_concrete, register_for_format
 from ._batching import is_batched, map_over_batch
 from ._coordinates import entries, entries_to_csr, lookup
 
@@ -64,11 +65,15 @@ def compare(matrix, other, op: str):
     return function(matrix.todense(), dense)
 
 
+@functools.singledispatch
 def _distinct(matrix):
     """`matrix` with each position stored once (repeated CSR entries summed)."""
-    if matrix.format == "dia":
-        return matrix
     return matrix.sum_duplicates(nnz=None if is_concrete(matrix.indices) else matrix.nnz)
+
+
+@register_for_format("dia", _distinct)
+def _dia_distinct(matrix):
+    return matrix
 
 
 def _compare_sparse(a, b, op: str, function):
@@ -76,11 +81,26 @@ def _compare_sparse(a, b, op: str, function):
         raise ValueError(f"inconsistent shapes for `{op}`: {a.shape} and {b.shape}.")
     if function(0, 0):
         return function(a.todense(), b.todense())
-    if a.format == "dia" and b.format == "dia":
-        offsets = tuple(sorted(set(a.offsets) | set(b.offsets)))
-        return type(a)(
-            function(_dia_rows(a, offsets), _dia_rows(b, offsets)).astype(bool), offsets, a.shape
-        )
+    if type(a) is type(b):
+        return _compare_same_format(a, b, op, function)
+    return _compare_entries(a, b, op, function)
+
+
+@functools.singledispatch
+def _compare_same_format(a, b, op: str, function):
+    return _compare_entries(a, b, op, function)
+
+
+@register_for_format("dia", _compare_same_format)
+def _compare_dia(a, b, op: str, function):
+    offsets = tuple(sorted(set(a.offsets) | set(b.offsets)))
+    return type(a)(
+        function(_dia_rows(a, offsets), _dia_rows(b, offsets)).astype(bool), offsets, a.shape
+    )
+
+
+def _compare_entries(a, b, op: str, function):
+    """The comparison on the union of both structures, as CSR."""
     a_rows, a_cols, a_values = entries(a)
     b_rows, b_cols, _ = entries(b)
     rows = np.concatenate([np.asarray(a_rows), np.asarray(b_rows)]) if _host(a, b) else None

@@ -16,11 +16,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._base import format_class, index_dtype_for, is_concrete
+from ._base import format_class, index_dtype_for, is_concrete, register_for_format
 from ._csr_layout import indptr_from_counts, row_ids
 from ._dia_layout import stored_positions
 
 
+@functools.singledispatch
 def entries(matrix):
     """The stored entries inside `matrix`: `(rows, cols, values)`, each `(nnz,)`.
 
@@ -29,14 +30,17 @@ def entries(matrix):
     known on the host (DIA always, CSR with concrete index arrays, even inside `jit`), so
     that structure computations on them stay on the host.
     """
-    if matrix.format == "dia":
-        diagonals, rows, cols = stored_positions(matrix.offsets, matrix.shape)
-        return rows, cols, matrix.data[diagonals, cols]
     if is_concrete(matrix.indices, matrix.indptr):
         indptr = np.asarray(matrix.indptr)
         rows = np.repeat(np.arange(matrix.shape[0], dtype=indptr.dtype), np.diff(indptr))
         return rows, np.asarray(matrix.indices), matrix.data
     return row_ids(matrix.indptr, matrix.nnz), matrix.indices, matrix.data
+
+
+@register_for_format("dia", entries)
+def _dia_entries(matrix):
+    diagonals, rows, cols = stored_positions(matrix.offsets, matrix.shape)
+    return rows, cols, matrix.data[diagonals, cols]
 
 
 def host_keys(rows, cols, shape: tuple[int, int]) -> np.ndarray | None:
@@ -168,20 +172,11 @@ def entries_to_csr(rows, cols, values, shape, *, nnz: int | None, operation: str
 def lookup(matrix, rows, cols):
     """`matrix[rows[p], cols[p]]` for every `p` (repeats summed), and whether the position
     is stored: `(values, stored)`, jit-able."""
-    rows, cols = jnp.asarray(rows), jnp.asarray(cols)
-    if matrix.format == "dia":
-        order = np.argsort(np.asarray(matrix.offsets, np.int64), kind="stable")
-        sorted_offsets = np.asarray(matrix.offsets, np.int64)[order]
-        if len(order) == 0:
-            return jnp.zeros(rows.shape, matrix.dtype), jnp.zeros(rows.shape, bool)
-        # Offsets lie in (-m, n): their differences fit the index dtype.
-        index_dtype = jnp.promote_types(rows.dtype, cols.dtype)
-        wanted = cols.astype(index_dtype) - rows.astype(index_dtype)
-        offsets = jnp.asarray(np.clip(sorted_offsets, -(2**31) + 1, 2**31 - 1), index_dtype)
-        position = jnp.clip(jnp.searchsorted(offsets, wanted), 0, len(order) - 1)
-        stored = offsets[position] == wanted
-        values = matrix.data[jnp.asarray(order)[position], cols]
-        return jnp.where(stored, values, 0), stored
+    return _lookup(matrix, jnp.asarray(rows), jnp.asarray(cols))
+
+
+@functools.singledispatch
+def _lookup(matrix, rows, cols):
     if matrix.nnz == 0:
         return jnp.zeros(rows.shape, matrix.dtype), jnp.zeros(rows.shape, bool)
     m, n = matrix.shape
@@ -195,6 +190,22 @@ def lookup(matrix, rows, cols):
     position = jnp.clip(position, 0, matrix.nnz - 1)
     stored = (unique_rows[position] == rows) & (unique_cols[position] == cols)
     return jnp.where(stored, summed[position], 0), stored
+
+
+@register_for_format("dia", _lookup)
+def _dia_lookup(matrix, rows, cols):
+    order = np.argsort(np.asarray(matrix.offsets, np.int64), kind="stable")
+    sorted_offsets = np.asarray(matrix.offsets, np.int64)[order]
+    if len(order) == 0:
+        return jnp.zeros(rows.shape, matrix.dtype), jnp.zeros(rows.shape, bool)
+    # Offsets lie in (-m, n): their differences fit the index dtype.
+    index_dtype = jnp.promote_types(rows.dtype, cols.dtype)
+    wanted = cols.astype(index_dtype) - rows.astype(index_dtype)
+    offsets = jnp.asarray(np.clip(sorted_offsets, -(2**31) + 1, 2**31 - 1), index_dtype)
+    position = jnp.clip(jnp.searchsorted(offsets, wanted), 0, len(order) - 1)
+    stored = offsets[position] == wanted
+    values = matrix.data[jnp.asarray(order)[position], cols]
+    return jnp.where(stored, values, 0), stored
 
 
 def _search_pairs(sorted_rows, sorted_cols, rows, cols):
@@ -223,17 +234,21 @@ def _search_pairs(sorted_rows, sorted_cols, rows, cols):
     return low
 
 
+@functools.singledispatch
 def stored_on_host(matrix, rows: np.ndarray, cols: np.ndarray) -> np.ndarray | None:
     """Whether each position is stored in `matrix`, computed on the host, or None when
     `matrix`'s structure is traced."""
-    if matrix.format == "dia":
-        return np.isin(cols.astype(np.int64) - rows, np.asarray(matrix.offsets, np.int64))
     stored_rows, stored_cols, _ = entries(matrix)
     if not isinstance(stored_rows, np.ndarray):
         return None
     return np.isin(
         host_keys(rows, cols, matrix.shape), host_keys(stored_rows, stored_cols, matrix.shape)
     )
+
+
+@register_for_format("dia", stored_on_host)
+def _dia_stored_on_host(matrix, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    return np.isin(cols.astype(np.int64) - rows, np.asarray(matrix.offsets, np.int64))
 
 
 def select_entries(matrix, keep: np.ndarray):
@@ -254,11 +269,26 @@ def distinct_entries(matrix):
 
     Padding entries have `valid` false, value zero and row `m` (outside the matrix).
     """
+    return _distinct_entries(matrix)
+
+
+@functools.singledispatch
+def _distinct_entries(matrix):
+    if matrix.nnz == 0:
+        return _all_valid(*entries(matrix))
     rows, cols, values = entries(matrix)
-    if matrix.format == "dia" or matrix.nnz == 0:
-        return rows, cols, values, jnp.ones(values.shape, bool)
     m = matrix.shape[0]
     unique_rows, unique_cols, inverse, found = sorted_distinct(rows, cols, matrix.nnz, (m, 0))
     summed = jax.ops.segment_sum(values, inverse, num_segments=matrix.nnz)
     valid = jnp.arange(matrix.nnz, dtype=jnp.int32) < found
     return unique_rows, unique_cols, summed, valid
+
+
+@register_for_format("dia", _distinct_entries)
+def _dia_distinct_entries(matrix):
+    """A DIA matrix stores each position once."""
+    return _all_valid(*entries(matrix))
+
+
+def _all_valid(rows, cols, values):
+    return rows, cols, values, jnp.ones(values.shape, bool)

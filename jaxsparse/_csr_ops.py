@@ -23,23 +23,8 @@ once. A batch of structures (`vmap` over whole matrices) is one block-diagonal m
 import jax.numpy as jnp
 import numpy as np
 
-from ._backend import KERNEL_FAMILIES
+from ._families import implementations
 from ._primitive import product_family
-from .kernels import mosaic_tpu_csr, native_csr, triton_csr
-from .kernels._complex_planes import with_complex_planes
-from .kernels.mosaic_tpu_csr import (
-    csr_matmul_mosaic_tpu,
-    csr_matmul_t_mosaic_tpu,
-    csr_sddmm_mosaic_tpu,
-)
-from .kernels.native_csr import (
-    csr_matmul_native,
-    csr_matmul_pullback_native,
-    csr_matmul_t_native,
-    csr_sddmm_native,
-)
-from .kernels.triton_csr import csr_matmul_t_triton, csr_matmul_triton, csr_sddmm_triton
-from .kernels.xla_csr import csr_matmul_t_xla, csr_matmul_xla, csr_sddmm_xla
 
 
 def _values_shape(indices, indptr, *, shape):
@@ -95,45 +80,15 @@ def _stacked(array, dim, size, axis: int):
     return array.reshape(*array.shape[:at], -1, *array.shape[at + 2 :])
 
 
-# The table: member -> implementation family -> function (see `_backend.py` for which
-# family runs where). A new family is one key per member.
-# Kernel families take complex values on real planes (`kernels/_complex_planes.py`).
-IMPLEMENTATIONS, SUPPORTS = with_complex_planes(
-    {
-        "matmul": {
-            "xla": csr_matmul_xla,
-            "native": csr_matmul_native,
-            "triton": csr_matmul_triton,
-            "mosaic_tpu": csr_matmul_mosaic_tpu,
-        },
-        "matmul_t": {
-            "xla": csr_matmul_t_xla,
-            "native": csr_matmul_t_native,
-            "triton": csr_matmul_t_triton,
-            "mosaic_tpu": csr_matmul_t_mosaic_tpu,
-        },
-        "sddmm": {
-            "xla": csr_sddmm_xla,
-            "native": csr_sddmm_native,
-            "triton": csr_sddmm_triton,
-            "mosaic_tpu": csr_sddmm_mosaic_tpu,
-        },
-    },
-    {
-        "native": native_csr.supports,
-        "triton": triton_csr.supports,
-        "mosaic_tpu": mosaic_tpu_csr.supports,
-    },
-    families=KERNEL_FAMILIES,
-    values_rank=1,
-)
+# The families' functions for CSR (`_families.FAMILIES`: which family runs where).
+IMPLEMENTATIONS, SUPPORTS, FUSED_PULLBACKS = implementations("csr", values_rank=1)
 CSR_PRODUCTS = product_family(
     "csr",
     values_shape=_values_shape,
     implementations=IMPLEMENTATIONS,
     supports=SUPPORTS,
     batch_structure=_block_diagonal,
-    fused_pullbacks={"matmul": {"native": csr_matmul_pullback_native}},
+    fused_pullbacks=FUSED_PULLBACKS,
 )
 csr_matmul_p = CSR_PRODUCTS.matmul
 csr_matmul_t_p = CSR_PRODUCTS.matmul_t

@@ -19,10 +19,12 @@ What comes back, and where it differs from scipy's sparse arrays:
   `A.batch_member(b)` takes a member; `jax.vmap(lambda M: M[i])(A)` the rows.
 """
 
+import functools
+
 import jax.numpy as jnp
 import numpy as np
 
-from ._base import format_class, is_concrete
+from ._base import format_class, is_concrete, register_for_format
 from ._batching import is_batched, refuse_batch
 from ._coordinates import entries, select_entries
 
@@ -146,14 +148,14 @@ def _index(value, size: int, what: str):
 
 def _submatrix(matrix, rows_range, cols_range):
     (top, bottom), (left, right) = rows_range, cols_range
-    shape = (bottom - top, right - left)
     if (top, bottom, left, right) == (0, matrix.shape[0], 0, matrix.shape[1]):
         return matrix
-    if matrix.format == "dia":
-        # Row `r` of the slice is row `r + top`: an entry on diagonal `off` lands on diagonal
-        # `off + top - left`, and column `c` of `data` is column `c + left`.
-        offsets = tuple(off + top - left for off in matrix.offsets)
-        return type(matrix)(matrix.data[:, left:right], offsets, shape)
+    return _slice(matrix, top, bottom, left, right)
+
+
+@functools.singledispatch
+def _slice(matrix, top: int, bottom: int, left: int, right: int):
+    shape = (bottom - top, right - left)
     if not is_concrete(matrix.indices, matrix.indptr):
         raise TypeError(
             "slicing a `CSRMatrix` changes its number of entries, which depends on its "
@@ -171,3 +173,11 @@ def _submatrix(matrix, rows_range, cols_range):
         indptr - indptr[0],
         shape,
     )
+
+
+@register_for_format("dia", _slice)
+def _dia_slice(matrix, top: int, bottom: int, left: int, right: int):
+    # Row `r` of the slice is row `r + top`: an entry on diagonal `off` lands on diagonal
+    # `off + top - left`, and column `c` of `data` is column `c + left`.
+    offsets = tuple(off + top - left for off in matrix.offsets)
+    return type(matrix)(matrix.data[:, left:right], offsets, (bottom - top, right - left))

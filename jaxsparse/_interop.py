@@ -8,6 +8,8 @@ the host, and `sum_duplicates` under `jax.jit` takes a static `nnz` (`eliminate_
 depends on values and has no `jit` form). Unlike scipy's, they return a new matrix.
 """
 
+import functools
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -15,7 +17,7 @@ import numpy as np
 import scipy.sparse
 from jax.experimental import sparse as jsparse
 
-from ._base import format_class, index_dtype_for, is_concrete
+from ._base import format_class, index_dtype_for, is_concrete, register_for_format
 from ._batching import refuse_batch
 from ._coordinates import entries, entries_to_csr, select_entries
 from ._csr_layout import indptr_from_counts
@@ -25,9 +27,20 @@ def to_bcoo(matrix) -> jsparse.BCOO:
     """The matrix as a `jax.experimental.sparse.BCOO` with the same entries (jit-able)."""
     refuse_batch("`to_bcoo()`", matrix)
     rows, cols, values = entries(matrix)
-    index_dtype = matrix.indices.dtype if matrix.format == "csr" else jnp.int32
+    index_dtype = _index_dtype(matrix)
     indices = jnp.stack([jnp.asarray(rows), jnp.asarray(cols)], axis=1).astype(index_dtype)
     return jsparse.BCOO((values, indices), shape=matrix.shape)
+
+
+@functools.singledispatch
+def _index_dtype(matrix):
+    """The dtype of a BCOO's indices for `matrix`: int32, or a CSR matrix's own."""
+    return jnp.int32
+
+
+@register_for_format("csr", _index_dtype)
+def _csr_index_dtype(matrix):
+    return matrix.indices.dtype
 
 
 def to_bcsr(matrix) -> jsparse.BCSR:

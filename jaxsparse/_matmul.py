@@ -15,7 +15,14 @@ import jax.numpy as jnp
 import scipy.sparse
 
 from ._backend import resolve_backend
-from ._batching import PerMember, batch_shape, is_batched, map_over_batch, refuse_batch
+from ._batching import (
+    PerMember,
+    batch_shape,
+    is_batched,
+    map_over_batch,
+    refuse_batch,
+    structure_per_member,
+)
 
 
 @functools.singledispatch
@@ -103,7 +110,7 @@ def _batched_matmul(a, b, *, backend: str, nnz):
         return matmul(x, y, backend=backend, nnz=nnz)
 
     if _is_sparse(a) and _is_sparse(b):
-        if a.format != "dia" or b.format != "dia":
+        if structure_per_member(a) or structure_per_member(b):
             refuse_batch("sparse @ sparse with a CSR factor (a structure per member)", a, b)
         return map_over_batch(product, a, b)
     sparse, dense, name = (a, b, "b") if _is_sparse(a) else (b, a, "a")

@@ -18,7 +18,7 @@ stays sparse. `product_family` registers, for the three members at once:
 
 - the abstract evaluation, from `shape` and the format's `values_shape`;
 - the lowering per platform, which asks `_backend.choose_implementation` for one entry of
-  the member's table of implementations (`{"xla": ..., "native": ..., "pallas": ...}`);
+  the member's table of implementations (`{"xla": ..., "native": ..., "triton": ...}`);
   every implementation of a member takes the primitive's arguments and parameters;
 - the JVP (two products: bilinearity), the transposes above, and batching (below).
 
@@ -67,9 +67,8 @@ from jax.core import ShapedArray
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
-from ._backend import PLATFORMS, choose_implementation
-
-MEMBERS = ("matmul", "matmul_t", "sddmm")
+from ._backend import choose_implementation
+from ._families import MEMBERS, PLATFORMS
 
 # The transposes of each member, in its first argument and in its second:
 # (ct, first, second) -> (member, its first argument, its second argument); the
@@ -115,8 +114,9 @@ def product_family(
     - `values_shape`: `(*structure_avals, **params) -> shape` of the stored values, the
       result of `sddmm`.
     - `implementations`: member (`"matmul"`, `"matmul_t"`, `"sddmm"`) -> implementation
-      family (`"xla"`, `"native"`, `"pallas"`, ...) -> function taking the primitive's arrays
-      and static parameters (kernel families also take `interpret` and `platform`).
+      family (`"xla"`, `"native"`, `"triton"`, ...) -> function taking the primitive's arrays
+      and static parameters (Pallas families also take `interpret` and `platform`);
+      `_families.implementations` derives it from the families' table.
     - `supports`: implementation family -> `(dtype, platform) -> bool`, the dtypes its
       kernels take; families not listed take every dtype.
     - `batch_structure`: for formats with structure arguments, `(primitive, args, dims,

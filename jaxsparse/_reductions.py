@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._base import is_concrete
+from ._base import is_concrete, register_for_format
 from ._batching import over_batch, refuse_batch
 from ._coordinates import distinct_entries, entries
 
@@ -37,16 +37,23 @@ def diagonal(matrix, k: int = 0) -> jax.Array:
     **Returns:** a `(length,)` array in the matrix's dtype (empty when `k` misses it).
     """
     k = _static_int(k, "k")
-    length = diagonal_length(matrix.shape, k)
-    if matrix.format == "dia":
-        if k not in matrix.offsets or length == 0:
-            return jnp.zeros((length,), matrix.dtype)
-        start = max(k, 0)
-        return matrix.data[matrix.offsets.index(k), start : start + length]
+    return _diagonal(matrix, k, diagonal_length(matrix.shape, k))
+
+
+@functools.singledispatch
+def _diagonal(matrix, k: int, length: int) -> jax.Array:
     rows, cols, values = entries(matrix)
     on_diagonal = (cols - rows) == k
     position = jnp.where(on_diagonal, rows - max(-k, 0), length)
     return jnp.zeros((length,), matrix.dtype).at[position].add(values, mode="drop")
+
+
+@register_for_format("dia", _diagonal)
+def _dia_diagonal(matrix, k: int, length: int) -> jax.Array:
+    if k not in matrix.offsets or length == 0:
+        return jnp.zeros((length,), matrix.dtype)
+    start = max(k, 0)
+    return matrix.data[matrix.offsets.index(k), start : start + length]
 
 
 def trace(matrix, offset: int = 0) -> jax.Array:

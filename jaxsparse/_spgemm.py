@@ -16,12 +16,14 @@
   Build large products outside `jit` and pass the result in.
 """
 
+import functools
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._base import SparseMatrix, is_concrete
+from ._base import SparseMatrix, is_concrete, register_for_format
 from ._coordinates import csr_from_entries, host_keys, static_nnz
 from ._csr_layout import row_ids
 from ._dia_layout import active_diagonals, diagonal_lengths
@@ -49,8 +51,24 @@ def spgemm(a, b, *, nnz: int | None = None, backend: str = "auto"):
             f"matmul: dimension mismatch: {a.shape} @ {b.shape} "
             f"(inner dimensions {a.shape[1]} and {b.shape[0]} differ)."
         )
-    if a.format == "dia" and b.format == "dia":
-        return _dia_times_dia(a, b)
+    if type(a) is type(b):
+        return _same_format_product(a, b, nnz, backend)
+    return _csr_product(a, b, nnz, backend)
+
+
+@functools.singledispatch
+def _same_format_product(a, b, nnz, backend):
+    return _csr_product(a, b, nnz, backend)
+
+
+@register_for_format("dia", _same_format_product)
+def _dia_product(a, b, nnz, backend):
+    return _dia_times_dia(a, b)
+
+
+def _csr_product(a, b, nnz, backend):
+    """`a @ b` as CSR: on the host where both structures are concrete, else under `jit`
+    with the static `nnz`."""
     a, b = a.tocsr(), b.tocsr()
     if is_concrete(a.indices, a.indptr, b.indices, b.indptr):
         return _csr_times_csr_on_host(a, b, nnz)

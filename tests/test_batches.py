@@ -15,7 +15,13 @@ from helpers import MATRICES, assert_close, random_csr, random_dia, random_value
 from lowering import DIA_KERNEL_CALLS, KERNEL_CALLS, NEEDS_CROSS_LOWERING, lower
 
 import jaxsparse as js
-from jaxsparse.kernels import _native_library, mosaic_tpu_csr, pallas_dia, triton_csr, triton_dia
+from jaxsparse.kernels import (
+    _native_library,
+    mosaic_tpu_csr,
+    mosaic_tpu_dia,
+    triton_csr,
+    triton_dia,
+)
 
 BACKENDS = ["xla", "auto", "interpret"]
 BATCH = 3
@@ -265,10 +271,10 @@ def test_lowered_batch_is_one_kernel_call(fmt, platform):
 
 
 _KERNELS = {
-    "pallas": (
-        pallas_dia.dia_matmul_pallas,
-        pallas_dia.dia_matmul_t_pallas,
-        pallas_dia.dia_sddmm_pallas,
+    "mosaic_tpu-dia": (
+        mosaic_tpu_dia.dia_matmul_mosaic_tpu,
+        mosaic_tpu_dia.dia_matmul_t_mosaic_tpu,
+        mosaic_tpu_dia.dia_sddmm_mosaic_tpu,
     ),
     "triton-dia": (
         triton_dia.dia_matmul_triton,
@@ -292,8 +298,8 @@ _KERNELS = {
 @pytest.mark.parametrize(
     ("family", "case"),
     [
-        ("pallas", "dia-tall-beyond-matrix"),
-        ("pallas", "dia-many-diagonals"),
+        ("mosaic_tpu-dia", "dia-tall-beyond-matrix"),
+        ("mosaic_tpu-dia", "dia-many-diagonals"),
         ("triton-dia", "dia-tall-beyond-matrix"),
         ("triton-dia", "dia-many-diagonals"),
         ("triton", "csr-power-law"),

@@ -1,4 +1,4 @@
-"""The DIA Pallas kernels: the TPU window kernels (`kernels/pallas_dia.py`) and the GPU
+"""The DIA Pallas kernels: the TPU window kernels (`kernels/mosaic_tpu_dia.py`) and the GPU
 Triton kernels (`kernels/triton_dia.py`), in interpret mode against scipy over the
 registry's DIA matrices, block sizes, cross-lowering, static offsets."""
 
@@ -12,12 +12,12 @@ import scipy.sparse
 from helpers import DIA_MATRICES, cases, ignored_slots, slow_unless, tolerance
 from lowering import KERNEL_CALLS, NEEDS_CROSS_LOWERING, lower
 
+from jaxsparse.kernels import mosaic_tpu_dia, triton_dia
 from jaxsparse.kernels._bounds_check import out_of_bounds_reports
-from jaxsparse.kernels.pallas_dia import (
-    BlockSizes,
-    dia_matmul_pallas,
-    dia_matmul_t_pallas,
-    dia_sddmm_pallas,
+from jaxsparse.kernels.mosaic_tpu_dia import (
+    dia_matmul_mosaic_tpu,
+    dia_matmul_t_mosaic_tpu,
+    dia_sddmm_mosaic_tpu,
     supports,
 )
 from jaxsparse.kernels.triton_dia import (
@@ -70,7 +70,7 @@ def _check_close(actual, expected, dtype):
 
 
 FAMILIES = {
-    "window": (dia_matmul_pallas, dia_matmul_t_pallas, dia_sddmm_pallas),
+    "window": (dia_matmul_mosaic_tpu, dia_matmul_t_mosaic_tpu, dia_sddmm_mosaic_tpu),
     "triton": (dia_matmul_triton, dia_matmul_t_triton, dia_sddmm_triton),
 }
 
@@ -117,6 +117,13 @@ def test_kernels_match_scipy(case, dtype, family):
     _check_kernels(*case.shape, case.structure, 3, dtype, family=family)
 
 
+# Several row blocks, and several column blocks (TPU: multiples of 128 lanes).
+_SMALL_BLOCKS = {
+    "window": (mosaic_tpu_dia.BlockSizes(block_rows=32, block_cols=128), 130),
+    "triton": (triton_dia.BlockSizes(block_rows=32, block_cols=2), 5),
+}
+
+
 _OUT_OF_BOUNDS_CASES = ("dia-tall-beyond-matrix", "dia-many-diagonals", "dia-one-column")
 
 
@@ -131,25 +138,26 @@ def test_triton_kernels_make_no_access_outside_their_buffers(case):
 
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_small_blocks_span_several_programs_and_column_blocks(family):
-    blocks = BlockSizes(block_rows=32, block_cols=2)
-    _check_kernels(77, 61, (-9, -1, 0, 1, 40), 5, jnp.float32, blocks, family)
+    blocks, k = _SMALL_BLOCKS[family]
+    _check_kernels(77, 61, (-9, -1, 0, 1, 40), k, jnp.float32, blocks, family)
 
 
-@pytest.mark.parametrize("family", list(FAMILIES))
 @pytest.mark.parametrize("dtype", [jnp.float16, jnp.float64])
 @pytest.mark.parametrize("case", cases(DIA_MATRICES[3:5]))
-def test_interpret_dtypes(case, dtype, family):
-    assert supports(dtype, "cpu")
-    _check_kernels(*case.shape, case.structure, 3, dtype, family=family)
+def test_interpret_dtypes(case, dtype):
+    """The Triton kernels take every real floating dtype; the window kernels take the
+    TPU's (`test_supports`)."""
+    assert triton_supports(dtype, "cpu")
+    _check_kernels(*case.shape, case.structure, 3, dtype, family="triton")
 
 
 @pytest.mark.parametrize("m, n, k", [(0, 4, 2), (4, 0, 2), (4, 4, 0)])
 def test_empty(m, n, k):
     offsets = (-1, 0, 1)
     data = jnp.ones((3, n), jnp.float32)
-    y = dia_matmul_pallas(data, jnp.ones((n, k), jnp.float32), offsets=offsets, shape=(m, n))
+    y = dia_matmul_mosaic_tpu(data, jnp.ones((n, k), jnp.float32), offsets=offsets, shape=(m, n))
     assert y.shape == (m, k) and not y.any()
-    grad = dia_sddmm_pallas(
+    grad = dia_sddmm_mosaic_tpu(
         jnp.ones((m, k), jnp.float32), jnp.ones((n, k), jnp.float32), offsets=offsets, shape=(m, n)
     )
     assert grad.shape == (3, n) and not grad.any()
@@ -174,33 +182,33 @@ def test_shape_errors(family):
 
 
 def test_block_sizes():
-    with pytest.raises(ValueError, match="block_rows"):
-        BlockSizes(block_rows=48)
-    with pytest.raises(ValueError, match="block_rows"):
-        BlockSizes(block_rows=16)
-    with pytest.raises(ValueError, match="block_cols"):
-        BlockSizes(block_cols=3)
+    for module in (mosaic_tpu_dia, triton_dia):
+        with pytest.raises(ValueError, match="block_rows"):
+            module.BlockSizes(block_rows=48)
+        with pytest.raises(ValueError, match="block_rows"):
+            module.BlockSizes(block_rows=16)
+        with pytest.raises(ValueError, match="block_cols"):
+            module.BlockSizes(block_cols=3)
     with pytest.raises(ValueError, match="num_warps"):
-        BlockSizes(num_warps=3)
+        triton_dia.BlockSizes(num_warps=3)
     with pytest.raises(ValueError, match="num_stages"):
-        BlockSizes(num_stages=0)
-    for platform in ("cuda", "rocm", "tpu", "cpu"):
+        triton_dia.BlockSizes(num_stages=0)
+    for platform in ("tpu", "cpu"):
         for k in (1, 7, 128, 1000):
-            default = BlockSizes.get_default(platform=platform, num_cols=k)
+            default = mosaic_tpu_dia.BlockSizes.get_default(platform=platform, num_cols=k)
             assert default.block_rows is not None and default.block_cols is not None
+    with pytest.raises(ValueError, match="platform"):
+        mosaic_tpu_dia.BlockSizes.get_default(platform="cuda", num_cols=1)
 
 
 def test_supports():
-    assert supports(jnp.bfloat16, "tpu") and supports(jnp.float32, "tpu")
-    assert supports(jnp.float64, "cpu") and supports(jnp.float16, "cpu")
+    """The window kernels take the TPU's dtypes, in interpret mode (`"cpu"`) too."""
+    for platform in ("tpu", "cpu"):
+        assert supports(jnp.bfloat16, platform) and supports(jnp.float32, platform)
+        assert not supports(jnp.float64, platform) and not supports(jnp.float16, platform)
+        assert not supports(jnp.int32, platform) and not supports(jnp.complex64, platform)
     assert triton_supports(jnp.float64, "cuda") and triton_supports(jnp.float16, "rocm")
     assert not triton_supports(jnp.float32, "tpu") and not triton_supports(jnp.int32, "cuda")
-    assert not supports(jnp.float64, "tpu") and not supports(jnp.float16, "tpu")
-    assert not supports(jnp.int32, "cpu")
-    for platform in ("cuda", "rocm", "tpu", "cpu"):
-        assert not supports(jnp.complex64, platform)
-    with pytest.raises(ValueError, match="platform"):
-        supports(jnp.float32, "gpu")
 
 
 def _pallas_call_eqn(fn, *args, **kwargs):
@@ -209,10 +217,10 @@ def _pallas_call_eqn(fn, *args, **kwargs):
     return eqn
 
 
-@pytest.mark.parametrize("fn", [dia_matmul_pallas, dia_sddmm_pallas])
+@pytest.mark.parametrize("fn", [dia_matmul_mosaic_tpu, dia_sddmm_mosaic_tpu])
 def test_offsets_are_not_operands(fn):
     m = n = 40
-    first = (3, n) if fn is dia_matmul_pallas else (m, 4)
+    first = (3, n) if fn is dia_matmul_mosaic_tpu else (m, 4)
     first = jnp.ones(first, jnp.float32)
     x = jnp.ones((n, 4), jnp.float32)
     kwargs = dict(shape=(m, n), interpret=True)
@@ -229,7 +237,7 @@ def test_offsets_are_not_operands(fn):
 
 
 def test_same_offsets_reuse_the_compiled_kernel():
-    matmul = jax.jit(dia_matmul_pallas, static_argnames=("offsets", "shape", "interpret"))
+    matmul = jax.jit(dia_matmul_mosaic_tpu, static_argnames=("offsets", "shape", "interpret"))
     rng = np.random.default_rng(1)
     x = jnp.asarray(rng.standard_normal((24, 2)), jnp.float32)
     for seed in range(2):
@@ -245,9 +253,9 @@ def test_same_offsets_reuse_the_compiled_kernel():
 _ROWS = 2**20
 _STENCIL_5 = (-1024, -1, 0, 1, 1024)  # 2-D 5-point stencil on a 1024 x 1024 grid
 _KERNEL_NAMES = {
-    dia_matmul_pallas: "dia_matmul",
-    dia_matmul_t_pallas: "dia_matmul",
-    dia_sddmm_pallas: "dia_sddmm",
+    dia_matmul_mosaic_tpu: "dia_matmul",
+    dia_matmul_t_mosaic_tpu: "dia_matmul",
+    dia_sddmm_mosaic_tpu: "dia_sddmm",
 }
 _TRITON_KERNEL_NAMES = {
     dia_matmul_triton: "dia_matmul",
@@ -258,7 +266,7 @@ _TRITON_KERNEL_NAMES = {
 
 def _lower(fn, offsets, k, dtype, platform):
     n = _ROWS
-    first = (n, k) if fn in (dia_sddmm_pallas, dia_sddmm_triton) else (len(offsets), n)
+    first = (n, k) if fn in (dia_sddmm_mosaic_tpu, dia_sddmm_triton) else (len(offsets), n)
     avals = (jax.ShapeDtypeStruct(first, dtype), jax.ShapeDtypeStruct((n, k), dtype))
     f = functools.partial(fn, offsets=offsets, shape=(n, n), platform=platform)
     return lower(f, avals, platform)
@@ -278,15 +286,17 @@ def test_lowers_for_cuda(fn, k, dtype):
 
 
 def test_window_kernels_decline_gpus():
-    """On an H100 the window kernels gave wrong results where an output block overhangs
-    the array; GPUs run `triton_dia` instead."""
+    """GPUs run `triton_dia` and `mosaic_gpu_dia`; the window kernels are TPU kernels."""
     assert not supports(jnp.float32, "cuda") and not supports(jnp.float32, "rocm")
-    assert supports(jnp.float32, "tpu") and supports(jnp.float32, "cpu")
+    with pytest.raises(ValueError, match="platform"):
+        dia_matmul_mosaic_tpu(
+            jnp.ones((1, 4)), jnp.ones((4, 1)), offsets=(0,), shape=(4, 4), platform="cuda"
+        )
 
 
 def test_triton_knobs_reach_the_kernel_call():
     """`num_warps` and `num_stages` travel with the block sizes into Triton's parameters."""
-    blocks = BlockSizes(num_warps=8, num_stages=3)
+    blocks = triton_dia.BlockSizes(num_warps=8, num_stages=3)
     f = functools.partial(
         dia_matmul_triton, offsets=_STENCIL_5, shape=(4096, 4096), platform="cuda"
     )
@@ -312,7 +322,7 @@ def test_lowers_for_tpu(fn, k, dtype):
 @NEEDS_CROSS_LOWERING
 @pytest.mark.parametrize(
     ("fn", "platform"),
-    [(dia_matmul_pallas, "tpu"), (dia_sddmm_pallas, "tpu")]
+    [(dia_matmul_mosaic_tpu, "tpu"), (dia_sddmm_mosaic_tpu, "tpu")]
     + [(dia_matmul_triton, "cuda"), (dia_sddmm_triton, "cuda")],
     ids=lambda p: getattr(p, "__name__", p),
 )

@@ -146,7 +146,7 @@ def test_choose_implementation_for_export_keeps_the_exportable_families():
     def family(name):
         return lambda *args, **params: name
 
-    implementations = {name: family(name) for name in ("native", "pallas", "triton", "xla")}
+    implementations = {name: family(name) for name in ("native", "mosaic_tpu", "triton", "xla")}
 
     def chosen(platform, **kwargs):
         implementation = _backend.choose_implementation(
@@ -158,7 +158,7 @@ def test_choose_implementation_for_export_keeps_the_exportable_families():
     assert chosen("cpu", for_export=True) == "xla"
     assert chosen("cuda") == "triton"
     assert chosen("cuda", for_export=True) == "xla"
-    assert chosen("tpu", for_export=True) == "pallas"
+    assert chosen("tpu", for_export=True) == "mosaic_tpu"
     assert chosen("tpu", for_export=True, symbolic_shapes=True) == "xla"
 
 

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import pytest
 
 import jaxsparse as js
-from jaxsparse import _backend, _csr_ops, _dia_ops
+from jaxsparse import _backend, _csr_ops, _dia_ops, _families
 
 TOOLS = Path(__file__).resolve().parents[1] / "tools"
 KERNEL = "dia_matmul"
@@ -166,7 +166,7 @@ def test_limits_flag_what_cannot_launch(tools):
 def test_compiles_every_gpu_kernel_family_of_each_format(tools):
     _, cases, _ = tools
     preferred = _backend.PREFERENCES["pallas", "cuda"] + _backend.PREFERENCES["auto", "cuda"]
-    gpu = set(preferred) & set(_backend.KERNEL_FAMILIES)
+    gpu = set(preferred) & {name for name, f in _families.FAMILIES.items() if f.pallas}
     for table in (_dia_ops.IMPLEMENTATIONS, _csr_ops.IMPLEMENTATIONS):
         families = cases.gpu_kernel_families(table)
         assert families
@@ -177,7 +177,7 @@ def test_compiles_every_gpu_kernel_family_of_each_format(tools):
 def test_only_the_librarys_refusal_counts_as_declined(tools, monkeypatch):
     gpu_compile, *_ = tools
     # Every dtype has an interpreted kernel: make the kernel families decline complex64.
-    for family in ("triton", "pallas"):
+    for family in ("triton", "mosaic_tpu"):
         monkeypatch.setitem(_dia_ops.SUPPORTS, family, lambda dtype, platform: False)
     A = js.DIAMatrix(jnp.ones((3, 8), jnp.complex64), offsets=(-1, 0, 1), shape=(8, 8))
 

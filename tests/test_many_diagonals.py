@@ -14,7 +14,11 @@ from lowering import DIA_KERNEL_CALLS, NEEDS_CROSS_LOWERING, lower
 
 import jaxsparse as js
 from jaxsparse._dia_layout import MAX_UNROLLED_DIAGONALS
-from jaxsparse.kernels.pallas_dia import dia_matmul_pallas, dia_matmul_t_pallas, dia_sddmm_pallas
+from jaxsparse.kernels.mosaic_tpu_dia import (
+    dia_matmul_mosaic_tpu,
+    dia_matmul_t_mosaic_tpu,
+    dia_sddmm_mosaic_tpu,
+)
 from jaxsparse.kernels.triton_dia import dia_matmul_t_triton, dia_matmul_triton, dia_sddmm_triton
 
 N = 600
@@ -100,7 +104,7 @@ def test_products_switch_to_the_loop_above_the_threshold():
 
 def _kernel_size(fn, offsets, platform):
     """Equations in the kernel body of `fn`'s `pallas_call` for `offsets`."""
-    first = (N, 3) if fn in (dia_sddmm_pallas, dia_sddmm_triton) else (len(offsets), N)
+    first = (N, 3) if fn in (dia_sddmm_mosaic_tpu, dia_sddmm_triton) else (len(offsets), N)
     avals = (jax.ShapeDtypeStruct(first, jnp.float32), jax.ShapeDtypeStruct((N, 3), jnp.float32))
     options = dict(offsets=offsets, shape=(N, N), platform=platform, interpret=True)
     jaxpr = jax.make_jaxpr(functools.partial(fn, **options))(*avals)
@@ -108,7 +112,7 @@ def _kernel_size(fn, offsets, platform):
     return len(call.params["jaxpr"].eqns)
 
 
-WINDOW_KERNELS = [dia_matmul_pallas, dia_matmul_t_pallas, dia_sddmm_pallas]
+WINDOW_KERNELS = [dia_matmul_mosaic_tpu, dia_matmul_t_mosaic_tpu, dia_sddmm_mosaic_tpu]
 TRITON_KERNELS = [dia_matmul_triton, dia_matmul_t_triton, dia_sddmm_triton]
 
 

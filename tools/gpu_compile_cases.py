@@ -3,8 +3,9 @@ sizes, as programs of abstract arguments (`jax.ShapeDtypeStruct`: nothing is all
 
 Each program goes through the public API (`jaxsparse.matmul(..., backend="pallas")`,
 `jax.vjp`, `jax.vmap`), so it runs exactly the kernels a user's program runs. The GPU kernel
-families come from the library's own tables (`_backend.PREFERENCES` for the GPU, the
-formats' `IMPLEMENTATIONS`), so a family added there is compiled without a change here.
+families come from the library's own table (`_families.FAMILIES`, through
+`_backend.PREFERENCES` for the GPU and the formats' `IMPLEMENTATIONS`), so a family added
+there is compiled without a change here.
 `planted_programs` holds the deliberately broken kernels of `--plant-oversized-block`.
 """
 
@@ -17,9 +18,9 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
 import jaxsparse as js
-from jaxsparse import _backend, _csr_ops, _dia_ops
+from jaxsparse import _backend, _csr_ops, _dia_ops, _families
 from jaxsparse._dia_layout import MAX_UNROLLED_DIAGONALS
-from jaxsparse.kernels import pallas_dia
+from jaxsparse.kernels import triton_dia
 
 PLATFORM = "cuda"
 DTYPES = (jnp.float32, jnp.bfloat16, jnp.float64, jnp.complex64)
@@ -110,7 +111,8 @@ def gpu_kernel_families(implementations: dict) -> tuple[str, ...]:
     has, in the library's order of preference."""
     preferred = _backend.PREFERENCES["pallas", PLATFORM] + _backend.PREFERENCES["auto", PLATFORM]
     has = {family for table in implementations.values() for family in table}
-    return tuple(dict.fromkeys(f for f in preferred if f in _backend.KERNEL_FAMILIES and f in has))
+    pallas = {name for name, family in _families.FAMILIES.items() if family.pallas}
+    return tuple(dict.fromkeys(f for f in preferred if f in pallas and f in has))
 
 
 def programs() -> list[Program]:
@@ -186,10 +188,10 @@ def planted_programs() -> list[Program]:
 
     n = STENCIL_SIDE**2
     offsets = (-STENCIL_SIDE, -1, 0, 1, STENCIL_SIDE)
-    too_many_warps = pallas_dia.BlockSizes(block_rows=32, block_cols=8, num_warps=64)
+    too_many_warps = triton_dia.BlockSizes(block_rows=32, block_cols=8, num_warps=64)
 
     def dia_with_too_many_threads(values, x):
-        return pallas_dia.dia_matmul_pallas(
+        return triton_dia.dia_matmul_triton(
             values, x, offsets=offsets, shape=(n, n), platform=PLATFORM, block_sizes=too_many_warps
         )
 
@@ -209,7 +211,7 @@ def planted_programs() -> list[Program]:
             "DIA product, 64 warps",
             "float32",
             8,
-            "pallas",
+            "triton",
             dia_with_too_many_threads,
             (
                 jax.ShapeDtypeStruct((len(offsets), n), jnp.float32),

@@ -1,8 +1,9 @@
 """Complex values on real kernels: a product family's members computed on real planes.
 
-Triton, Mosaic GPU and Mosaic TPU have no complex type, so a kernel family takes complex
-values through this wrapper. Every member of a product family is bilinear, and over the
-reals a complex bilinear product splits into real products of the planes:
+Triton, Mosaic GPU and Mosaic TPU have no complex type, so a Pallas family takes complex
+values through this wrapper (`_families.implementations` applies it). Every member of a
+product family is bilinear, and over the reals a complex bilinear product splits into real
+products of the planes:
 `P(a, b) = P(ar, br) - P(ai, bi) + i (P(ar, bi) + P(ai, br))`. The wrapper computes all
 four in **one** kernel call, through the batch axis every implementation takes
 (`_primitive.py`, "Batches"), so the structure is read once:
@@ -101,34 +102,3 @@ def _sddmm_on_planes(function):
         return result if batched else result[0]
 
     return implementation
-
-
-def with_complex_planes(implementations, supports, *, families, values_rank: int):
-    """A format's table of implementations and its `supports` with each of `families`
-    taking complex values on real planes (the other families unchanged).
-
-    **Arguments:**
-
-    - `implementations`: member -> family -> function.
-    - `supports`: family -> `(dtype, platform) -> bool`.
-    - `families`: the families to extend (the kernel families).
-    - `values_rank`: the rank of one matrix's stored values (DIA 2, CSR 1).
-
-    **Returns:** `(implementations, supports)`, new dicts.
-    """
-    table = {
-        member: {
-            family: (
-                on_real_planes(function, member, values_rank=values_rank)
-                if family in families
-                else function
-            )
-            for family, function in by_family.items()
-        }
-        for member, by_family in implementations.items()
-    }
-    extended = {
-        family: supports_on_planes(check) if family in families else check
-        for family, check in supports.items()
-    }
-    return table, extended

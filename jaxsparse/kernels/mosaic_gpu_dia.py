@@ -1,7 +1,7 @@
 """Mosaic GPU kernels (`plgpu.kernel`) for DIA matrices: Hopper and newer.
 
 The product, the transposed product and the data gradient, with the arguments and results
-of the portable Pallas family (`pallas_dia.py`), batch axis included (`_primitive.py`,
+of the other DIA kernel families (`triton_dia.py`), batch axis included (`_primitive.py`,
 "Batches").
 
 **Convention (scipy's).** `data[d, j] == A[j - offsets[d], j]`; slots with `j - offsets[d]`
@@ -55,7 +55,7 @@ is outside `[0, m)`.
 **Many diagonals.** Beyond `MAX_UNROLLED_DIAGONALS` diagonals inside the matrix the
 kernels loop over them (`lax.fori_loop`) and read each diagonal's position, shifts and
 offset from a small int32 table (an operand built from the static offsets, as
-`pallas_dia_loop.py` does), so that programs do not grow with the diagonals. Loops over
+`mosaic_tpu_dia_loop.py` does), so that programs do not grow with the diagonals. Loops over
 the columns of the operand run the same way beyond two columns.
 
 **Interpret mode.** `interpret=True` runs the kernels in Mosaic GPU's interpreter on the
@@ -430,7 +430,7 @@ def _launch(
     in `axes`, see `_sources`) on `grid`, named `(rows, [cols,] batch)`, of one warpgroup
     per program: unrolled over the static `diagonals` up to `MAX_UNROLLED_DIAGONALS`, else
     looped over an int32 table of them (the offsets stay static metadata of the product;
-    only the looped kernel reads them at run time, as `pallas_dia_loop.py` does)."""
+    only the looped kernel reads them at run time, as `mosaic_tpu_dia_loop.py` does)."""
     regions, sources = _sources(arrays, shifts, axes, block_rows, grid[0])
     unrolled = len(diagonals) <= MAX_UNROLLED_DIAGONALS
     if not unrolled:

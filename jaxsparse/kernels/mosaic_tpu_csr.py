@@ -48,10 +48,11 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from .._csr_layout import row_ids
+from . import _pallas
 from ._csr_common import check_dense, check_sddmm, check_structure, matmul_t_by_transposed_structure
 from ._precision import accumulation_dtype
 
-_PLATFORMS = ("tpu", "cpu")
+_PLATFORMS = ("tpu", _pallas.INTERPRET_PLATFORM)
 
 
 def supports(dtype, platform: str) -> bool:
@@ -65,12 +66,8 @@ def supports(dtype, platform: str) -> bool:
     return jnp.dtype(dtype) in (jnp.bfloat16, jnp.float32)
 
 
-def _is_power_of_two(value: int) -> bool:
-    return value > 0 and value & (value - 1) == 0
-
-
 @dataclasses.dataclass(frozen=True)
-class BlockSizes:
+class BlockSizes(_pallas.BlockSizes):
     """Block sizes of the Mosaic TPU CSR kernels.
 
     - `block_nnz`: entries per loop step (product) or per program (SDDMM); a power of 2,
@@ -80,41 +77,23 @@ class BlockSizes:
     `None` fields are filled by `get_default`. The kernels take all `k` columns at once.
     """
 
-    block_nnz: int | None = None
-    block_rows: int | None = None
-
-    def __post_init__(self):
-        for name in ("block_nnz", "block_rows"):
-            value = getattr(self, name)
-            if value is not None and not (_is_power_of_two(value) and value >= 8):
-                raise ValueError(f"{name}={value} must be a power of 2, at least 8 (sublanes)")
+    block_nnz: int | None = _pallas.tile(minimum=8)
+    block_rows: int | None = _pallas.tile(minimum=8)
 
     @classmethod
     def get_default(cls, *, platform: str, num_cols: int) -> "BlockSizes":
         """Defaults on `platform` (`"tpu"`, or `"cpu"` for interpret mode) for `num_cols`."""
         del num_cols
-        _check_platform(platform)
+        _pallas.check_platform(platform, _PLATFORMS)
         return cls(block_nnz=128, block_rows=8)
 
     def filled(self, *, platform: str, num_cols: int) -> "BlockSizes":
         """These block sizes with `None` fields taken from `get_default`."""
-        default = self.get_default(platform=platform, num_cols=num_cols)
-        return BlockSizes(
-            block_nnz=self.block_nnz or default.block_nnz,
-            block_rows=self.block_rows or default.block_rows,
-        )
-
-
-def _check_platform(platform: str) -> str:
-    if platform not in _PLATFORMS:
-        raise ValueError(f"{platform=} must be one of {_PLATFORMS}")
-    return platform
+        return self.filled_from(self.get_default(platform=platform, num_cols=num_cols))
 
 
 def _resolve(platform, interpret, block_sizes, num_cols):
-    if platform is None:
-        platform = "cpu" if interpret else "tpu"
-    _check_platform(platform)
+    platform = _pallas.resolve_platform(platform, interpret, _PLATFORMS)
     return (block_sizes or BlockSizes()).filled(platform=platform, num_cols=num_cols)
 
 

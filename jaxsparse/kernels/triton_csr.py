@@ -24,15 +24,16 @@ every run (no atomics).
 
 **Invalid structures give NaN, never an out-of-bounds access.** Every index is checked
 before it is used, so nothing outside the arrays is read or written (every access goes
-through `_bounds_check`, whose interpret-mode reports the tests require to be empty). In the product, a
-row whose `indptr` bounds are decreasing or outside `[0, nnz]` (or `indptr[0] != 0`,
-`indptr[m] != nnz`), or that holds a column outside `[0, n)`, gets NaN in every column
-of its result. In the sampled product an entry with a column outside `[0, n)` gets NaN,
-and invalid bounds anywhere make every entry NaN (which entries such a row claims is not
-defined). The transposed product with atomics is NaN everywhere for invalid bounds or a
-column outside in a short row, and has NaN in row 0 for a column outside in a long row.
-Entries in a matrix with no rows or no columns make every element of a result NaN. The
-containers' `check()` reports the same problems as an error, off the hot path.
+through `_bounds_check`, whose interpret-mode reports the tests require to be empty). In
+the product, a row whose `indptr` bounds are decreasing or outside `[0, nnz]` (or
+`indptr[0] != 0`, `indptr[m] != nnz`), or that holds a column outside `[0, n)`, gets NaN
+in every column of its result. In the sampled product an entry with a column outside
+`[0, n)` gets NaN, and invalid bounds anywhere make every entry NaN (which entries such
+a row claims is not defined). The transposed product with atomics is NaN everywhere for
+invalid bounds or a column outside in a short row, and has NaN in row 0 for a column
+outside in a long row. Entries in a matrix with no rows or no columns make every element
+of a result NaN. The containers' `check()` reports the same problems as an error, off
+the hot path.
 
 **Transposed product `A.T @ g`** (the operand's gradient). On a GPU, for float32 and
 float64: the same two kernels, each entry adding `data[p] * g[row(p)]` to `out[col]` with
@@ -68,11 +69,12 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
+from . import _pallas
 from ._bounds_check import atomic_add, load, store
 from ._csr_common import check_dense, check_sddmm, check_structure, matmul_t_by_transposed_structure
 from ._precision import accumulation_dtype
 
-_PLATFORMS = ("cuda", "rocm", "cpu")
+_PLATFORMS = ("cuda", "rocm", _pallas.INTERPRET_PLATFORM)
 DETERMINISTIC_ENV_VAR = "JAXSPARSE_DETERMINISTIC"
 
 
@@ -91,10 +93,6 @@ def supports(dtype, platform: str) -> bool:
     return jnp.issubdtype(dtype, jnp.floating)
 
 
-def _is_power_of_two(value: int) -> bool:
-    return value > 0 and value & (value - 1) == 0
-
-
 # Values per loop step that keep a program's tile in registers: the row-block tile is
 # `block_batch * block_rows * lanes * block_k`, the long-row tile `block_batch *
 # long_lanes * block_k`.
@@ -103,7 +101,7 @@ _LONG_TILE = 2048
 
 
 @dataclasses.dataclass(frozen=True)
-class BlockSizes:
+class BlockSizes(_pallas.BlockSizes):
     """Block sizes and Triton knobs of the CSR kernels.
 
     - `block_rows`: rows per program of the row-block kernels; a power of 2.
@@ -122,26 +120,15 @@ class BlockSizes:
     columns `k`, the batch and the mean row length.
     """
 
-    block_rows: int | None = None
-    lanes: int | None = None
-    row_steps: int | None = None
-    long_lanes: int | None = None
-    long_programs: int | None = None
-    block_k: int | None = None
-    block_batch: int | None = None
-    num_warps: int | None = None
-    num_stages: int | None = None
-
-    def __post_init__(self):
-        powers = ("block_rows", "lanes", "long_lanes", "block_k", "block_batch", "num_warps")
-        for name in powers:
-            value = getattr(self, name)
-            if value is not None and not _is_power_of_two(value):
-                raise ValueError(f"{name}={value} must be a positive power of 2")
-        for name in ("row_steps", "long_programs", "num_stages"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise ValueError(f"{name}={value} must be at least 1")
+    block_rows: int | None = _pallas.tile()
+    lanes: int | None = _pallas.tile()
+    row_steps: int | None = _pallas.tile(power_of_two=False)
+    long_lanes: int | None = _pallas.tile()
+    long_programs: int | None = _pallas.tile(power_of_two=False)
+    block_k: int | None = _pallas.tile()
+    block_batch: int | None = _pallas.tile()
+    num_warps: int | None = _pallas.tile()
+    num_stages: int | None = _pallas.tile(power_of_two=False)
 
     @classmethod
     def get_default(
@@ -154,7 +141,7 @@ class BlockSizes:
         one or two full steps; a row counts as long past 8 steps and at least 64 entries.
         The tiles stay near 2048 values.
         """
-        _check_platform(platform)
+        _pallas.check_platform(platform, _PLATFORMS)
         block_k = min(pl.next_power_of_2(max(num_cols, 1)), 64)
         block_batch = min(pl.next_power_of_2(max(batch, 1)), 8)
         lanes = min(1 << max(int(mean_row_length), 1).bit_length() - 1, 32)
@@ -177,20 +164,11 @@ class BlockSizes:
         self, *, platform: str, num_cols: int, batch: int = 1, mean_row_length: float = 8.0
     ) -> "BlockSizes":
         """These block sizes with `None` tiles taken from `get_default`."""
-        default = self.get_default(
-            platform=platform, num_cols=num_cols, batch=batch, mean_row_length=mean_row_length
+        return self.filled_from(
+            self.get_default(
+                platform=platform, num_cols=num_cols, batch=batch, mean_row_length=mean_row_length
+            )
         )
-        tiles = ("block_rows", "lanes", "row_steps", "long_lanes", "long_programs")
-        tiles += ("block_k", "block_batch")
-        return dataclasses.replace(
-            self, **{name: getattr(self, name) or getattr(default, name) for name in tiles}
-        )
-
-
-def _check_platform(platform: str) -> str:
-    if platform not in _PLATFORMS:
-        raise ValueError(f"{platform=} must be one of {_PLATFORMS}")
-    return platform
 
 
 def _compiler_params(block_sizes: BlockSizes):
@@ -634,9 +612,7 @@ def _sddmm_long_rows_kernel(
 
 
 def _tiles(platform, interpret, block_sizes, *, shape, nnz, k, batch) -> tuple[_Tiles, BlockSizes]:
-    if platform is None:
-        platform = "cpu" if interpret else "cuda"
-    _check_platform(platform)
+    platform = _pallas.resolve_platform(platform, interpret, _PLATFORMS)
     m, n = shape
     block_sizes = (block_sizes or BlockSizes()).filled(
         platform=platform, num_cols=k, batch=batch, mean_row_length=nnz / max(m, 1)

@@ -38,6 +38,7 @@ wrapper copies. The transposed product is the same with `m` and `n` swapped. The
 gradient reads `x` once, `g` once from HBM, and writes `ndiag * n * v`.
 """
 
+import dataclasses
 import functools
 
 import jax
@@ -48,12 +49,12 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
 from .._dia_layout import active_diagonals, unrolls_diagonals
+from . import _pallas
 from ._bounds_check import load, store
 from ._dia_checks import check_product, check_sddmm
 from ._precision import accumulation_dtype
-from .pallas_dia import BlockSizes
 
-_PLATFORMS = ("cuda", "rocm", "cpu")
+_PLATFORMS = ("cuda", "rocm", _pallas.INTERPRET_PLATFORM)
 # The most bytes of values in one product tile (block_rows x block_cols).
 _MAX_TILE_BYTES = 32 * 1024
 
@@ -63,6 +64,27 @@ def supports(dtype, platform: str) -> bool:
     dtype on `"cuda"`, `"rocm"` and in interpret mode (`"cpu"`). Complex values have no
     Triton type (the caller splits them into real planes); integers are not DIA values."""
     return platform in _PLATFORMS and jnp.issubdtype(jnp.dtype(dtype), jnp.floating)
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockSizes(_pallas.BlockSizes):
+    """Tiles and Triton knobs of the Triton DIA kernels.
+
+    **Arguments:**
+
+    - `block_rows`: output rows (or stored columns, for the data gradient) per program; a
+      power of two, at least 32.
+    - `block_cols`: columns of the dense operand per program (or per reduction step, for
+      the data gradient); a power of two.
+    - `num_warps`, `num_stages`: Triton's warps per program and software-pipelining stages.
+
+    `None` fields take `default_block_sizes`.
+    """
+
+    block_rows: int | None = _pallas.tile(minimum=32)
+    block_cols: int | None = _pallas.tile()
+    num_warps: int | None = _pallas.tile()
+    num_stages: int | None = _pallas.tile(power_of_two=False)
 
 
 def default_block_sizes(kernel: str, num_cols: int, itemsize: int = 4) -> BlockSizes:
@@ -99,10 +121,7 @@ def default_block_sizes(kernel: str, num_cols: int, itemsize: int = 4) -> BlockS
 def _tiles(kernel, platform, interpret, block_sizes, num_cols, itemsize):
     """`(block_rows, block_cols, compiler_params)`: `block_sizes` with `None` fields taken
     from `default_block_sizes`."""
-    if platform is None:
-        platform = "cpu" if interpret else "cuda"
-    if platform not in _PLATFORMS:
-        raise ValueError(f"{platform=} must be one of {_PLATFORMS}")
+    _pallas.resolve_platform(platform, interpret, _PLATFORMS)
     default = default_block_sizes(kernel, num_cols, itemsize)
     block_sizes = block_sizes or default
     block_rows = block_sizes.block_rows or default.block_rows
@@ -235,8 +254,8 @@ def dia_matmul_triton(
     - `interpret`: run in Pallas interpret mode (any machine).
     - `platform`: `"cuda"`, `"rocm"` or `"cpu"` (interpret); `None`: `"cpu"` when
       interpreting, else `"cuda"`.
-    - `block_sizes`: `pallas_dia.BlockSizes` (rows and columns per program, Triton's
-      `num_warps` and `num_stages`); `None` fields take `default_block_sizes`.
+    - `block_sizes`: `BlockSizes` (rows and columns per program, Triton's `num_warps` and
+      `num_stages`); `None` fields take `default_block_sizes`.
 
     **Returns:** `(m, k)` in `x.dtype`, or `(B, m, k)` for a batch.
     """

@@ -1,7 +1,4 @@
-"""Pallas window kernels for DIA matrices: Mosaic TPU (and interpret mode).
-
-Written as one source for Triton and Mosaic TPU, they run on TPUs only: on GPUs the
-library runs `triton_dia.py` (see `supports` for why).
+"""Mosaic TPU Pallas kernels for DIA matrices (the window kernels), and their interpret mode.
 
 The product, the transposed product (the product kernel on `A^T`'s diagonals) and the
 data gradient.
@@ -18,33 +15,34 @@ operands of `pallas_call`, so `for k, off in enumerate(offsets)` unrolls at trac
 slice is static. The grid tiles the output rows (and the columns of `x` for the product). Each
 program gets one *window* of the operand that is read at shifted rows: the rows
 `[r0 + min(offsets), r0 + block_rows + max(offsets))` around its rows `[r0, r0 + block_rows)`,
-through an element-indexed `BlockSpec` (`pl.Element`). Inside the window each diagonal reads a
-static slice. The wrapper zero-pads the shifted operands so that every window is in bounds,
-which also makes the ignored slots harmless: an ignored slot is either multiplied by a padded
-zero or lands in an output row that is never stored. `data` is passed transposed, `(n, ndiag)`,
-so a diagonal's values arrive as a `(block_rows, 1)` column that broadcasts against `x`'s rows
-on both Triton and Mosaic TPU without an in-kernel transpose. bfloat16/float16 accumulate in
-float32.
+through an element-indexed `BlockSpec` (`pl.Element`), one DMA per window. Inside the window
+each diagonal reads a static slice. The wrapper zero-pads the shifted operands so that every
+window is in bounds, which also makes the ignored slots harmless: an ignored slot is either
+multiplied by a padded zero or lands in an output row that is never stored. `data` is passed
+transposed, `(n, ndiag)`, so a diagonal's values arrive as a `(block_rows, 1)` column that
+broadcasts against `x`'s rows without an in-kernel transpose. bfloat16 accumulates in float32.
 
 **Many diagonals.** This unrolling makes the kernel, and its trace and compile times, grow
 with the number of diagonals, and its window with their span: beyond
 `MAX_UNROLLED_DIAGONALS` diagonals inside the matrix, the wrappers call the looping kernels
-of `pallas_dia_loop.py` instead.
+of `mosaic_tpu_dia_loop.py` instead.
 
 **Batches** (`_primitive.py`, "Batches"): `data` `(B, ndiag, n)` with a `(B, rows, k)` or
 shared `(rows, k)` operand. The batch is the innermost grid axis (squeezed block
-dimensions), so consecutive programs read the same window of a shared operand.
+dimensions), so consecutive programs read the same window of a shared operand (its DMA is
+skipped when the block does not change).
+
+**Interpret mode** (`platform="cpu"`) runs the same kernels, tiles and dtypes as the TPU.
 
 **Cost per product** (`v` bytes per value; `span = max(offsets) - min(offsets)`):
 
 - `dia_matmul`, `Y = A @ X` with `X: (n, k)`: `2 * ndiag * m * k` flops; ideal bytes
   `ndiag*n*v + n*k*v + m*k*v`. The wrapper's pad (and transpose of `data`) adds one read and
-  one write of `data` and `x`. On GPU the kernel's shifted loads of `x` re-read rows that the
-  L2 cache mostly holds; on TPU each window is a DMA of `block_rows + span` rows, so `x` and
+  one write of `data` and `x`. Each window is a DMA of `block_rows + span` rows, so `x` and
   `data` are read `(block_rows + span) / block_rows` times.
 - `dia_sddmm`, `dA[k, j] = sum_c G[j - offsets[k], c] * X[j, c]`: `2 * ndiag * n * k` flops;
   ideal bytes `m*k*v + n*k*v + ndiag*n*v`, plus the pad of `G` and the transpose of the
-  `(n, ndiag)` result; on TPU `G` is read `(block_rows + span) / block_rows` times.
+  `(n, ndiag)` result; `G` is read `(block_rows + span) / block_rows` times.
 """
 
 import dataclasses
@@ -56,24 +54,18 @@ import numpy as np
 from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
-from jax.experimental.pallas import triton as plgpu
 
 from .._dia_layout import active_diagonals, negate_offsets, transpose_data, unrolls_diagonals
-from . import pallas_dia_loop
+from . import _pallas, mosaic_tpu_dia_loop
 from ._dia_checks import check_product, check_sddmm
 from ._precision import accumulation_dtype
 
-_PLATFORMS = ("cuda", "rocm", "tpu", "cpu")
-# Row counts are powers of two (Triton) and multiples of 32 (TPU sublane tiles of every
-# dtype up to int8 packing), so one rule serves both lowerings.
+_PLATFORMS = ("tpu", _pallas.INTERPRET_PLATFORM)
+# Rows in multiples of 32: TPU sublane tiles of every dtype up to int8 packing.
 _MIN_BLOCK_ROWS = 32
 _WINDOW_ALIGN = 32
 # Scoped VMEM that Mosaic gets by default on the smallest TPU generations.
 _TPU_DEFAULT_VMEM_BYTES = 16 * 2**20
-
-
-def _is_power_of_two(value: int) -> bool:
-    return value > 0 and value & (value - 1) == 0
 
 
 def _round_up(value: int, multiple: int) -> int:
@@ -81,139 +73,66 @@ def _round_up(value: int, multiple: int) -> int:
 
 
 @dataclasses.dataclass(frozen=True)
-class BlockSizes:
-    """Tile sizes of the DIA kernels.
+class BlockSizes(_pallas.BlockSizes):
+    """Tile sizes of the DIA window kernels.
 
     **Arguments:**
 
     - `block_rows`: rows of the output each program computes (`dia_matmul`), or columns of
       `data` each program computes (`dia_sddmm`). A power of two, at least 32.
     - `block_cols`: columns of `x` each program handles (`dia_matmul`), or the chunk of the
-      reduction over `x`'s columns each loop step handles (`dia_sddmm`). A power of two; on TPU
-      a `k` larger than `block_cols` needs a multiple of 128.
-    - `num_warps`, `num_stages`: Triton's warps per program and software-pipelining stages
-      (GPU only; `None` leaves Triton's own defaults).
+      reduction over `x`'s columns each loop step handles (`dia_sddmm`). A power of two; a
+      `k` larger than `block_cols` needs a multiple of 128.
 
-    `None` tile fields are filled by `get_default` for the platform and `k`.
+    `None` fields are filled by `get_default` for `k`.
     """
 
-    block_rows: int | None = None
-    block_cols: int | None = None
-    num_warps: int | None = None
-    num_stages: int | None = None
-
-    def __post_init__(self):
-        block_rows, block_cols = self.block_rows, self.block_cols
-        if block_rows is not None and not (
-            _is_power_of_two(block_rows) and block_rows >= _MIN_BLOCK_ROWS
-        ):
-            raise ValueError(f"{block_rows=} must be a power of two >= {_MIN_BLOCK_ROWS}")
-        if block_cols is not None and not _is_power_of_two(block_cols):
-            raise ValueError(f"{block_cols=} must be a power of two")
-        if self.num_warps is not None and not _is_power_of_two(self.num_warps):
-            raise ValueError(f"num_warps={self.num_warps} must be a power of two")
-        if self.num_stages is not None and self.num_stages < 1:
-            raise ValueError(f"num_stages={self.num_stages} must be at least 1")
+    block_rows: int | None = _pallas.tile(minimum=_MIN_BLOCK_ROWS)
+    block_cols: int | None = _pallas.tile()
 
     @classmethod
     def get_default(cls, *, platform: str, num_cols: int) -> "BlockSizes":
-        """Default tiles for `platform` and a dense operand with `num_cols` columns.
-
-        Triton (and interpret mode) keep a `(block_rows, block_cols)` tile of about 8192
-        values in registers. TPU takes large row blocks so the halo of a window is a small
-        fraction of it, and lets VMEM hold up to 512 columns.
+        """Default tiles for a dense operand with `num_cols` columns: large row blocks, so
+        the halo of a window is a small fraction of it, and up to 512 columns in VMEM.
 
         **Arguments:**
 
-        - `platform`: `"cuda"`, `"rocm"`, `"tpu"` or `"cpu"` (interpret mode).
+        - `platform`: `"tpu"` or `"cpu"` (interpret mode, the same tiles).
         - `num_cols`: `k`, the number of columns of `x`.
 
         **Returns:**
 
         A `BlockSizes` with both fields set.
         """
-        platform = _check_platform(platform)
-        if platform == "tpu":
-            return cls(block_rows=2048 if num_cols <= 128 else 512, block_cols=512)
-        block_cols = 128
-        cols = min(pl.next_power_of_2(max(num_cols, 1)), block_cols)
-        return cls(block_rows=max(_MIN_BLOCK_ROWS, min(1024, 8192 // cols)), block_cols=block_cols)
-
-
-def _check_platform(platform: str) -> str:
-    if platform not in _PLATFORMS:
-        raise ValueError(f"{platform=} must be one of {_PLATFORMS}")
-    return platform
-
-
-def _resolve_platform(platform: str | None, interpret: bool) -> str:
-    if platform is None:
-        platform = "cpu" if interpret else jax.default_backend()
-    return _check_platform({"gpu": "cuda"}.get(platform, platform))
+        _pallas.check_platform(platform, _PLATFORMS)
+        return cls(block_rows=2048 if num_cols <= 128 else 512, block_cols=512)
 
 
 def supports(dtype, platform: str) -> bool:
-    """Whether the Pallas DIA kernels take `dtype` on `platform`.
-
-    False cases, where the caller routes to the XLA path:
-
-    - integer and boolean dtypes everywhere: DIA products here are over inexact values;
-    - complex dtypes everywhere: Triton and Mosaic TPU have no complex type, and interpret
-      mode cannot even allocate a complex output (its uninitialized-value fill raises
-      `NotImplementedError`);
-    - float64 on `"tpu"`: Mosaic TPU has no 64-bit floating-point vectors;
-    - float16 on `"tpu"`: Mosaic TPU has no float16 vectors (bfloat16 is its half type);
-    - everything on `"cuda"` and `"rocm"`: compiled by Triton on an H100 (JAX 0.11.2) the
-      window kernels gave wrong results wherever an output block overhangs the array (`k`
-      not a multiple of the column block, fewer rows than a block, batches), although
-      interpret mode is right; GPUs run `triton_dia.py`'s masked-load kernels instead.
-
-    Every real floating dtype runs in interpret mode (`"cpu"`).
-
-    **Arguments:**
-
-    - `dtype`: the common dtype of `data` and `x`.
-    - `platform`: `"cuda"`, `"rocm"`, `"tpu"` or `"cpu"` (interpret mode).
-
-    **Returns:**
-
-    `True` if the DIA kernels accept `dtype` there.
+    """Whether the DIA window kernels take `dtype` on `platform`: float32 and bfloat16 on
+    `"tpu"` and in interpret mode (`"cpu"`), where the caller routes the others to the XLA
+    path. Mosaic TPU has no 64-bit floating-point vectors and no float16 vectors (bfloat16
+    is its half type), and no complex type; integers are not DIA values here. Nothing on
+    other platforms: GPUs run `triton_dia.py` and `mosaic_gpu_dia.py`.
     """
-    platform = _check_platform(platform)
-    dtype = jnp.dtype(dtype)
-    if not jnp.issubdtype(dtype, jnp.floating):
-        return False
-    if platform == "tpu":
-        return dtype in (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16))
-    return platform == "cpu"
+    return platform in _PLATFORMS and jnp.dtype(dtype) in (jnp.float32, jnp.bfloat16)
 
 
-def _tiles(platform: str, block_sizes: BlockSizes | None, m: int, k: int) -> tuple[int, int]:
+def _tiles(block_sizes: BlockSizes | None, m: int, k: int) -> tuple[int, int]:
     """Rows per program and columns per program (or per reduction step) for these sizes."""
-    default = BlockSizes.get_default(platform=platform, num_cols=k)
-    block_sizes = block_sizes or default
-    block_rows = block_sizes.block_rows or default.block_rows
-    block_cols = block_sizes.block_cols or default.block_cols
+    default = BlockSizes.get_default(platform="tpu", num_cols=k)
+    block_sizes = (block_sizes or default).filled_from(default)
+    block_rows, block_cols = block_sizes.block_rows, block_sizes.block_cols
     rows = min(block_rows, max(_MIN_BLOCK_ROWS, pl.next_power_of_2(m)))
-    if platform == "tpu":
-        # Mosaic blocks span the full `k` or a multiple of 128 lanes.
-        if k <= block_cols:
-            return rows, k
-        if block_cols % 128:
-            raise ValueError(f"{block_cols=} must be a multiple of 128 on TPU when {k=} exceeds it")
-        return rows, block_cols
-    return rows, min(pl.next_power_of_2(k), block_cols)
+    # Mosaic blocks span the full `k` or a multiple of 128 lanes.
+    if k <= block_cols:
+        return rows, k
+    if block_cols % 128:
+        raise ValueError(f"{block_cols=} must be a multiple of 128 on TPU when {k=} exceeds it")
+    return rows, block_cols
 
 
-def _compiler_params(
-    platform: str, block_sizes: BlockSizes | None, vmem_bytes: int, dimension_semantics
-):
-    if platform in ("cuda", "rocm") and block_sizes is not None:
-        return plgpu.CompilerParams(
-            num_warps=block_sizes.num_warps, num_stages=block_sizes.num_stages
-        )
-    if platform != "tpu":
-        return None
+def _compiler_params(vmem_bytes: int, dimension_semantics):
     # Double-buffered blocks plus headroom; only raised above Mosaic's default when needed.
     limit = max(_TPU_DEFAULT_VMEM_BYTES, 2 * vmem_bytes + 4 * 2**20)
     return pltpu.CompilerParams(dimension_semantics=dimension_semantics, vmem_limit_bytes=limit)
@@ -242,7 +161,7 @@ def _dia_matmul_kernel(
     out_ref[...] = acc.astype(out_ref.dtype)
 
 
-def dia_matmul_pallas(
+def dia_matmul_mosaic_tpu(
     data: jax.Array,
     x: jax.Array,
     *,
@@ -262,15 +181,14 @@ def dia_matmul_pallas(
     - `offsets`: static Python ints, one per row of `data`, distinct, any order.
     - `shape`: static `(m, n)`.
     - `interpret`: run the kernel in Pallas interpret mode (any platform, slow).
-    - `platform`: the platform whose lowering the tiles are chosen for (`"cuda"`, `"rocm"`,
-      `"tpu"`, `"cpu"`; `"gpu"` means `"cuda"`). `None`: `"cpu"` when interpreting, else the
-      default backend. Pass it when lowering for a platform other than the default one.
-    - `block_sizes`: tiles and Triton knobs; `None` fields take `BlockSizes.get_default`.
+    - `platform`: `"tpu"` or `"cpu"` (interpret mode); `None`: `"cpu"` when interpreting,
+      else `"tpu"` (`kernels/_pallas.py`).
+    - `block_sizes`: tiles; `None` fields take `BlockSizes.get_default`.
 
     **Returns:**
 
     `(m, k)` array of `x.dtype`, or `(B, m, k)` for a batch. Beyond `MAX_UNROLLED_DIAGONALS`
-    diagonals inside the matrix, the kernel loops over them (`pallas_dia_loop.py`).
+    diagonals inside the matrix, the kernel loops over them (`mosaic_tpu_dia_loop.py`).
     """
     m, n = shape
     lead = check_product(data, x, "x", offsets, shape, n)
@@ -279,21 +197,20 @@ def dia_matmul_pallas(
     if k == 0 or not active_index:
         return jnp.zeros((*lead, m, k), x.dtype)
 
-    platform = _resolve_platform(platform, interpret)
-    block_rows, block_cols = _tiles(platform, block_sizes, m, k)
+    _pallas.resolve_platform(platform, interpret, _PLATFORMS)
+    block_rows, block_cols = _tiles(block_sizes, m, k)
     active = data[..., np.asarray(active_index), :]
     if not unrolls_diagonals(offsets, shape):
         aligned = _each(transpose_data, active, offsets=active_offsets, shape=shape)
-        return pallas_dia_loop.rows_product(
+        return mosaic_tpu_dia_loop.rows_product(
             aligned,
             x,
             shifts=active_offsets,
             out_rows=m,
             block_rows=block_rows,
             block_cols=block_cols,
-            platform=platform,
             interpret=interpret,
-            params=functools.partial(_compiler_params, platform, block_sizes),
+            params=_compiler_params,
         )
     window_start, window_end = min(active_offsets), max(active_offsets)
     window = _round_up(block_rows + window_end - window_start, _WINDOW_ALIGN)
@@ -304,13 +221,17 @@ def dia_matmul_pallas(
     pad_top = max(0, -window_start)
     pad_bottom = max(0, (num_row_blocks - 1) * block_rows + window_start + window - n)
     cols = num_col_blocks * block_cols
-    x_padded = _pad_rows_cols(x, (pad_top, pad_bottom), (0, cols - k))
-    data_padded = _pad_rows_cols(jnp.swapaxes(active, -1, -2), (pad_top, pad_bottom), (0, 0))
+    x_padded = _pallas.pad_last_two(x, (pad_top, pad_bottom), (0, cols - k))
+    data_padded = _pallas.pad_last_two(jnp.swapaxes(active, -1, -2), (pad_top, pad_bottom), (0, 0))
     ndiag = len(active_offsets)
     batched_x = x.ndim == 3
 
     def window_map(i, j, *b):
-        return (*_if(batched_x, b), i * block_rows + window_start + pad_top, j * block_cols)
+        return (
+            *_pallas.batch_indices(batched_x, b),
+            i * block_rows + window_start + pad_top,
+            j * block_cols,
+        )
 
     def data_window_map(i, j, *b):
         return (*b, i * block_rows + window_start + pad_top, 0)
@@ -337,19 +258,21 @@ def dia_matmul_pallas(
         grid=grid,
         in_specs=[
             pl.BlockSpec(
-                (*_squeezed(lead), pl.Element(window), pl.Element(ndiag)), data_window_map
+                (*_pallas.squeezed(lead), pl.Element(window), pl.Element(ndiag)), data_window_map
             ),
             pl.BlockSpec(
-                (*_squeezed(lead if batched_x else ()), pl.Element(window), pl.Element(block_cols)),
+                (
+                    *_pallas.squeezed(lead if batched_x else ()),
+                    pl.Element(window),
+                    pl.Element(block_cols),
+                ),
                 window_map,
             ),
         ],
         out_specs=pl.BlockSpec(
-            (*_squeezed(lead), block_rows, block_cols), lambda i, j, *b: (*b, i, j)
+            (*_pallas.squeezed(lead), block_rows, block_cols), lambda i, j, *b: (*b, i, j)
         ),
-        compiler_params=_compiler_params(
-            platform, block_sizes, vmem_bytes, ("parallel",) * len(grid)
-        ),
+        compiler_params=_compiler_params(vmem_bytes, ("parallel",) * len(grid)),
         cost_estimate=pl.CostEstimate(
             flops=2 * ndiag * m * k * members,
             transcendentals=0,
@@ -360,7 +283,7 @@ def dia_matmul_pallas(
     )(data_padded, x_padded)
 
 
-def dia_matmul_t_pallas(
+def dia_matmul_t_mosaic_tpu(
     data: jax.Array,
     g: jax.Array,
     *,
@@ -375,14 +298,14 @@ def dia_matmul_t_pallas(
     `MAX_UNROLLED_DIAGONALS` diagonals, the looped kernel reads `data` where it is stored
     (masked to the slots inside the matrix) and shifts `g` instead.
 
-    **Arguments:** as `dia_matmul_pallas`, with `g` the `(m, k)` (or `(B, m, k)`) operand.
+    **Arguments:** as `dia_matmul_mosaic_tpu`, with `g` the `(m, k)` (or `(B, m, k)`) operand.
 
     **Returns:** `(n, k)` (or `(B, n, k)`) array of `g.dtype`.
     """
     m, n = shape
     lead = check_product(data, g, "g", offsets, shape, m)
     if unrolls_diagonals(offsets, shape):
-        return dia_matmul_pallas(
+        return dia_matmul_mosaic_tpu(
             _each(transpose_data, data, offsets=offsets, shape=shape),
             g,
             offsets=negate_offsets(offsets),
@@ -394,22 +317,21 @@ def dia_matmul_t_pallas(
     active_index, active_offsets = active_diagonals(offsets, shape)
     if g.shape[-1] == 0:
         return jnp.zeros((*lead, n, 0), g.dtype)
-    platform = _resolve_platform(platform, interpret)
-    block_rows, block_cols = _tiles(platform, block_sizes, n, g.shape[-1])
+    _pallas.resolve_platform(platform, interpret, _PLATFORMS)
+    block_rows, block_cols = _tiles(block_sizes, n, g.shape[-1])
     # Slot (d, j) is inside the matrix where its row j - offsets[d] is; index arrays built
     # in the program, not as a len(offsets) x n constant.
     rows = lax.iota(jnp.int32, n) - jnp.asarray(np.asarray(active_offsets, np.int32))[:, None]
     aligned = jnp.where((rows >= 0) & (rows < m), data[..., np.asarray(active_index), :], 0)
-    return pallas_dia_loop.rows_product(
+    return mosaic_tpu_dia_loop.rows_product(
         aligned,
         g,
         shifts=negate_offsets(active_offsets),
         out_rows=n,
         block_rows=block_rows,
         block_cols=block_cols,
-        platform=platform,
         interpret=interpret,
-        params=functools.partial(_compiler_params, platform, block_sizes),
+        params=_compiler_params,
     )
 
 
@@ -460,7 +382,7 @@ def _dia_sddmm_kernel(
         out_ref[:, pl.ds(k, 1)] = jnp.where(valid, total, 0).astype(out_ref.dtype)
 
 
-def dia_sddmm_pallas(
+def dia_sddmm_mosaic_tpu(
     g: jax.Array,
     x: jax.Array,
     *,
@@ -477,7 +399,7 @@ def dia_sddmm_pallas(
     window, where the jnp version (one shifted slice of `g` per diagonal, each multiplied by
     `x` and reduced) leaves it to XLA's sibling fusion whether `x` is read once or `ndiag`
     times. Beyond `MAX_UNROLLED_DIAGONALS` diagonals, the kernel loops over them
-    (`pallas_dia_loop.py`).
+    (`mosaic_tpu_dia_loop.py`).
 
     **Arguments:**
 
@@ -485,8 +407,8 @@ def dia_sddmm_pallas(
     - `x`: `(n, k)` dense operand, same dtype as `g`, or `(B, n, k)`; a 2-D one is shared.
     - `offsets`: static Python ints, distinct, any order.
     - `shape`: static `(m, n)`.
-    - `interpret`, `platform`, `block_sizes`: as for `dia_matmul_pallas`; here `block_rows` tiles
-      the columns `j` and `block_cols` is the chunk of the reduction over `c`.
+    - `interpret`, `platform`, `block_sizes`: as for `dia_matmul_mosaic_tpu`; here
+      `block_rows` tiles the columns `j` and `block_cols` is the chunk of the reduction over `c`.
 
     **Returns:**
 
@@ -501,21 +423,19 @@ def dia_sddmm_pallas(
     if k == 0 or not active_index:
         return jnp.zeros((*lead, len(offsets), n), x.dtype)
 
-    platform = _resolve_platform(platform, interpret)
-    block_rows, block_cols = _tiles(platform, block_sizes, n, k)
+    _pallas.resolve_platform(platform, interpret, _PLATFORMS)
+    block_rows, _ = _tiles(block_sizes, n, k)
     if unrolls_diagonals(offsets, shape):
-        gradient = _sddmm_unrolled(g, x, active_offsets, shape, platform, block_sizes, interpret)
+        gradient = _sddmm_unrolled(g, x, active_offsets, shape, block_sizes, interpret)
     else:
-        gradient = pallas_dia_loop.sddmm_loop(
+        gradient = mosaic_tpu_dia_loop.sddmm_loop(
             g,
             x,
             offsets=active_offsets,
             shape=shape,
             block_rows=block_rows,
-            block_cols=block_cols,
-            platform=platform,
             interpret=interpret,
-            params=functools.partial(_compiler_params, platform, block_sizes),
+            params=_compiler_params,
         )
     if len(active_index) == len(offsets):
         return gradient
@@ -523,12 +443,13 @@ def dia_sddmm_pallas(
     return full.at[..., np.asarray(active_index), :].set(gradient)
 
 
-def _sddmm_unrolled(g, x, offsets, shape, platform, block_sizes, interpret):
-    """`dia_sddmm_pallas` for active `offsets` with one unrolled kernel: `(*batch, ndiag, n)`."""
+def _sddmm_unrolled(g, x, offsets, shape, block_sizes, interpret):
+    """`dia_sddmm_mosaic_tpu` for active `offsets` with one unrolled kernel:
+    `(*batch, ndiag, n)`."""
     m, n = shape
     k = x.shape[-1]
     lead = g.shape[:-2] or x.shape[:-2]
-    block_rows, block_cols = _tiles(platform, block_sizes, n, k)
+    block_rows, block_cols = _tiles(block_sizes, n, k)
     window_start, window_end = min(offsets), max(offsets)
     window = _round_up(block_rows + window_end - window_start, _WINDOW_ALIGN)
     num_blocks = pl.cdiv(n, block_rows)
@@ -537,8 +458,8 @@ def _sddmm_unrolled(g, x, offsets, shape, platform, block_sizes, interpret):
     # row b * block_rows - window_end.
     pad_top = max(0, window_end)
     pad_bottom = max(0, (num_blocks - 1) * block_rows - window_end + window - m)
-    g_padded = _pad_rows_cols(g, (pad_top, pad_bottom), (0, cols - k))
-    x_padded = _pad_rows_cols(x, (0, 0), (0, cols - k))
+    g_padded = _pallas.pad_last_two(g, (pad_top, pad_bottom), (0, cols - k))
+    x_padded = _pallas.pad_last_two(x, (0, 0), (0, cols - k))
     ndiag = len(offsets)
     batched_g, batched_x = g.ndim == 3, x.ndim == 3
 
@@ -563,18 +484,22 @@ def _sddmm_unrolled(g, x, offsets, shape, platform, block_sizes, interpret):
         grid=grid,
         in_specs=[
             pl.BlockSpec(
-                (*_squeezed(g.shape[:-2]), pl.Element(window), pl.Element(cols)),
-                lambda blk, *b: (*_if(batched_g, b), blk * block_rows - window_end + pad_top, 0),
+                (*_pallas.squeezed(g.shape[:-2]), pl.Element(window), pl.Element(cols)),
+                lambda blk, *b: (
+                    *_pallas.batch_indices(batched_g, b),
+                    blk * block_rows - window_end + pad_top,
+                    0,
+                ),
             ),
             pl.BlockSpec(
-                (*_squeezed(x.shape[:-2]), block_rows, cols),
-                lambda blk, *b: (*_if(batched_x, b), blk, 0),
+                (*_pallas.squeezed(x.shape[:-2]), block_rows, cols),
+                lambda blk, *b: (*_pallas.batch_indices(batched_x, b), blk, 0),
             ),
         ],
-        out_specs=pl.BlockSpec((*_squeezed(lead), block_rows, ndiag), lambda blk, *b: (*b, blk, 0)),
-        compiler_params=_compiler_params(
-            platform, block_sizes, vmem_bytes, ("parallel",) * len(grid)
+        out_specs=pl.BlockSpec(
+            (*_pallas.squeezed(lead), block_rows, ndiag), lambda blk, *b: (*b, blk, 0)
         ),
+        compiler_params=_compiler_params(vmem_bytes, ("parallel",) * len(grid)),
         cost_estimate=pl.CostEstimate(
             flops=2 * ndiag * n * k * members,
             transcendentals=0,
@@ -591,17 +516,3 @@ def _each(function, data, **params):
     if data.ndim == 3:
         return jax.vmap(functools.partial(function, **params))(data)
     return function(data, **params)
-
-
-def _pad_rows_cols(array, rows, cols):
-    """Pad the last two axes (rows, columns) of a possibly batched array."""
-    return jnp.pad(array, ((0, 0),) * (array.ndim - 2) + (rows, cols))
-
-
-def _squeezed(lead) -> tuple:
-    """Block dimensions for a leading batch axis of shape `lead` (`()` or `(B,)`)."""
-    return (pl.squeezed,) * len(lead)
-
-
-def _if(batched: bool, indices) -> tuple:
-    return tuple(indices) if batched else ()
