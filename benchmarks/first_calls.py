@@ -20,6 +20,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from timing import cpu_name, uptime  # noqa: E402
 
+RK4_GRADIENT = """
+grad = jax.jit(jax.grad(functools.partial(rk4_loss, paulis={paulis})))
+couplings = jnp.array([1.0, 1.0, 0.5], jnp.float32)
+psi0 = jnp.zeros(2 ** 10, jnp.complex64).at[1].set(1.0)
+compiled = []
+first_call = lambda: compiled.append(grad.lower(couplings, psi0).compile())
+second_call = lambda: compiled[0](couplings, psi0)
+"""
+
 CASES = {
     "eager D @ D (10^5 rows, 3 diagonals)": """
 D = js.diags([jnp.ones(N - 1), -2 * jnp.ones(N), jnp.ones(N - 1)], [-1, 0, 1])
@@ -50,44 +59,12 @@ couplings = jnp.array([1.0, 1.0, 0.5], jnp.complex64)
 first_call = lambda: build(couplings).data
 second_call = lambda: build(2 * couplings).data
 """,
-    "gradient through 200 RK4 steps (L = 10 chain, Pauli matrices outside): compile": """
-def loss(couplings, psi0):
-    H = hamiltonian(couplings.astype(jnp.complex64), PAULIS_OUTSIDE)
-    dt = 0.01
-    def f(psi):
-        return -1j * (H @ psi)
-    def step(psi, _):
-        k1 = f(psi); k2 = f(psi + dt / 2 * k1); k3 = f(psi + dt / 2 * k2); k4 = f(psi + dt * k3)
-        return psi + dt / 6 * (k1 + 2 * k2 + 2 * k3 + k4), None
-    psi, _ = jax.lax.scan(step, psi0, None, length=200)
-    return jnp.abs(psi[0]) ** 2
-
-grad = jax.jit(jax.grad(loss))
-couplings = jnp.array([1.0, 1.0, 0.5], jnp.float32)
-psi0 = jnp.zeros(2 ** 10, jnp.complex64).at[1].set(1.0)
-compiled = []
-first_call = lambda: compiled.append(grad.lower(couplings, psi0).compile())
-second_call = lambda: compiled[0](couplings, psi0)
-""",
-    "gradient through 200 RK4 steps (L = 10 chain built inside, Pauli matrices too): compile": """
-def loss(couplings, psi0):
-    H = hamiltonian(couplings.astype(jnp.complex64))
-    dt = 0.01
-    def f(psi):
-        return -1j * (H @ psi)
-    def step(psi, _):
-        k1 = f(psi); k2 = f(psi + dt / 2 * k1); k3 = f(psi + dt / 2 * k2); k4 = f(psi + dt * k3)
-        return psi + dt / 6 * (k1 + 2 * k2 + 2 * k3 + k4), None
-    psi, _ = jax.lax.scan(step, psi0, None, length=200)
-    return jnp.abs(psi[0]) ** 2
-
-grad = jax.jit(jax.grad(loss))
-couplings = jnp.array([1.0, 1.0, 0.5], jnp.float32)
-psi0 = jnp.zeros(2 ** 10, jnp.complex64).at[1].set(1.0)
-compiled = []
-first_call = lambda: compiled.append(grad.lower(couplings, psi0).compile())
-second_call = lambda: compiled[0](couplings, psi0)
-""",
+    "gradient through 200 RK4 steps (L = 10 chain, Pauli matrices outside): compile": (
+        RK4_GRADIENT.format(paulis="PAULIS_OUTSIDE")
+    ),
+    "gradient through 200 RK4 steps (L = 10 chain built inside, Pauli matrices too): compile": (
+        RK4_GRADIENT.format(paulis="None")
+    ),
     "L = 10 spin chain Hamiltonian under jit, Pauli matrices built outside": """
 build = jax.jit(lambda c: hamiltonian(c, PAULIS_OUTSIDE))
 couplings = jnp.array([1.0, 1.0, 0.5], jnp.complex64)
@@ -98,7 +75,7 @@ second_call = lambda: build(2 * couplings).data
 
 PRELUDE = (
     """
-import json, time
+import functools, json, time
 import jax, jax.numpy as jnp
 import jaxsparse as js
 N = 100_000
@@ -127,6 +104,17 @@ def hamiltonian(couplings, paulis=None):
             term = couplings[a] * term
             total = term if total is None else total + term
     return total
+
+def rk4_loss(couplings, psi0, paulis):
+    H = hamiltonian(couplings.astype(jnp.complex64), paulis)
+    dt = 0.01
+    def f(psi):
+        return -1j * (H @ psi)
+    def step(psi, _):
+        k1 = f(psi); k2 = f(psi + dt / 2 * k1); k3 = f(psi + dt / 2 * k2); k4 = f(psi + dt * k3)
+        return psi + dt / 6 * (k1 + 2 * k2 + 2 * k3 + k4), None
+    psi, _ = jax.lax.scan(step, psi0, None, length=200)
+    return jnp.abs(psi[0]) ** 2
 """
 )
 
