@@ -25,7 +25,7 @@ from ._coordinates import entries, select_entries
 from ._csr import CSRMatrix
 from ._csr_layout import indptr_from_counts, row_ids
 from ._dia import DIAMatrix, _validate_offsets
-from ._dia_layout import active_diagonals, valid_rows
+from ._dia_layout import active_diagonals, inside_slots, valid_rows
 
 # `random` samples positions by one permutation of all `m * n` of them up to this many;
 # beyond, and at densities up to 1/4, by drawing with replacement and redrawing repeats.
@@ -517,8 +517,8 @@ def _kron_dia_square(A: DIAMatrix, B: DIAMatrix, dtype) -> DIAMatrix:
     b_index, b_offsets = active_diagonals(B.offsets, B.shape)
     if not a_offsets or not b_offsets:
         return DIAMatrix(jnp.zeros((0, q * s), dtype), (), (p * s, q * s))
-    rows_a = _active_slots(A, a_index).astype(dtype)
-    rows_b = _active_slots(B, b_index).astype(dtype)
+    rows_a = inside_slots(A.data, A.offsets, A.shape, a_index).astype(dtype)
+    rows_b = inside_slots(B.data, B.offsets, B.shape, b_index).astype(dtype)
     pairs = (rows_a[:, None, :, None] * rows_b[None, :, None, :]).reshape(-1, q * s)
     pair_offsets = (np.asarray(a_offsets)[:, None] * s + np.asarray(b_offsets)[None, :]).ravel()
     offsets, slot = np.unique(pair_offsets, return_inverse=True)
@@ -529,17 +529,6 @@ def _kron_dia_square(A: DIAMatrix, B: DIAMatrix, dtype) -> DIAMatrix:
     else:
         data = jax.ops.segment_sum(pairs, slot.ravel(), num_segments=offsets.size)
     return DIAMatrix(data, tuple(int(off) for off in offsets), (p * s, q * s))
-
-
-def _active_slots(matrix: DIAMatrix, index: tuple[int, ...]) -> jax.Array:
-    """The diagonals `index` of `matrix`'s `data`, slots outside the matrix zeroed."""
-    m, n = matrix.shape
-    offsets = np.asarray([matrix.offsets[d] for d in index], np.int32)[:, None]
-    columns = lax.broadcasted_iota(jnp.int32, (1, n), 1)
-    inside = (columns >= offsets) & (columns - offsets < m)
-    every = tuple(index) == tuple(range(len(matrix.offsets)))
-    picked = matrix.data if every else matrix.data[np.asarray(index)]
-    return jnp.where(inside, picked, 0)
 
 
 @jax.jit

@@ -48,6 +48,19 @@ def _meets_matrix(offset: int, shape: tuple[int, int]) -> bool:
     return hi > lo
 
 
+def inside_slots(data, offsets: tuple[int, ...], shape: tuple[int, int], index) -> jax.Array:
+    """Rows `index` of `data` (diagonals of a matrix with these offsets and shape), with
+    the slots outside the matrix zeroed. The mask comes from an iota, not a constant the
+    size of `data`, so large matrices keep small programs."""
+    m, n = shape
+    picked_offsets = np.asarray([offsets[d] for d in index], np.int32)[:, None]
+    columns = lax.broadcasted_iota(jnp.int32, (1, n), 1)
+    inside = (columns >= picked_offsets) & (columns - picked_offsets < m)
+    # Every diagonal in order is the common case: a plain use of `data`, not a gather.
+    every = tuple(index) == tuple(range(len(offsets)))
+    return jnp.where(inside, data if every else data[np.asarray(index)], 0)
+
+
 def diagonal_lengths(offsets: tuple[int, ...], shape: tuple[int, int]) -> list[int]:
     """How many slots of each diagonal lie inside the matrix."""
     return [max(0, hi - lo) for lo, hi in (valid_rows(off, shape) for off in offsets)]

@@ -26,7 +26,7 @@ import numpy as np
 from ._base import SparseMatrix, is_concrete, register_for_format
 from ._coordinates import csr_from_entries, host_keys, static_nnz
 from ._csr_layout import row_ids
-from ._dia_layout import active_diagonals, diagonal_lengths
+from ._dia_layout import active_diagonals, diagonal_lengths, inside_slots
 from ._matmul import matmul, sparse_times_sparse
 
 
@@ -90,8 +90,8 @@ def _dia_times_dia(a, b):
     if not offsets:
         return type(a)(jnp.zeros((0, k), dtype), offsets, (m, k))
     position = {off: r for r, off in enumerate(offsets)}
-    a_clean = _inside_slots(a, a_index).astype(dtype)
-    b_clean = _inside_slots(b, b_index).astype(dtype)
+    a_clean = inside_slots(a.data, a.offsets, a.shape, a_index).astype(dtype)
+    b_clean = inside_slots(b.data, b.offsets, b.shape, b_index).astype(dtype)
     # `a_clean` padded by `k` columns on each side, so that a shift by any offset of B that
     # meets B (`-inner < b_q < k`) is one static slice.
     padded = jnp.pad(a_clean, ((0, 0), (k, k)))
@@ -107,22 +107,6 @@ def _dia_times_dia(a, b):
                 term = shifted[p] * b_clean[q]
                 sums[r] = term if sums[r] is None else sums[r] + term
     return type(a)(jnp.stack(sums), offsets, (m, k))
-
-
-def _inside_slots(matrix, index) -> jax.Array:
-    """The diagonals `index` of a DIA matrix with its ignored slots zeroed."""
-    m, n = matrix.shape
-    cols = np.arange(n)[None, :]
-    offsets = np.asarray([matrix.offsets[d] for d in index], np.int64).reshape(-1, 1)
-    rows = cols - offsets
-    inside = (rows >= 0) & (rows < m)
-    # Every diagonal in order is the common case: a plain use of `data`, not a gather.
-    picked = (
-        matrix.data
-        if tuple(index) == tuple(range(len(matrix.offsets)))
-        else (matrix.data[np.asarray(index, np.int64)])
-    )
-    return jnp.where(inside, picked, 0)
 
 
 def _csr_times_csr_on_host(a, b, nnz):
