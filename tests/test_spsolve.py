@@ -328,6 +328,10 @@ def test_vmap_over_right_hand_sides_is_one_multi_column_solve(monkeypatch):
     bs = jnp.asarray(random_values(rng, (5, dia.shape[0], 2), jnp.float64))
     solve_many = jax.vmap(js.linalg.spsolve, in_axes=(None, 0))
     hlo = jax.jit(solve_many).lower(dia, bs).as_text()
+    solves = [line for line in hlo.splitlines() if "jaxsparse_dia_banded_solve" in line]
+    assert len(solves) == 1 and f"tensor<{dia.shape[0]}x10xf64>" in solves[0]
+    solve_factored = jax.vmap(lambda f, b: f.solve(b), in_axes=(None, 0))
+    hlo = jax.jit(solve_factored).lower(js.linalg.factorized(dia), bs).as_text()
     solves = [line for line in hlo.splitlines() if "jaxsparse_banded_lu_solve" in line]
     assert len(solves) == 1 and f"tensor<{dia.shape[0]}x10xf64>" in solves[0]
 
