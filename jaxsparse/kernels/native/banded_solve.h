@@ -121,7 +121,7 @@ struct ForwardResult {
   bool stopped = false;  // stopped early: this block or the other is not dominant
 };
 
-// Rows of M as op(A) gives them and their dominance; `x` is op(A)'s unknowns (n, k).
+// One forward pass's block and buffers; `x` holds op(A)'s unknowns (n, k).
 template <typename T>
 struct Pass {
   const Diagonals<T>& a;
@@ -143,30 +143,34 @@ int LoadRow(const Pass<T>& pass, W& window, int64_t i, int64_t r, int64_t first,
   const int64_t kv = window.kv();
   for (int64_t p = 0; p <= kv; ++p) window.at(r, p) = T(0);
   const int64_t row = pass.block.base + pass.block.dir * i;
-  double diagonal = 0, off = 0, column_off = 0;
+  double column_off = 0;
   for (int64_t d = 0; d < a.ndiag; ++d) {
     const int64_t column = row + a.shift[d];
     if (column >= 0 && column < a.n) {
       const int64_t p = pass.block.dir * a.shift[d] + i - first;  // M column - first
-      const T value = a.Value(d, row + a.index_shift[d]);
-      window.at(r, p) += value;
-      if (check && a.shift[d] != 0) off += Magnitude(value);
-      if (check && a.shift[d] == 0) diagonal += LowerMagnitude(value);
+      window.at(r, p) += a.Value(d, row + a.index_shift[d]);
     }
-    // op(A)(row - shift, row): the same index of the other kind, for column dominance.
+    // op(A)(row - shift, row): the same index of the other kind, for column dominance (a
+    // sum of magnitudes, never less than that of the entries summed).
     const int64_t other = row - a.shift[d];
     if (check && a.shift[d] != 0 && other >= 0 && other < a.n) {
       column_off += Magnitude(a.data[d * a.n + other + a.index_shift[d]]);
     }
   }
   if (!check) return kRowDominant | kColumnDominant;
+  const int64_t main = i - first;  // the diagonal's position in the window row
+  double off = 0;
+  for (int64_t p = 0; p <= kv; ++p) {
+    if (p != main) off += Magnitude(window.at(r, p));
+  }
+  const double diagonal = LowerMagnitude(window.at(r, main));
   return (off <= diagonal ? kRowDominant : 0) | (column_off <= diagonal ? kColumnDominant : 0);
 }
 
 // The forward pass over M's rows: elimination with partial pivoting fused with the
-// right-hand sides (copied from b as rows enter the window). `ext` extra columns past m
-// are kept (the other block's unknowns; 0 for a whole matrix). With `check` set, stops at
-// the first row that is not diagonally dominant, or when `stop` turns true.
+// right-hand sides (copied from b as rows enter the window). Entries in columns past m
+// (the other block's unknowns) are kept like any other. With `check` set, stops soon
+// after it reads an index where neither kind of dominance holds, or when `stop` turns true.
 template <typename T, int KL, int KU>
 ForwardResult Forward(const Pass<T>& pass, bool check, std::atomic<bool>* stop) {
   Window<T, KL, KU> window(pass.kl, pass.ku);
