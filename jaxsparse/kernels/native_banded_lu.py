@@ -244,7 +244,7 @@ def banded_solve(data, b, *, offsets, op: str = "N", host: bool = False):
     """`x` with `A x = b` (`op="N"`), `A^T x = b` ("T") or `A^H x = b` ("H") for the square
     DIA matrix with values `data` (`(ndiag, n)`) and static `offsets`, `b` of shape `(n, k)`:
     LU with partial pivoting and the solve in one pass, no factors kept. On CPU one native
-    call (split over two threads where `A` is diagonally dominant, `native/banded_solve.h`);
+    call (split over two threads where `A` is diagonally dominant, `native/banded_split.h`);
     elsewhere LAPACK on the host. A singular matrix gives `nan` everywhere."""
     kl, ku = bandwidths(offsets, data.shape[-1])
     return _one_pass_solver(tuple(offsets), kl, ku, op, host)(data, b)

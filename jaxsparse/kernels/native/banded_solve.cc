@@ -4,7 +4,7 @@
 // Batches: every leading axis before a buffer's last two is a batch axis; the DIA values
 // are the right-hand sides' batch or one matrix for all of them. Members are split over
 // XLA's intra-op threads; a single matrix large enough is split over two threads by rows
-// where it is diagonally dominant (see banded_solve.h).
+// where it is diagonally dominant (see banded_split.h).
 
 #include "banded_solve.h"
 
@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "arrays.h"
+#include "banded_split.h"
 #include "dispatch.h"
 #include "handlers.h"
 #include "pages.h"
