@@ -6,9 +6,10 @@ and per product inside a jitted loop of 20 (whose buffers XLA reuses), and a gra
 (forward and backward: a jitted `jax.vjp` along a cotangent `W`, giving the gradients with
 respect to the values and `X`), after checking each system's result against scipy's.
 Prints progress to stderr, then a table, the machine's streaming bandwidth and the issue's
-target ratios; writes JSON and a PNG plot. Two more sections (`--sections`): matrices with
-many diagonals (`many_diagonals.py`: compile times) and `jax.vmap` over 64 matrices' values
-(`batches.py`).
+target ratios; writes JSON and a PNG plot. Three more sections (`--sections`): matrices
+with many diagonals (`many_diagonals.py`: compile times), `jax.vmap` over 64 matrices'
+values (`batches.py`), and direct solves (`solve.py`, float64, in a process of its own so
+that its 64-bit mode leaves the products' float32 runs alone).
 """
 
 import argparse
@@ -16,6 +17,7 @@ import datetime
 import json
 import os
 import platform
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -38,7 +40,7 @@ MAX_ROWS_FOR_K = {1: 10**9, 8: 1_100_000, 64: 150_000}
 MAX_ROWS_GRADIENT = 1_100_000
 GRADIENT_KS = (1, 8)
 TOLERANCE = 1e-4  # max abs error relative to max |reference|, float32
-SECTIONS = ("products", "many-diagonals", "batches")
+SECTIONS = ("products", "many-diagonals", "batches", "solve")
 
 
 def parse_args(argv):
@@ -150,6 +152,17 @@ def run_cases(args) -> tuple[list[dict], list[str]]:
     return records, skipped
 
 
+def run_solve_section(quick: bool) -> str:
+    """`solve.py`'s tables (its stdout), run in a fresh process; an error if it failed."""
+    script = Path(__file__).resolve().parent / "solve.py"
+    command = [sys.executable, str(script), *(["--quick"] if quick else [])]
+    print("solve section: " + " ".join(command[1:]), file=sys.stderr, flush=True)
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"solve.py failed ({done.returncode}):\n{done.stderr[-2000:]}")
+    return done.stdout.rstrip()
+
+
 def environment() -> dict:
     blas_env = {
         key: os.environ[key]
@@ -210,6 +223,8 @@ def main(argv=None) -> dict:
         results["many_diagonals"] = many_diagonals.run(args.quick, budget_for(args))
     if "batches" in sections:
         results["batches"] = batches.run(args.quick, budget_for(args))
+    if "solve" in sections:
+        results["solve"] = run_solve_section(args.quick)
     results["targets"] = report.targets(records, bandwidth)
     print(report.header(env))
     if records:
@@ -219,6 +234,8 @@ def main(argv=None) -> dict:
         print(many_diagonals.table(results["many_diagonals"]))
     if "batches" in results:
         print(batches.table(results["batches"], bandwidth))
+    if "solve" in results:
+        print("\n" + results["solve"])
     stem = "quick" if args.quick else "results"
     (out / f"{stem}.json").write_text(json.dumps(results, indent=1))
     if records:

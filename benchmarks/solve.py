@@ -4,7 +4,8 @@
 Sections, each result checked against scipy before it is timed, medians in ms:
 
 - banded: DIA tridiagonal and pentadiagonal systems of `--rows` unknowns against
-  `scipy.linalg.solve_banded` (target: scipy / jaxsparse >= 1.2);
+  `scipy.linalg.solve_banded` (target: scipy / jaxsparse >= 1.2), diagonally dominant
+  (split over two threads) and not (one pass);
 - csr: the 2-D 5-point Laplacian on a `--grid`^2 grid as CSR against scipy's `spsolve`
   (SuperLU) and `jax.experimental.sparse.linalg.spsolve` (target: jaxsparse / scipy
   <= 1.2);
@@ -58,7 +59,8 @@ def parse_args(argv=None):
         "--reuse-grid", type=int, default=150, help="side of the 2-D CSR grid of 100 solves"
     )
     parser.add_argument("--quick", action="store_true", help="tiny sizes, for the smoke test")
-    parser.add_argument("--sections", default="banded,csr,reuse,gradient,memory")
+    # Memory first: resident memory is read while the process holds nothing else.
+    parser.add_argument("--sections", default="memory,banded,csr,reuse,gradient")
     args = parser.parse_args(argv)
     if args.quick:
         args.rows, args.grid, args.band_grid, args.reuse_grid = 2000, 20, 10, 10
@@ -93,10 +95,22 @@ def _loop_solve(solve):
     return jax.jit(loop)
 
 
-def banded_dia(n: int, offsets, rng) -> js.DIAMatrix:
-    """A diagonally dominant random DIA matrix with `offsets` (0 among them)."""
+def banded_dia(n: int, offsets, rng, dominant: bool = True) -> js.DIAMatrix:
+    """A random DIA matrix with `offsets` (0 among them): diagonally dominant by rows (the
+    main diagonal's magnitude exceeds the rest of its row's by 0.5), or with 2 * ndiag added
+    to a random main diagonal (dominant at most rows, not all: solved in one pass)."""
     data = rng.standard_normal((len(offsets), n))
-    data[offsets.index(0)] += 2 * len(offsets)
+    main = offsets.index(0)
+    if dominant:
+        rows = np.zeros(n)
+        for values, offset in zip(data, offsets, strict=True):
+            if offset != 0:  # data[d, j] = A[j - offset, j]
+                rows[max(0, -offset) : n - max(0, offset)] += np.abs(
+                    values[max(0, offset) : n + min(0, offset)]
+                )
+        data[main] = np.where(data[main] < 0, -1, 1) * (rows + 0.5)
+    else:
+        data[main] += 2 * len(offsets)
     return js.DIAMatrix(jnp.asarray(data), offsets, (n, n))
 
 
@@ -112,11 +126,17 @@ def laplacian_2d(side: int) -> scipy.sparse.csr_array:
 
 def banded_section(args, rng) -> list[str]:
     lines = [f"banded DIA, n = {args.rows}: scipy.linalg.solve_banded / jaxsparse >= 1.2"]
-    lines.append(f"{'matrix':>14} {'scipy':>9} {'ours':>9} {'ours loop':>10} {'ratio':>7} error")
+    lines.append(f"{'matrix':>16} {'scipy':>9} {'ours':>9} {'ours loop':>10} {'ratio':>7} error")
     solve = jax.jit(js.linalg.spsolve)
     loop = _loop_solve(js.linalg.spsolve)
-    for name, offsets in (("tridiagonal", (-1, 0, 1)), ("pentadiagonal", (-2, -1, 0, 1, 2))):
-        A = banded_dia(args.rows, offsets, rng)
+    cases = (
+        ("tridiagonal", (-1, 0, 1), True),
+        ("pentadiagonal", (-2, -1, 0, 1, 2), True),
+        ("tri, not dom.", (-1, 0, 1), False),
+        ("penta, not dom.", (-2, -1, 0, 1, 2), False),
+    )
+    for name, offsets, dominant in cases:
+        A = banded_dia(args.rows, offsets, rng, dominant)
         b = jnp.asarray(rng.standard_normal(args.rows))
         kl = ku = max(offsets)
         ab = np.asarray([np.asarray(A.data)[A.offsets.index(o)] for o in range(ku, -kl - 1, -1)])
@@ -133,7 +153,7 @@ def banded_section(args, rng) -> list[str]:
         ours_ms = _ms(timing.blocking(solve, A, b), args.quick)
         loop_ms = _ms(timing.blocking(loop, A, b), args.quick) / LOOP_SOLVES
         lines.append(
-            f"{name:>14} {scipy_ms:9.2f} {ours_ms:9.2f} {loop_ms:10.2f} "
+            f"{name:>16} {scipy_ms:9.2f} {ours_ms:9.2f} {loop_ms:10.2f} "
             f"{scipy_ms / ours_ms:7.2f} {error:.1e}"
         )
     return lines
@@ -228,7 +248,31 @@ def gradient_section(args, rng) -> list[str]:
         solve_ms = _ms(timing.blocking(solve, A.data, b), args.quick)
         gradient_ms = _ms(timing.blocking(gradient, A.data, b), args.quick)
         lines.append(f"{name:>14} {solve_ms:9.2f} {gradient_ms:9.2f} {gradient_ms / solve_ms:7.2f}")
+    lines += _jax_gradient_line(laplacian_2d(args.grid), args, rng)
     return lines
+
+
+def _jax_gradient_line(S, args, rng) -> list[str]:
+    """The same for `jax.experimental.sparse.linalg.spsolve` (CSR), where it runs."""
+    bcsr = jsparse.BCSR.from_scipy_sparse(S)
+    b = jnp.asarray(rng.standard_normal(S.shape[0]))
+
+    def solve(data, b):
+        return jsparse.linalg.spsolve(data, bcsr.indices, bcsr.indptr, b)
+
+    def loss(data, b):
+        return jnp.sum(solve(data, b) ** 2)
+
+    solve, gradient = jax.jit(solve), jax.jit(jax.grad(loss, argnums=(0, 1)))
+    try:
+        jax.block_until_ready((solve(bcsr.data, b), gradient(bcsr.data, b)))
+    except Exception as failure:  # noqa: BLE001 (report what jax's solver does, and go on)
+        return [f"{'jax.exp. csr':>14} failed: {type(failure).__name__}"]
+    solve_ms = _ms(timing.blocking(solve, bcsr.data, b), args.quick)
+    gradient_ms = _ms(timing.blocking(gradient, bcsr.data, b), args.quick)
+    return [
+        f"{'jax.exp. csr':>14} {solve_ms:9.2f} {gradient_ms:9.2f} {gradient_ms / solve_ms:7.2f}"
+    ]
 
 
 def _rss_mb() -> float:

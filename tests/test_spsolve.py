@@ -91,6 +91,13 @@ def _csr_needing_pivots(rng, dtype):
     return js.CSRMatrix.from_scipy(twin.astype(dtype)), twin
 
 
+def _as_csr(system):
+    """A DIA system and its twin as CSR (the stencils in the other format)."""
+    matrix, twin = system
+    twin = scipy.sparse.csr_array(twin)
+    return js.CSRMatrix.from_scipy(twin.astype(matrix.dtype)), twin
+
+
 _UNSORTED_OFFSETS = next(case for case in DIA_MATRICES if case.name == "dia-unsorted-offsets")
 
 # name -> (rng, dtype) -> (matrix, float64/complex128 scipy twin)
@@ -105,6 +112,12 @@ SYSTEMS = {
     ),
     "dia-needs-pivoting": _tridiagonal_needing_pivots,
     "dia-band-wider-than-dense": lambda rng, dtype: _dia_system(rng, dtype, 6, (-3, 0, 4), 5.0),
+    "csr-5-point": lambda rng, dtype: _as_csr(
+        _dia_system(rng, dtype, 42, _grid_offsets(6, 7), 6.0)
+    ),
+    "csr-7-point": lambda rng, dtype: _as_csr(
+        _dia_system(rng, dtype, 36, _grid_offsets(3, 3, 4), 7.0)
+    ),
     "csr-random": lambda rng, dtype: _csr_system(rng, dtype, 30),
     "csr-power-law": lambda rng, dtype: _csr_system(
         rng, dtype, 40, row_lengths=np.minimum(np.floor(rng.pareto(1.5, 40)), 36), shift=8.0
@@ -328,6 +341,10 @@ def test_vmap_over_right_hand_sides_is_one_multi_column_solve(monkeypatch):
     bs = jnp.asarray(random_values(rng, (5, dia.shape[0], 2), jnp.float64))
     solve_many = jax.vmap(js.linalg.spsolve, in_axes=(None, 0))
     hlo = jax.jit(solve_many).lower(dia, bs).as_text()
+    solves = [line for line in hlo.splitlines() if "jaxsparse_dia_banded_solve" in line]
+    assert len(solves) == 1 and f"tensor<{dia.shape[0]}x10xf64>" in solves[0]
+    solve_factored = jax.vmap(lambda f, b: f.solve(b), in_axes=(None, 0))
+    hlo = jax.jit(solve_factored).lower(js.linalg.factorized(dia), bs).as_text()
     solves = [line for line in hlo.splitlines() if "jaxsparse_banded_lu_solve" in line]
     assert len(solves) == 1 and f"tensor<{dia.shape[0]}x10xf64>" in solves[0]
 

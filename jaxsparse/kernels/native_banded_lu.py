@@ -1,6 +1,7 @@
 """The banded LU of a square DIA matrix and its solves on CPU by jaxsparse's native kernels
 (`native/banded_lu.cc`), and the same on the host through LAPACK's `?gbtrf`/`?gbtrs`
-(scipy) for every other platform.
+(scipy) for every other platform; and `banded_solve`, factor and solve in one pass with no
+factors kept (`native/banded_solve.cc`; LAPACK on the host elsewhere).
 
 Both produce the same factors: LAPACK's band layout as a row-major `(2 * kl + ku + 1, n)`
 array, `band[kl + ku + i - j, j] == A[i, j]`, 0-based int32 pivots, and LAPACK's `info`
@@ -179,3 +180,71 @@ def banded_lu_solve(band, pivots, b, *, kl: int, ku: int, op: str = "N", host: b
     of `banded_lu`; `b` of shape `(n, k)`. No zero-pivot check: a singular factor gives
     inf or nan."""
     return _solver(kl, ku, op, host)(band, pivots, b)
+
+
+def _solve_once_native(data, b, *, offsets, op):
+    out = jax.ShapeDtypeStruct(b.shape, b.dtype)
+    call = jax.ffi.ffi_call("jaxsparse_dia_banded_solve", out, vmap_method="broadcast_all")
+    return call(data, b, offsets=np.asarray(offsets, np.int64), op=np.int64(SOLVE_OPS[op]))
+
+
+def _solve_once_on_host(data, b, *, offsets, kl, ku, op):
+    bands, pivots, info = _factor_on_host(data, offsets=offsets, kl=kl, ku=ku)
+    x = _solve_on_host(bands, pivots, np.asarray(b), kl=kl, ku=ku, op=op)
+    return np.where((info == 0)[..., None, None], x, np.nan).astype(x.dtype)
+
+
+def _solve_once_host(data, b, *, offsets, kl, ku, op):
+    return jax.pure_callback(
+        functools.partial(_solve_once_on_host, offsets=offsets, kl=kl, ku=ku, op=op),
+        jax.ShapeDtypeStruct(b.shape, b.dtype),
+        data,
+        b,
+        vmap_method="broadcast_all",
+    )
+
+
+def _solve_once_members(data, b, *, offsets, kl, ku, op, host):
+    if host or not native_available(b.dtype):
+        return _solve_once_host(data, b, offsets=offsets, kl=kl, ku=ku, op=op)
+    return jax.lax.platform_dependent(
+        data,
+        b,
+        cpu=functools.partial(_solve_once_native, offsets=offsets, op=op),
+        default=functools.partial(_solve_once_host, offsets=offsets, kl=kl, ku=ku, op=op),
+    )
+
+
+@functools.cache
+def _one_pass_solver(offsets: tuple, kl: int, ku: int, op: str, host: bool):
+    """`solve(data, b)` for one matrix and `b` of shape `(n, k)`, whose batching rule turns
+    right-hand sides batched over one matrix into columns."""
+    kwargs = dict(offsets=offsets, kl=kl, ku=ku, op=op, host=host)
+
+    @jax.custom_batching.custom_vmap
+    def solve(data, b):
+        return _solve_once_members(data, b, **kwargs)
+
+    @solve.def_vmap
+    def _(axis_size, in_batched, data, b):
+        data_batched, b_batched = in_batched
+        if not data_batched:
+            n, k = b.shape[1:]
+            columns = jnp.moveaxis(b, 0, 1).reshape(n, axis_size * k)
+            x = solve(data, columns).reshape(n, axis_size, k)
+            return jnp.moveaxis(x, 1, 0), True
+        if not b_batched:
+            b = jnp.broadcast_to(b, (axis_size, *b.shape))
+        return _solve_once_members(data, b, **kwargs), True
+
+    return solve
+
+
+def banded_solve(data, b, *, offsets, op: str = "N", host: bool = False):
+    """`x` with `A x = b` (`op="N"`), `A^T x = b` ("T") or `A^H x = b` ("H") for the square
+    DIA matrix with values `data` (`(ndiag, n)`) and static `offsets`, `b` of shape `(n, k)`:
+    LU with partial pivoting and the solve in one pass, no factors kept. On CPU one native
+    call (split over two threads where `A` is diagonally dominant, `native/banded_split.h`);
+    elsewhere LAPACK on the host. A singular matrix gives `nan` everywhere."""
+    kl, ku = bandwidths(offsets, data.shape[-1])
+    return _one_pass_solver(tuple(offsets), kl, ku, op, host)(data, b)

@@ -8,6 +8,9 @@ on other platforms LAPACK runs on the host (`kernels/native_banded_lu.py`).
 
 A band at least as tall as the matrix (`2 * kl + ku + 1 >= n`) stores more than the dense
 matrix, so such a matrix is factored densely (`jax.scipy.linalg.lu_factor`) instead.
+
+`spsolve` needs no factors to keep: `BandedSolve` factors and solves in one pass per call
+(`native_banded_lu.banded_solve`), its gradient's adjoint solve another pass with `A^T`.
 """
 
 import equinox as eqx
@@ -44,6 +47,18 @@ class BandedLU(Factorization):
         return jnp.where(self.info == 0, x, jnp.full_like(x, jnp.nan))
 
 
+class BandedSolve(Factorization):
+    """A square banded `DIAMatrix` solved afresh by every solve: LU with partial pivoting
+    and the solve in one pass, no factors stored (what `spsolve` runs). A singular matrix
+    gives `nan`."""
+
+    matrix: DIAMatrix
+
+    def _solve_columns(self, b, op):
+        values = jax.lax.stop_gradient(self.matrix.data)
+        return native_banded_lu.banded_solve(values, b, offsets=self.matrix.offsets, op=op)
+
+
 class DenseLU(Factorization):
     """The dense LU factorization of a `DIAMatrix` whose band is no narrower than the
     matrix (`jax.scipy.linalg.lu_factor`): `lu` and 0-based `pivots`. A singular matrix
@@ -58,14 +73,30 @@ class DenseLU(Factorization):
         return jax.scipy.linalg.lu_solve((self.lu, self.pivots), b, trans=trans)
 
 
+def _dense_lu(matrix: DIAMatrix) -> DenseLU | None:
+    """`DenseLU` of `matrix` where its band would be no smaller than the dense matrix."""
+    n = matrix.shape[0]
+    kl, ku = native_banded_lu.bandwidths(matrix.offsets, n)
+    if 2 * kl + ku + 1 < n:
+        return None
+    lu, pivots = jax.scipy.linalg.lu_factor(jax.lax.stop_gradient(matrix.todense()))
+    return DenseLU(matrix, lu, pivots)
+
+
+def solve_dia(matrix: DIAMatrix) -> BandedSolve | DenseLU:
+    """What `spsolve` solves a square `DIAMatrix` with: `BandedSolve`, or `DenseLU` where
+    the band would be no smaller than the dense matrix."""
+    dense = _dense_lu(matrix)
+    return BandedSolve(matrix) if dense is None else dense
+
+
 def factor_dia(matrix: DIAMatrix) -> BandedLU | DenseLU:
     """`BandedLU` of a square `DIAMatrix`, or `DenseLU` where the band would be no smaller
     than the dense matrix."""
-    n = matrix.shape[0]
-    kl, ku = native_banded_lu.bandwidths(matrix.offsets, n)
+    dense = _dense_lu(matrix)
+    if dense is not None:
+        return dense
+    kl, ku = native_banded_lu.bandwidths(matrix.offsets, matrix.shape[0])
     values = jax.lax.stop_gradient(matrix.data)
-    if 2 * kl + ku + 1 >= n:
-        lu, pivots = jax.scipy.linalg.lu_factor(jax.lax.stop_gradient(matrix.todense()))
-        return DenseLU(matrix, lu, pivots)
     band, pivots, info = native_banded_lu.banded_lu(values, offsets=matrix.offsets, kl=kl, ku=ku)
     return BandedLU(matrix, band, pivots, info, kl, ku)

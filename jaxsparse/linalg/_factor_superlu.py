@@ -32,8 +32,10 @@ from ._factor import Factorization
 # The cache keeps the most recently used factors, at most CACHE_ENTRIES of them and
 # CACHE_BYTES of L and U (the newest one always): a solve's factors stay while a few other
 # factorizations are made, and a program that factors anew on every call holds no more.
+# SuperLU's allocations are about twice L and U, and each large factorization held slows
+# the next ones made, so large factorizations are kept one at a time.
 CACHE_ENTRIES = 8
-CACHE_BYTES = 1 << 30
+CACHE_BYTES = 1 << 28
 
 
 class _FactorCache:

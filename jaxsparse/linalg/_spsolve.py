@@ -2,7 +2,9 @@
 `scipy.sparse.linalg`, with derivatives (see `_factor.py`).
 
 Each format registers how it factors (`factorize.register`): DIA as a band
-(`_factor_banded.py`), CSR by SuperLU on the host (`_factor_superlu.py`).
+(`_factor_banded.py`), CSR by SuperLU on the host (`_factor_superlu.py`); and how
+`spsolve` solves it once (`solve_once.register`, the factorization where not registered):
+DIA in one pass that keeps no factors.
 """
 
 import functools
@@ -13,7 +15,7 @@ import numpy as np
 from .._csr import CSRMatrix
 from .._dia import DIAMatrix
 from ._factor import Factorization, check_rhs
-from ._factor_banded import factor_dia
+from ._factor_banded import factor_dia, solve_dia
 from ._factor_superlu import factor_csr
 
 _SOLVE_DTYPES = tuple(np.dtype(t) for t in (np.float32, np.float64, np.complex64, np.complex128))
@@ -28,6 +30,16 @@ def factorize(matrix) -> Factorization:
 factorize.register(DIAMatrix, factor_dia)
 factorize.register(CSRMatrix, factor_csr)
 _UNSUPPORTED = factorize.dispatch(object)
+
+
+@functools.singledispatch
+def solve_once(matrix) -> Factorization:
+    """What `spsolve` solves a checked square matrix with: its factorization, unless the
+    format registers a one-shot solver."""
+    return factorize(matrix)
+
+
+solve_once.register(DIAMatrix, solve_dia)
 
 
 def _check_matrix(A) -> None:
@@ -88,4 +100,4 @@ def spsolve(A, b) -> jnp.ndarray:
     """
     _check_matrix(A)
     check_rhs(b, A.shape[0], A.dtype)
-    return factorize(A).solve(b)
+    return solve_once(A).solve(b)

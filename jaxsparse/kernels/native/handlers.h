@@ -25,6 +25,8 @@ XLA_FFI_Error* JaxsparseDiaSddmm(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* JaxsparseDiaBandedLu(XLA_FFI_CallFrame* call_frame);
 // (band, pivots, b; kl, ku, op) -> x with A x = b, A^T x = b or A^H x = b
 XLA_FFI_Error* JaxsparseBandedLuSolve(XLA_FFI_CallFrame* call_frame);
+// (data, b; offsets, op) -> x with A x = b, A^T x = b or A^H x = b, in one pass
+XLA_FFI_Error* JaxsparseDiaBandedSolve(XLA_FFI_CallFrame* call_frame);
 
 }  // extern "C"
 

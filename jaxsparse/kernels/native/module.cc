@@ -33,6 +33,7 @@ constexpr Target kTargets[] = {
     {"jaxsparse_dia_sddmm", JaxsparseDiaSddmm},
     {"jaxsparse_dia_banded_lu", JaxsparseDiaBandedLu},
     {"jaxsparse_banded_lu_solve", JaxsparseBandedLuSolve},
+    {"jaxsparse_dia_banded_solve", JaxsparseDiaBandedSolve},
 };
 
 // Whether this CPU (and its operating system) runs AVX2 and FMA instructions.
