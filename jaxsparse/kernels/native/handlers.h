@@ -25,6 +25,10 @@ XLA_FFI_Error* JaxsparseDiaSddmm(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* JaxsparseDiaBandedLu(XLA_FFI_CallFrame* call_frame);
 // (band, pivots, b; kl, ku, op) -> x with A x = b, A^T x = b or A^H x = b
 XLA_FFI_Error* JaxsparseBandedLuSolve(XLA_FFI_CallFrame* call_frame);
+// (values, cols, indptr, diagonal) -> the ILU(0) factors on the CSR pattern
+XLA_FFI_Error* JaxsparseIlu0Factor(XLA_FFI_CallFrame* call_frame);
+// (factors, cols, indptr, diagonal, r; transpose) -> U^{-1} L^{-1} r or its transpose
+XLA_FFI_Error* JaxsparseIlu0Apply(XLA_FFI_CallFrame* call_frame);
 
 }  // extern "C"
 
