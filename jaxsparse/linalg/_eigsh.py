@@ -67,7 +67,8 @@ def eigsh(
       `"SA"` (smallest algebraic).
     - `v0`: the start vector `(n,)`; by default a fixed pseudo-random vector.
     - `ncv`: the Krylov basis size, `k < ncv <= n` (static; default `min(n, max(2k + 1,
-      20))`, as scipy). Memory is `(ncv + 1) * n` values.
+      40))`: twice scipy's 20, which halves the cycles on clustered spectra). Memory is
+      `(ncv + 1) * n` values.
     - `maxiter`: the most restart cycles (static; default `10 n`, as scipy). Each cycle
       costs `ncv - kept` products, `kept = k + (ncv - k) // 2`, and one product with `k`
       columns for the residuals.
@@ -111,7 +112,7 @@ def _settings(A, k, which, ncv, maxiter, tol, sigma) -> _Settings:
     if which not in _WHICH:
         raise ValueError(f"eigsh: `which` must be one of {_WHICH}, got {which!r}.")
     if ncv is None:
-        ncv = min(n, max(2 * k + 1, 20))
+        ncv = min(n, max(2 * k + 1, 40))
     if not isinstance(ncv, int) or not k < ncv <= n:
         raise ValueError(f"eigsh: `ncv` must be an int with k < ncv <= n = {n}, got {ncv!r}.")
     if maxiter is None:
