@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import scipy.sparse
 from helpers import random_csr, random_values
+from jax.test_util import check_grads
 
 import jaxsparse as js
 
@@ -32,11 +33,12 @@ def diagonally_dominant_csr(rng, n, dtype):
     return js.CSRMatrix.from_scipy(twin).astype(dtype), twin
 
 
+@pytest.mark.parametrize("method", ["native", "levels"])
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64, jnp.complex64, jnp.complex128])
-def test_ilu0_factors_match_dense_reference_csr(dtype):
+def test_ilu0_factors_match_dense_reference_csr(dtype, method):
     rng = np.random.default_rng(0)
     A, twin = diagonally_dominant_csr(rng, 25, dtype)
-    M = js.linalg.spilu0(A)
+    M = js.linalg.spilu0(A, method=method)
     dense = twin.toarray()
     lower, upper = dense_ilu0(dense, dense != 0)
     tolerance = 1e-4 if dtype in (jnp.float32, jnp.complex64) else 1e-12
@@ -49,7 +51,8 @@ def test_ilu0_factors_match_dense_reference_csr(dtype):
     np.testing.assert_allclose(np.asarray(M(R[:, 0])), expected[:, 0], atol=tolerance)
 
 
-def test_ilu0_of_dia_uses_whole_diagonals_and_runs_under_jit():
+@pytest.mark.parametrize("method", ["native", "levels"])
+def test_ilu0_of_dia_uses_whole_diagonals_and_runs_under_jit(method):
     """A DIA pattern is every slot of its diagonals inside the matrix (stored zeros too)."""
     rng = np.random.default_rng(1)
     n, offsets = 20, (-4, -1, 0, 1, 3)
@@ -61,7 +64,7 @@ def test_ilu0_of_dia_uses_whole_diagonals_and_runs_under_jit():
     for offset in offsets:
         pattern |= np.eye(n, k=offset, dtype=bool)
     lower, upper = dense_ilu0(dense, pattern)
-    M = jax.jit(js.linalg.spilu0)(A)
+    M = jax.jit(lambda A: js.linalg.spilu0(A, method=method))(A)
     L, U = M.factors()
     np.testing.assert_allclose(np.asarray(L), lower, atol=1e-12)
     np.testing.assert_allclose(np.asarray(U), upper, atol=1e-12)
@@ -87,12 +90,13 @@ def poisson_2d(side: int):
     return js.DIAMatrix.from_scipy(twin), twin.tocsr()
 
 
-def test_preconditioners_in_jax_scipy_solvers():
+@pytest.mark.parametrize("method", ["native", "levels"])
+def test_preconditioners_in_jax_scipy_solvers(method):
     """With the same iteration budget, ILU(0) reaches a far smaller residual than no
     preconditioner in CG, GMRES and BiCGSTAB."""
     A, twin = poisson_2d(12)
     b = jnp.ones(A.shape[0])
-    M = js.linalg.spilu0(A)
+    M = js.linalg.spilu0(A, method=method)
 
     def residual(solver, preconditioner):
         x, _ = solver(lambda v: A @ v, b, M=preconditioner, tol=1e-14, maxiter=15)
@@ -118,21 +122,22 @@ def test_preconditioner_with_lineax():
     np.testing.assert_allclose(twin @ np.asarray(solution.value), np.ones(A.shape[0]), atol=1e-9)
 
 
-def test_gradient_through_preconditioned_solve_ignores_the_preconditioner():
+@pytest.mark.parametrize("method", ["native", "levels"])
+def test_gradient_through_preconditioned_solve_ignores_the_preconditioner(method):
     """The preconditioner is a constant for autodiff: its own derivative is zero, and the
     gradient of a preconditioned CG solve equals the dense solve's."""
     A, twin = poisson_2d(6)
     b = jnp.asarray(np.random.default_rng(4).standard_normal(A.shape[0]))
 
     def applied(data):
-        return js.linalg.spilu0(A.with_data(data)) @ b
+        return js.linalg.spilu0(A.with_data(data), method=method) @ b
 
     assert not np.any(np.asarray(jax.jacfwd(applied)(A.data)))
 
     def loss(data, b):
         matrix = A.with_data(data)
         x, _ = jax.scipy.sparse.linalg.cg(
-            lambda v: matrix @ v, b, M=js.linalg.spilu0(matrix), tol=1e-13
+            lambda v: matrix @ v, b, M=js.linalg.spilu0(matrix, method=method), tol=1e-13
         )
         return jnp.sum(x**3)
 
@@ -143,6 +148,47 @@ def test_gradient_through_preconditioned_solve_ignores_the_preconditioner():
     expected = jax.grad(dense_loss, argnums=(0, 1))(A.data, b)
     for got, want in zip(grads, expected, strict=True):
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-7, atol=1e-9)
+
+
+def test_native_ilu0_is_linear_in_the_operand_and_matches_the_levels():
+    """The native `M` is the level-scheduled one, and differentiates as the linear map it
+    is in both modes (its transposed sweeps), also under `jax.vmap` over operands."""
+    rng = np.random.default_rng(6)
+    A, _ = diagonally_dominant_csr(rng, 30, jnp.complex128)
+    native, levels = (js.linalg.spilu0(A, method=m) for m in ("native", "levels"))
+    R = random_values(rng, (30, 4), jnp.complex128)
+    np.testing.assert_allclose(np.asarray(native @ R), np.asarray(levels @ R), rtol=1e-12)
+    batched = jax.vmap(native, in_axes=1, out_axes=1)(R)
+    np.testing.assert_allclose(np.asarray(batched), np.asarray(levels @ R), rtol=1e-12)
+    check_grads(native, (R[:, 0],), order=1, modes=("fwd", "rev"))
+    _, pullback = jax.vjp(native, R)
+    (transposed,) = pullback(R)
+    L, U = (np.asarray(F) for F in levels.factors())
+    expected = np.linalg.solve(L.T, np.linalg.solve(U.T, np.asarray(R)))
+    np.testing.assert_allclose(np.asarray(transposed), expected, rtol=1e-10)
+
+
+def test_native_ilu0_checks_buffers_and_pattern():
+    """The FFI targets reject a wrong dtype or length and a pattern whose diagonal
+    positions do not hold the diagonal, with an error, never reading out of bounds."""
+    from jaxsparse.kernels import native_ilu0
+
+    cols = jnp.asarray([0, 1, 0, 1], jnp.int32)
+    indptr = jnp.asarray([0, 2, 4], jnp.int32)
+    values = jnp.asarray([4.0, 1.0, 1.0, 4.0])
+    with pytest.raises(Exception, match="diagonal must be int32"):
+        native_ilu0.factor(values, cols, indptr, jnp.asarray([0, 3], jnp.int64))
+    with pytest.raises(Exception, match="values has 3 along axis 0"):
+        native_ilu0.factor(values[:3], cols, indptr, jnp.asarray([0, 3], jnp.int32))
+    with pytest.raises(Exception, match="invalid pattern"):
+        native_ilu0.factor(values, cols, indptr, jnp.asarray([1, 3], jnp.int32))
+    factors = native_ilu0.factor(values, cols, indptr, jnp.asarray([0, 3], jnp.int32))
+    with pytest.raises(Exception, match="invalid pattern"):
+        bad = jnp.asarray([0, 7, 0, 1], jnp.int32)
+        native_ilu0.apply(factors, bad, indptr, jnp.asarray([0, 3], jnp.int32), jnp.ones((2, 1)))
+    with pytest.raises(Exception, match="r must be float64"):
+        diagonal = jnp.asarray([0, 3], jnp.int32)
+        native_ilu0.apply(factors, cols, indptr, diagonal, jnp.ones((2, 1), jnp.float32))
 
 
 def test_bad_input_raises():
@@ -159,3 +205,5 @@ def test_bad_input_raises():
         js.linalg.spilu0(A) @ jnp.ones(5)
     with pytest.raises(TypeError, match="jaxsparse matrix"):
         js.linalg.jacobi(np.eye(3))
+    with pytest.raises(ValueError, match="`method`"):
+        js.linalg.spilu0(A, method="gpu")

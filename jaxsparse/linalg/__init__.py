@@ -12,6 +12,7 @@ from ._precondition import Preconditioner as Preconditioner
 from ._precondition import jacobi as jacobi
 from ._precondition_ilu0 import ILU0Preconditioner as ILU0Preconditioner
 from ._precondition_ilu0 import spilu0 as spilu0
+from ._precondition_ilu0_native import NativeILU0Preconditioner as NativeILU0Preconditioner
 from ._spsolve import factorized as factorized
 from ._spsolve import spsolve as spsolve
 from ._spsolve_lineax import LineaxSparseLU as LineaxSparseLU

@@ -35,13 +35,12 @@ def kept_vectors(k: int, ncv: int) -> int:
     return min(k + (ncv - k) // 2, ncv - 1)
 
 
-def _order(values: jax.Array, which: str) -> jax.Array:
+def wanted_order(values: jax.Array, which: str) -> jax.Array:
     """Indices of `values` from most to least wanted."""
-    key = {"LA": -values, "SA": values, "LM": -jnp.abs(values)}[which]
-    return jnp.argsort(key, stable=True)
+    return jnp.argsort(wanted_key(values, which), stable=True)
 
 
-def _extend(matvec, basis: _Basis, start: int, stop: int, key) -> _Basis:
+def _extend(matvec, basis: _Basis, start: int, stop: int, key, project) -> _Basis:
     """Lanczos steps `start .. stop - 1`: each adds one basis vector and one column of the
     projected matrix, orthogonalized twice against every earlier vector (classical
     Gram-Schmidt repeated: the twice-is-enough rule keeps the basis orthonormal). The
@@ -65,7 +64,7 @@ def _extend(matvec, basis: _Basis, start: int, stop: int, key) -> _Basis:
         broke_down = residual_norm <= tiny
         w = lax.cond(
             broke_down,
-            _fresh_direction,
+            lambda *args: _fresh_direction(*args, project),
             lambda *_: w,
             vectors,
             earlier,
@@ -85,8 +84,8 @@ def _components(vectors: jax.Array, earlier: jax.Array, w: jax.Array) -> jax.Arr
     return jnp.where(earlier, jnp.conj(vectors @ jnp.conj(w)), 0)
 
 
-def _fresh_direction(vectors: jax.Array, earlier: jax.Array, key) -> jax.Array:
-    w = _random_vector(key, vectors.shape[1], vectors.dtype)
+def _fresh_direction(vectors: jax.Array, earlier: jax.Array, key, project) -> jax.Array:
+    w = project(_random_vector(key, vectors.shape[1], vectors.dtype))
     for _ in range(2):
         w = w - _components(vectors, earlier, w) @ vectors
     return w
@@ -100,10 +99,17 @@ def _random_vector(key, n: int, dtype) -> jax.Array:
     return jax.random.normal(key, (n,), dtype)
 
 
-def start_vector(v0: jax.Array | None, n: int, dtype) -> jax.Array:
-    """`v0` normalized, or a fixed pseudo-random vector (so results are reproducible)."""
-    v = _random_vector(jax.random.key(0), n, dtype) if v0 is None else v0
+def start_vector(v0: jax.Array | None, n: int, dtype, key=None) -> jax.Array:
+    """`v0` normalized, or a pseudo-random vector from `key` (by default a fixed one, so
+    results are reproducible)."""
+    key = jax.random.key(0) if key is None else key
+    v = _random_vector(key, n, dtype) if v0 is None else v0
     return v / jnp.linalg.norm(v).astype(v.dtype)
+
+
+def wanted_key(values: jax.Array, which: str) -> jax.Array:
+    """A key that is smaller for more wanted values."""
+    return {"LA": -values, "SA": values, "LM": -jnp.abs(values)}[which]
 
 
 def thick_restart_lanczos(
@@ -115,6 +121,8 @@ def thick_restart_lanczos(
     which: str,
     tol: float,
     maxiter: int,
+    key=None,
+    project=None,
 ) -> LanczosResult:
     """The `k` wanted eigenpairs of the Hermitian operator `matvec` (see the module).
 
@@ -127,22 +135,26 @@ def thick_restart_lanczos(
     - `tol`: a Ritz pair converges when its residual norm `|| A y - theta y ||` is at most
       `tol` times the largest Ritz value's magnitude (an estimate of `||A||_2`).
     - `maxiter`: the most restart cycles.
+    - `key`: the random key for fresh directions after a breakdown.
+    - `project`: applied to fresh directions, so that they stay in the operator's subspace
+      (the complement of locked vectors); by default the identity.
 
     **Returns:** a `LanczosResult`.
     """
     n = v0.shape[0]
     dtype = v0.dtype
     kept = kept_vectors(k, ncv)
-    key = jax.random.key(1)
+    key = jax.random.key(1) if key is None else key
+    project = (lambda v: v) if project is None else project
     vectors = jnp.zeros((ncv + 1, n), dtype).at[0].set(v0)
     projected = jnp.zeros((ncv, ncv), dtype)
-    basis = _extend(matvec, _Basis(vectors, projected), 0, kept, key)
+    basis = _extend(matvec, _Basis(vectors, projected), 0, kept, key, project)
 
     def cycle(state):
         basis, _, cycles = state
-        basis = _extend(matvec, basis, kept, ncv, jax.random.fold_in(key, cycles + 1))
+        basis = _extend(matvec, basis, kept, ncv, jax.random.fold_in(key, cycles + 1), project)
         values, rotation = jnp.linalg.eigh(basis.projected)
-        order = _order(values, which)[:kept]
+        order = wanted_order(values, which)[:kept]
         values, rotation = values[order], rotation[:, order]
         ritz = rotation.T.astype(dtype) @ basis.vectors[:ncv]
         # Residuals computed, not estimated from the projected matrix: the estimate can

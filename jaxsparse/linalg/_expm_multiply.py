@@ -53,7 +53,7 @@ def taylor_degree_and_steps(norm: float) -> tuple[int, int]:
 
 
 def shifted_one_norm(A: SparseMatrix) -> float:
-    """`||A - mu I||_1` with `mu = trace(A) / n`, on the host (`A` must be concrete)."""
+    """`||A - mu I||_1` with `mu = trace(A) / n`, exact, on the host (`A` must be concrete)."""
     n = A.shape[0]
     if A.format == "dia":
         offsets = np.asarray(A.offsets).reshape(-1, 1)
@@ -71,10 +71,11 @@ def shifted_one_norm(A: SparseMatrix) -> float:
 
 def _shifted(A: SparseMatrix, mu: jax.Array):
     """`A - mu I` as an operator: a DIA matrix with a main diagonal takes the shift into its
-    values (one pass fewer per product); otherwise `mu * x` is subtracted after."""
+    values (one pass fewer per product), and the shift left over is `None`; otherwise
+    `mu * x` is subtracted after each product."""
     if A.format == "dia" and 0 in A.offsets:
         data = A.data.at[A.offsets.index(0)].add(-mu)
-        return A.with_data(data), jnp.zeros_like(mu)
+        return A.with_data(data), None
     return A, mu
 
 
@@ -185,26 +186,60 @@ def _max_abs(X) -> jax.Array:
 @functools.partial(jax.jit, static_argnames=("degree", "steps", "tol"))
 def _taylor(A, B, t, mu, *, degree: int, steps: int, tol: float):
     """`s` steps of `F <- exp(t mu / s) * sum_{j <= m} (t (A - mu I) / s)^j / j! F`."""
+    return _taylor_early_exit(A, B, t, mu, degree, steps, tol)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(4, 5, 6))
+def _taylor_early_exit(A, B, t, mu, degree, steps, tol):
+    """The Taylor steps with each step's loop ending at its last needed term (a
+    `while_loop`, which reverse mode cannot differentiate)."""
+    return _taylor_steps(A, B, t, mu, degree, steps, tol, early_exit=True)
+
+
+@_taylor_early_exit.defjvp
+def _taylor_early_exit_jvp(degree, steps, tol, primals, tangents):
+    """Derivatives come from the same steps over a fixed `degree` terms (terms past the
+    last needed one are zeros, skipped by a `cond`), which both modes differentiate."""
+
+    def fixed(A, B, t, mu):
+        return _taylor_steps(A, B, t, mu, degree, steps, tol, early_exit=False)
+
+    return jax.jvp(fixed, primals, tangents)
+
+
+def _taylor_steps(A, B, t, mu, degree, steps, tol, *, early_exit: bool):
     eta = jnp.exp(t.astype(mu.dtype) * mu / steps)
     A, mu = _shifted(A, mu)
 
+    def product(X):
+        return A @ X if mu is None else A @ X - mu * X
+
+    def term(j, carry):
+        X, total, previous, done = carry
+        coefficient = (t / (steps * (j + 1).astype(t.dtype))).astype(X.dtype)
+        X = coefficient * product(X)
+        size = _max_abs(X)
+        total = total + X
+        return X, total, size, previous + size <= tol * _max_abs(total)
+
+    def skippable_term(j, carry):
+        # Once two terms in a row are negligible, the rest are zeros: `cond` runs one
+        # branch (both under `vmap`).
+        X, total, previous, done = carry
+        return lax.cond(done, lambda j, carry: carry, term, j, carry)
+
     @jax.checkpoint
     def step(F, _):
-        def term(j, carry):
-            X, total, previous, done = carry
-            coefficient = (t / (steps * (j + 1).astype(t.dtype))).astype(X.dtype)
-            # Once two terms in a row are negligible, the rest are skipped: `cond` runs one
-            # branch (both under `vmap`).
-            X = lax.cond(done, jnp.zeros_like, lambda X: coefficient * (A @ X - mu * X), X)
-            size = _max_abs(X)
-            total = total + X
-            done = done | (previous + size <= tol * _max_abs(total))
-            return X, total, size, done
-
         carry = (F, F, _max_abs(F), jnp.zeros((), bool))
-        _, total, _, _ = lax.fori_loop(0, degree, term, carry)
-        F = eta * total
-        return F, None
+        if early_exit:
+            _, (_, total, _, _) = lax.while_loop(
+                lambda state: (state[0] < degree) & ~state[1][3],
+                lambda state: (state[0] + 1, term(state[0], state[1])),
+                (jnp.zeros((), jnp.int32), carry),
+            )
+        else:
+            _, total, _, _ = lax.fori_loop(0, degree, skippable_term, carry)
+        return eta * total, None
 
     F, _ = lax.scan(step, B, length=steps)
     return F

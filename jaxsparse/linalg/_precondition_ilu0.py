@@ -1,8 +1,10 @@
 """`spilu0`: the incomplete LU factorization with zero fill, as a preconditioner.
 
-The symbolic work (`_precondition_ilu0_schedule.py`) runs once on the host; the numeric
-factorization and both triangular solves are `lax.fori_loop`s over the level schedules in
-pure JAX, so they run under `jit` on every backend (the same program on CPU and GPU).
+Two implementations of the same factors. On CPU (the default backend) with the native
+kernels built, the factorization and both triangular solves are ordered sweeps in C++
+(`_precondition_ilu0_native.py`). Elsewhere (GPU, TPU) the symbolic work
+(`_precondition_ilu0_schedule.py`) runs once on the host, and the numeric factorization
+and both triangular solves are `lax.fori_loop`s over the level schedules in pure JAX.
 """
 
 import equinox as eqx
@@ -12,7 +14,9 @@ import numpy as np
 from jax import lax
 
 from .._base import SparseMatrix
+from ..kernels.native_ilu0 import native_available
 from ._precondition import Preconditioner, check_square
+from ._precondition_ilu0_native import native_spilu0
 from ._precondition_ilu0_schedule import Schedule, ilu0_schedule, matrix_pattern
 from ._working_dtype import working_dtype
 
@@ -51,7 +55,10 @@ class ILU0Preconditioner(Preconditioner):
         return lower, upper
 
 
-def spilu0(A: SparseMatrix) -> ILU0Preconditioner:
+_METHODS = ("auto", "native", "levels")
+
+
+def spilu0(A: SparseMatrix, *, method: str = "auto") -> Preconditioner:
     """The ILU(0) preconditioner of the square `A`: `L U` matches `A` on its pattern.
 
     For a symmetric positive definite `A` the factors satisfy `U = D L^T`, so `M` is the
@@ -62,18 +69,32 @@ def spilu0(A: SparseMatrix) -> ILU0Preconditioner:
     - `A`: a square `DIAMatrix` (any values, also traced under `jit`) or `CSRMatrix` (whose
       index arrays must be concrete: build it outside `jit`). Every diagonal entry must be
       in the pattern. A zero pivot gives `inf`/`nan` in `M @ r`, as in exact arithmetic.
+    - `method`: `"native"` (C++ sweeps, CPU only: a `NativeILU0Preconditioner`),
+      `"levels"` (level-scheduled JAX loops, every backend: an `ILU0Preconditioner`), or
+      `"auto"` (the default): native when JAX's default backend is the CPU and the native
+      kernels are built, else levels.
 
-    **Returns:** an `ILU0Preconditioner` `M`; `M @ r` and `M(r)` apply it to `(n,)` or
+    **Returns:** a preconditioner `M`; `M @ r` and `M(r)` apply it to `(n,)` or
     `(n, k)` operands. Pass it as `M=` to `jax.scipy.sparse.linalg.cg`, `gmres` or
     `bicgstab`, or `M.lineax_operator()` as lineax's preconditioner. It is a pytree: it can
     be passed into `jit`. Its values are `stop_gradient`ed: gradients through a solve
     preconditioned by it never differentiate the factorization.
     """
     check_square(A, "spilu0")
-    pattern = matrix_pattern(A)
-    schedule = ilu0_schedule(pattern)
+    if method not in _METHODS:
+        raise ValueError(f"spilu0: `method` must be one of {_METHODS}, got {method!r}.")
     dtype = working_dtype(A.dtype)
+    if method == "auto":
+        native = jax.default_backend() == "cpu" and native_available(dtype)
+        method = "native" if native else "levels"
+    if method == "native" and not native_available(dtype):
+        raise ValueError("spilu0: `method='native'` needs the native CPU kernels (not built).")
+    pattern = matrix_pattern(A)
     flat = lax.stop_gradient(A.data).astype(dtype).reshape(-1)
+    if method == "native":
+        values = jnp.zeros((len(pattern.cols),), dtype).at[pattern.target].add(flat[pattern.source])
+        return native_spilu0(pattern, values)
+    schedule = ilu0_schedule(pattern)
     values = jnp.zeros((schedule.nnz,), dtype).at[pattern.target].add(flat[pattern.source])
     factored = _factorize(values, schedule)
     n = pattern.n
