@@ -24,7 +24,7 @@ demo: $(STAMP)
 # exhaustive sweeps (marked `slow`) repeat paths the suite already covers: CI runs them
 # once, on the newest Python (`make test-slow`).
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n auto --dist worksteal -m "not slow"
+	$(BIN)/python -m pytest -q -n auto --dist worksteal -m "not slow" --durations=15
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -n auto --dist worksteal -m slow
