@@ -10,7 +10,8 @@ from its collectives, against the plan (and, for DIA, against the halo minimum c
 here independently), and gradients that stay sharded.
 
 Run it with `python tests/sharding_checks.py`; it prints one line per check and exits
-non-zero on the first failure.
+non-zero on the first failure. `--more-meshes` runs only the cases' further meshes (the
+suite's `slow` test), each case's products over another device count.
 """
 
 import os
@@ -22,6 +23,7 @@ if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import dataclasses  # noqa: E402
+import sys  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 
 import jax  # noqa: E402
@@ -47,6 +49,7 @@ class Case:
     make: Callable  # rng -> scipy sparse array (float64)
     format: str  # "dia" or "csr"
     meshes: tuple[int, ...]
+    more_meshes: tuple[int, ...] = ()  # only with `--more-meshes` (the `slow` test)
 
 
 def stencil(grid: tuple[int, ...]) -> scipy.sparse.csr_array:
@@ -99,14 +102,16 @@ def power_law_csr(n: int, rng) -> scipy.sparse.csr_array:
 
 CASES = [
     Case("dia-1d-3point", lambda rng: random_dia((21, 21), (-1, 0, 1), rng), "dia", (1, 2, 4, 8)),
-    Case("dia-2d-5point", lambda rng: with_random_values(stencil((5, 5)), rng), "dia", (2, 8)),
-    Case("dia-3d-7point", lambda rng: with_random_values(stencil((3, 3, 3)), rng), "dia", (4, 8)),
+    Case("dia-2d-5point", lambda rng: with_random_values(stencil((5, 5)), rng), "dia", (8,), (2,)),
+    Case(
+        "dia-3d-7point", lambda rng: with_random_values(stencil((3, 3, 3)), rng), "dia", (4,), (8,)
+    ),
     Case(
         "dia-rectangular-tall", lambda rng: random_dia((23, 20), (-4, -1, 0, 2), rng), "dia", (8,)
     ),
     Case("dia-rectangular-wide", lambda rng: random_dia((12, 30), (-2, 0, 3, 9), rng), "dia", (2,)),
-    Case("csr-2d-5point", lambda rng: with_random_values(stencil((5, 5)), rng), "csr", (1, 8)),
-    Case("csr-banded-random", lambda rng: banded_random_csr(43, 7, rng), "csr", (4, 8)),
+    Case("csr-2d-5point", lambda rng: with_random_values(stencil((5, 5)), rng), "csr", (8,), (1,)),
+    Case("csr-banded-random", lambda rng: banded_random_csr(43, 7, rng), "csr", (4,), (8,)),
     Case(
         "csr-random",
         lambda rng: scipy.sparse.random_array((30, 26), density=0.12, random_state=rng),
@@ -442,9 +447,15 @@ def check_errors() -> None:
     print("ok   bad input raises, naming the argument")
 
 
-def main() -> None:
+def main(argv: list[str]) -> None:
     assert len(jax.devices()) == 8, jax.devices()
     rng = np.random.default_rng(0)
+    if argv == ["--more-meshes"]:
+        for case in CASES:
+            for devices in case.more_meshes:
+                check_case(case, devices, rng)
+        print("ALL SHARDING CHECKS PASSED")
+        return
     for case in CASES:
         for devices in case.meshes:
             check_case(case, devices, rng)
@@ -458,4 +469,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

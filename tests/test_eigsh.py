@@ -204,8 +204,11 @@ def test_every_copy_of_a_repeated_eigenvalue(fmt, dtype, which):
     assert np.max(np.linalg.norm(twin @ v - v * np.asarray(w), axis=0)) < 1e-6
 
 
-@pytest.mark.parametrize("fmt", ["dia", "csr"])
-@pytest.mark.parametrize("which", ["LM", "SA"])
+@pytest.mark.parametrize(
+    "fmt, which",
+    [("dia", "LM"), ("csr", "SA")]
+    + [pytest.param(*case, marks=pytest.mark.slow) for case in (("dia", "SA"), ("csr", "LM"))],
+)
 def test_shift_invert_matches_scipy_under_jit(fmt, which):
     """`sigma=`: the eigenvalues nearest `sigma` (`LM`), or below it (`SA` on
     `1 / (lambda - sigma)`), as scipy's shift-invert mode."""

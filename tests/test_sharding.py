@@ -14,6 +14,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
@@ -36,6 +38,14 @@ def test_sharded_products_on_eight_devices():
     for devices in (1, 2, 4, 8):
         assert f"{devices} devices" in out
     assert "= halo minimum" in out
+
+
+@pytest.mark.slow
+def test_sharded_products_on_more_meshes():
+    out = run_python("tests/sharding_checks.py", "--more-meshes")
+    assert out.rstrip().endswith("ALL SHARDING CHECKS PASSED")
+    for devices in (1, 2, 8):
+        assert f"{devices} devices" in out
 
 
 def test_sharded_poisson_example():
