@@ -222,6 +222,7 @@ def test_shift_invert_matches_scipy_under_jit(fmt, which):
     assert np.max(np.linalg.norm(twin @ v - v * np.asarray(w), axis=0)) < 1e-8
 
 
+@pytest.mark.slow  # the derivative rules of the plain mode are tested in the fast suite
 def test_shift_invert_derivatives_match_finite_differences():
     n = 16
     rng = np.random.default_rng(4)

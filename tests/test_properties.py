@@ -9,7 +9,7 @@ from hypothesis.extra.numpy import arrays
 
 import jaxsparse as js
 
-SETTINGS = settings(max_examples=15, deadline=None)
+SETTINGS = settings(max_examples=10, deadline=None)
 dims = st.integers(min_value=0, max_value=9)
 
 
