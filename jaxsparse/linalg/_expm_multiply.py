@@ -18,6 +18,7 @@ import scipy.sparse.linalg
 from jax import lax
 
 from .._base import SparseMatrix, is_concrete
+from .._dia import DIAMatrix
 from .._reductions import trace
 from ._working_dtype import working_dtype
 
@@ -52,28 +53,33 @@ def taylor_degree_and_steps(norm: float) -> tuple[int, int]:
     )
 
 
+@functools.singledispatch
 def shifted_one_norm(A: SparseMatrix) -> float:
     """`||A - mu I||_1` with `mu = trace(A) / n`, exact, on the host (`A` must be concrete)."""
     n = A.shape[0]
-    if A.format == "dia":
-        offsets = np.asarray(A.offsets).reshape(-1, 1)
-        rows = np.arange(A.data.shape[1])[None, :] - offsets
-        values = np.where((rows >= 0) & (rows < n), np.asarray(A.data), 0)
-        main = offsets[:, 0] == 0
-        mu = values[main].sum() / n
-        values[main] -= mu
-        return float(np.max(np.abs(values).sum(axis=0), initial=0))
     matrix = A.to_scipy().tocsr()
     matrix.sum_duplicates()
     mu = matrix.diagonal().sum() / n
     return float(scipy.sparse.linalg.norm(matrix - mu * scipy.sparse.eye_array(n), 1))
 
 
+@shifted_one_norm.register
+def _dia_shifted_one_norm(A: DIAMatrix) -> float:
+    n = A.shape[0]
+    offsets = np.asarray(A.offsets).reshape(-1, 1)
+    rows = np.arange(A.data.shape[1])[None, :] - offsets
+    values = np.where((rows >= 0) & (rows < n), np.asarray(A.data), 0)
+    main = offsets[:, 0] == 0
+    mu = values[main].sum() / n
+    values[main] -= mu
+    return float(np.max(np.abs(values).sum(axis=0), initial=0))
+
+
 def _shifted(A: SparseMatrix, mu: jax.Array):
     """`A - mu I` as an operator: a DIA matrix with a main diagonal takes the shift into its
     values (one pass fewer per product), and the shift left over is `None`; otherwise
     `mu * x` is subtracted after each product."""
-    if A.format == "dia" and 0 in A.offsets:
+    if isinstance(A, DIAMatrix) and 0 in A.offsets:
         data = A.data.at[A.offsets.index(0)].add(-mu)
         return A.with_data(data), None
     return A, mu

@@ -10,10 +10,13 @@ that matters.
 """
 
 import dataclasses
+import functools
 
 import numpy as np
 
 from .._base import is_concrete
+from .._csr import CSRMatrix
+from .._dia import DIAMatrix
 from .._dia_layout import valid_rows
 
 
@@ -29,33 +32,44 @@ class Pattern:
     target: np.ndarray
 
 
+@functools.singledispatch
 def matrix_pattern(A) -> Pattern:
     """The pattern of a square `DIAMatrix` (from its static offsets) or `CSRMatrix` (from
     its index arrays, which must be concrete)."""
+    raise TypeError(f"`A` must be a DIAMatrix or CSRMatrix, got {type(A).__name__}.")
+
+
+@matrix_pattern.register
+def _dia_pattern(A: DIAMatrix) -> Pattern:
     n = A.shape[0]
-    if A.format == "dia":
-        rows, cols, source = [], [], []
-        for d, offset in enumerate(A.offsets):
-            lo, hi = valid_rows(offset, A.shape)
-            diagonal_rows = np.arange(lo, max(lo, hi))
-            rows.append(diagonal_rows)
-            cols.append(diagonal_rows + offset)
-            source.append(d * n + diagonal_rows + offset)
-        rows, cols, source = (np.concatenate(parts) for parts in (rows, cols, source))
-        order = np.lexsort((cols, rows))
-        rows, cols, source = rows[order], cols[order], source[order]
-        target = np.arange(len(rows))
-    else:
-        if not is_concrete(A.indices, A.indptr):
-            raise ValueError(
-                "spilu0: a CSR matrix's pattern must be concrete (not traced under `jit`): "
-                "build the preconditioner outside `jit` and pass it in."
-            )
-        indptr, indices = np.asarray(A.indptr), np.asarray(A.indices)
-        stored_rows = np.repeat(np.arange(n), np.diff(indptr))
-        keys, target = np.unique(stored_rows * np.int64(n) + indices, return_inverse=True)
-        rows, cols = keys // n, keys % n
-        source = np.arange(len(indices))
+    rows, cols, source = [], [], []
+    for d, offset in enumerate(A.offsets):
+        lo, hi = valid_rows(offset, A.shape)
+        diagonal_rows = np.arange(lo, max(lo, hi))
+        rows.append(diagonal_rows)
+        cols.append(diagonal_rows + offset)
+        source.append(d * n + diagonal_rows + offset)
+    rows, cols, source = (np.concatenate(parts) for parts in (rows, cols, source))
+    order = np.lexsort((cols, rows))
+    rows, cols, source = rows[order], cols[order], source[order]
+    return _pattern(n, rows, cols, source, np.arange(len(rows)))
+
+
+@matrix_pattern.register
+def _csr_pattern(A: CSRMatrix) -> Pattern:
+    n = A.shape[0]
+    if not is_concrete(A.indices, A.indptr):
+        raise ValueError(
+            "spilu0: a CSR matrix's pattern must be concrete (not traced under `jit`): "
+            "build the preconditioner outside `jit` and pass it in."
+        )
+    indptr, indices = np.asarray(A.indptr), np.asarray(A.indices)
+    stored_rows = np.repeat(np.arange(n), np.diff(indptr))
+    keys, target = np.unique(stored_rows * np.int64(n) + indices, return_inverse=True)
+    return _pattern(n, keys // n, keys % n, np.arange(len(indices)), target)
+
+
+def _pattern(n: int, rows, cols, source, target) -> Pattern:
     indptr = np.searchsorted(rows, np.arange(n + 1)).astype(np.int64)
     return Pattern(n, indptr, cols.astype(np.int64), source, target.reshape(-1))
 
