@@ -32,6 +32,15 @@ inline int64_t MemberStride(const xla::ffi::AnyBuffer& buffer, size_t rank) {
   return size;
 }
 
+// The product of the first `rank - trailing` axes of a buffer (1 when there are none): the
+// batch of a buffer whose last `trailing` axes are one member's.
+inline int64_t LeadingSize(const xla::ffi::AnyBuffer& buffer, size_t trailing) {
+  const auto dims = buffer.dimensions();
+  int64_t size = 1;
+  for (size_t axis = 0; axis + trailing < dims.size(); ++axis) size *= dims[axis];
+  return size;
+}
+
 // The batch size of a call from its result of unbatched rank `rank` (1 if unbatched).
 inline int64_t BatchOf(const xla::ffi::AnyBuffer& out, size_t rank) {
   const auto dims = out.dimensions();

@@ -20,6 +20,7 @@
 #include <string>
 
 #include "arrays.h"
+#include "banded_solve.h"
 #include "dispatch.h"
 #include "handlers.h"
 #include "pages.h"
@@ -28,32 +29,9 @@
 namespace jaxsparse {
 namespace {
 
-// The product of the first `rank - trailing` axes of a buffer (1 when there are none).
-int64_t LeadingSize(const ffi::AnyBuffer& buffer, size_t trailing) {
-  const auto dims = buffer.dimensions();
-  int64_t size = 1;
-  for (size_t axis = 0; axis + trailing < dims.size(); ++axis) size *= dims[axis];
-  return size;
-}
-
-// LAPACK's pivot magnitude: |re| + |im| for complex values (i?amax), |x| for real ones.
-template <typename T>
-double PivotMagnitude(T value) {
-  return std::abs(value);
-}
-template <typename R>
-double PivotMagnitude(std::complex<R> value) {
-  return std::abs(value.real()) + std::abs(value.imag());
-}
-
-template <typename T>
-T Conj(T value) {
-  return value;
-}
-template <typename R>
-std::complex<R> Conj(std::complex<R> value) {
-  return std::conj(value);
-}
+using banded::Conj;
+using banded::Magnitude;
+using banded::Op;
 
 // One matrix's band: row-major (rows, n), band(kv + i - j, j) == A[i, j]. KL and KU are
 // the bandwidths when known at compile time (narrow bands: loops of fixed length that the
@@ -77,9 +55,9 @@ int32_t FactorBand(const Band<T, KL, KU>& a, int32_t* pivots) {
   for (int64_t j = 0; j < n; ++j) {
     const int64_t below = std::min(a.kl(), n - 1 - j);
     int64_t pivot = 0;
-    double largest = PivotMagnitude(a.at(j, j));
+    double largest = Magnitude(a.at(j, j));
     for (int64_t t = 1; t <= below; ++t) {
-      const double magnitude = PivotMagnitude(a.at(j + t, j));
+      const double magnitude = Magnitude(a.at(j + t, j));
       if (magnitude > largest) largest = magnitude, pivot = t;
     }
     pivots[j] = static_cast<int32_t>(j + pivot);
@@ -101,9 +79,6 @@ int32_t FactorBand(const Band<T, KL, KU>& a, int32_t* pivots) {
   }
   return info;
 }
-
-// Which system a solve answers with the factors of A.
-enum class Op : int64_t { kPlain = 0, kTranspose = 1, kAdjoint = 2 };
 
 // gbtrs on columns [c0, c1) of one member's right-hand sides x (n, k), in place. W is the
 // number of columns when it is 1 (a vector: no inner loop), else 0.

@@ -27,13 +27,6 @@ namespace {
 // Below this many rows a split's threads cost more than they save.
 constexpr int64_t kMinSplitRows = 1 << 14;
 
-int64_t LeadingSize(const ffi::AnyBuffer& buffer, size_t trailing) {
-  const auto dims = buffer.dimensions();
-  int64_t size = 1;
-  for (size_t axis = 0; axis + trailing < dims.size(); ++axis) size *= dims[axis];
-  return size;
-}
-
 template <typename T>
 ffi::Error Solve(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi::AnyBuffer& rhs,
                  ffi::Span<const int64_t> offsets, int64_t op, ffi::Result<ffi::AnyBuffer>& out) {
