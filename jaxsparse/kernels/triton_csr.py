@@ -247,6 +247,22 @@ def _entries(indices_ref, tiles: _Tiles, positions, mask):
     return positions, jnp.where(outside, 0, cols), outside
 
 
+def _step_entries(indices_ref, tiles: _Tiles, starts, lengths, lane, lanes: int, s):
+    """Step `s` over rows (or one row: scalar `starts`, `lengths`), `lanes` entries of each
+    (`lane` their ranks): the lanes' mask, then `_entries` of their positions."""
+    offset = s.astype(starts.dtype) * lanes + lane
+    mask = offset < lengths[..., None]
+    return mask, *_entries(indices_ref, tiles, starts[..., None] + offset, mask)
+
+
+def _entry_values(data_ref, members, member_mask, positions, mask):
+    """`data[member, positions]` for the batch members, `(block_batch, *positions.shape)`;
+    masked lanes read nothing."""
+    lead = (-1,) + (1,) * positions.ndim
+    mask = member_mask.reshape(lead) & mask[None]
+    return load(data_ref, (members.reshape(lead), positions[None]), mask=mask, other=0)
+
+
 def _distinct(positions, mask, tiles: _Tiles):
     """Store addresses: `positions`, and past `nnz` a distinct one for each masked lane.
     A masked lane writes nothing on a GPU, but interpret mode's masked store needs lanes
@@ -291,15 +307,10 @@ def _matmul_rows_kernel(
 
     def step(s, carry):
         acc, bad = carry
-        offset = s.astype(starts.dtype) * tiles.lanes + lane
-        mask = offset < lengths[:, None]
-        positions, cols, outside = _entries(indices_ref, tiles, starts[:, None] + offset, mask)
-        vals = load(
-            data_ref,
-            (members[:, None, None], positions[None]),
-            mask=member_mask[:, None, None] & mask[None],
-            other=0,
+        mask, positions, cols, outside = _step_entries(
+            indices_ref, tiles, starts, lengths, lane, tiles.lanes, s
         )
+        vals = _entry_values(data_ref, members, member_mask, positions, mask)
         x_rows = _gather(x_ref, not shared, members, member_mask, cols, mask, k_cols, k_mask)
         products = vals.astype(acc_dtype)[..., None] * x_rows.astype(acc_dtype)
         return acc + jnp.sum(products, axis=2), bad | (jnp.max(outside.astype(jnp.int32), 1) > 0)
@@ -360,15 +371,10 @@ def _matmul_long_rows_kernel(
 
         def step(s, carry):
             acc, bad = carry
-            offset = s.astype(start.dtype) * tiles.long_lanes + lane
-            mask = offset < length
-            positions, cols, outside = _entries(indices_ref, tiles, start + offset, mask)
-            vals = load(
-                data_ref,
-                (members[:, None], positions[None]),
-                mask=member_mask[:, None] & mask[None],
-                other=0,
+            mask, positions, cols, outside = _step_entries(
+                indices_ref, tiles, start, length, lane, tiles.long_lanes, s
             )
+            vals = _entry_values(data_ref, members, member_mask, positions, mask)
             x_rows = _gather(x_ref, not shared, members, member_mask, cols, mask, k_cols, k_mask)
             products = vals.astype(acc_dtype)[..., None] * x_rows.astype(acc_dtype)
             return acc + jnp.sum(products, axis=1), bad | jnp.max(outside.astype(jnp.int32))
@@ -410,15 +416,10 @@ def _matmul_t_rows_kernel(
     lane = jnp.arange(tiles.lanes, dtype=starts.dtype)[None, :]
 
     def step(s, bad):
-        offset = s.astype(starts.dtype) * tiles.lanes + lane
-        mask = offset < lengths[:, None]
-        positions, cols, outside = _entries(indices_ref, tiles, starts[:, None] + offset, mask)
-        vals = load(
-            data_ref,
-            (members[:, None, None], positions[None]),
-            mask=member_mask[:, None, None] & mask[None],
-            other=0,
+        mask, positions, cols, outside = _step_entries(
+            indices_ref, tiles, starts, lengths, lane, tiles.lanes, s
         )
+        vals = _entry_values(data_ref, members, member_mask, positions, mask)
         atomic_add(
             out_ref,
             (out_members[:, None, None, None], cols[None, :, :, None], out_k[None, None, None]),
@@ -455,15 +456,10 @@ def _matmul_t_long_rows_kernel(
         g_row = g_row.astype(acc_dtype)
 
         def step(s, _):
-            offset = s.astype(start.dtype) * tiles.long_lanes + lane
-            mask = offset < length
-            positions, cols, outside = _entries(indices_ref, tiles, start + offset, mask)
-            vals = load(
-                data_ref,
-                (members[:, None], positions[None]),
-                mask=member_mask[:, None] & mask[None],
-                other=0,
+            mask, positions, cols, outside = _step_entries(
+                indices_ref, tiles, start, length, lane, tiles.long_lanes, s
             )
+            vals = _entry_values(data_ref, members, member_mask, positions, mask)
             # An entry whose column is outside adds NaN to column 0 (where `cols` points).
             products = vals.astype(acc_dtype)[..., None] * g_row
             atomic_add(
@@ -518,9 +514,9 @@ def _sddmm_rows_kernel(
     acc_dtype = accumulation_dtype(out_ref.dtype)
 
     def step(s, _):
-        offset = s.astype(starts.dtype) * tiles.lanes + lane
-        mask = offset < lengths[:, None]
-        positions, cols, outside = _entries(indices_ref, tiles, starts[:, None] + offset, mask)
+        mask, positions, cols, outside = _step_entries(
+            indices_ref, tiles, starts, lengths, lane, tiles.lanes, s
+        )
 
         def k_step(kb, acc):
             k_cols, k_mask, _ = _k_columns(tiles, kb)
@@ -559,9 +555,9 @@ def _sddmm_long_rows_kernel(
         row_mask = jnp.full((1,), True)
 
         def step(s, _):
-            offset = s.astype(start.dtype) * tiles.long_lanes + lane
-            mask = offset < length
-            positions, cols, outside = _entries(indices_ref, tiles, start + offset, mask)
+            mask, positions, cols, outside = _step_entries(
+                indices_ref, tiles, start, length, lane, tiles.long_lanes, s
+            )
 
             def k_step(kb, acc):
                 k_cols, k_mask, _ = _k_columns(tiles, kb)
