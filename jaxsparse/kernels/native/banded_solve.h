@@ -110,6 +110,16 @@ struct ForwardResult {
   int64_t info = 0;
   int dominant = kRowDominant | kColumnDominant;
   bool stopped = false;  // stopped early: this block or the other is not dominant
+
+  // At every 1024th column `j` of a checked pass: whether to stop, because this block or
+  // the other thread's is not dominant (telling the other thread so).
+  bool StopsAt(int64_t j, bool check, std::atomic<bool>* stop) {
+    if (!check || (j & 1023) != 0) return false;
+    if (dominant != 0 && !stop->load(std::memory_order_relaxed)) return false;
+    stop->store(true, std::memory_order_relaxed);
+    stopped = true;
+    return true;
+  }
 };
 
 // One forward pass's block and buffers; `x` holds op(A)'s unknowns (n, k).
@@ -178,12 +188,7 @@ ForwardResult Forward(const Pass<T>& pass, bool check, std::atomic<bool>* stop) 
   };
   for (int64_t r = 0; r <= kl; ++r) enter(r, r, 0);
   for (int64_t j = 0; j < m; ++j) {
-    if (check && (j & 1023) == 0 &&
-        (result.dominant == 0 || stop->load(std::memory_order_relaxed))) {
-      stop->store(true, std::memory_order_relaxed);
-      result.stopped = true;
-      return result;
-    }
+    if (result.StopsAt(j, check, stop)) return result;
     const int64_t below = std::min(kl, m - 1 - j);
     int64_t pivot = 0;
     double largest = Magnitude(window.at(0, 0));
@@ -285,12 +290,7 @@ ForwardResult ForwardFixed(const Pass<T>& pass, const int64_t* position, bool ch
     }
   }
   for (int64_t j = 0; j < m; ++j) {
-    if (check && (j & 1023) == 0 &&
-        (result.dominant == 0 || stop->load(std::memory_order_relaxed))) {
-      stop->store(true, std::memory_order_relaxed);
-      result.stopped = true;
-      return result;
-    }
+    if (result.StopsAt(j, check, stop)) return result;
     int pivot = 0;
     double largest = Magnitude(w[0][0]);
     for (int t = 1; t <= KL; ++t) {
