@@ -86,8 +86,10 @@ CAUSES = {"busy": ("Connection reset by peer", "stopped sending heartbeats")}
 CAUSES["idle"] = ("stopped sending heartbeats",)
 
 
-# Idle, the survivor waits out the heartbeat timeout (10 s of sleep): `slow`.
-@pytest.mark.parametrize("mode", ["busy", pytest.param("idle", marks=pytest.mark.slow)])
+# Two processes and a wait for the survivor's failure per case (idle: the 10 s heartbeat
+# timeout): `slow`, beside the two-process test of the fast suite.
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", sorted(CAUSES))
 def test_a_killed_process_makes_its_peer_fail_fast(tmp_path, mode):
     processes = start(mode, tmp_path)
     try:
