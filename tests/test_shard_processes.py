@@ -80,9 +80,12 @@ def test_two_processes_load_their_rows_and_match_scipy(tmp_path):
             assert text.count(check) == 2, (check, report(processes))
 
 
-# A peer in a collective when the other dies gets gloo's error at once; one that is not
-# communicating learns it from the coordination service's missed heartbeats.
-CAUSES = {"busy": ("Connection reset by peer", "stopped sending heartbeats")}
+# A peer in a collective when the other dies gets gloo's error at once (reset or closed,
+# depending on where the socket was); one that is not communicating learns it from the
+# coordination service's missed heartbeats.
+CAUSES = {
+    "busy": ("Connection reset by peer", "Connection closed by peer", "stopped sending heartbeats")
+}
 CAUSES["idle"] = ("stopped sending heartbeats",)
 
 
