@@ -33,16 +33,29 @@ def run_python(*args: str) -> str:
 
 
 def test_sharded_products_on_eight_devices():
-    out = run_python("tests/sharding_checks.py")
+    out = run_python("tests/sharding_checks.py", "cases")
     assert out.rstrip().endswith("ALL SHARDING CHECKS PASSED")
     for devices in (1, 2, 4, 8):
         assert f"{devices} devices" in out
-    assert "= halo minimum" in out
+
+
+def test_sharded_bytes_gradients_and_construction_on_eight_devices():
+    out = run_python("tests/sharding_checks.py", "bytes-and-gradients")
+    assert out.rstrip().endswith("ALL SHARDING CHECKS PASSED")
+    for check in ("= halo minimum", "stay sharded", "jvp and vmap", "builds what", "bad input"):
+        assert check in out, (check, out)
+
+
+@pytest.mark.parametrize("axis_type", ["explicit", "auto"])
+def test_sharded_matrix_methods(axis_type):
+    out = run_python("tests/sharding_checks.py", f"surface-{axis_type}")
+    assert out.rstrip().endswith("ALL SHARDING CHECKS PASSED")
+    assert f"repr on an {axis_type.capitalize()} axis" in out, out
 
 
 @pytest.mark.slow
 def test_sharded_products_on_more_meshes():
-    out = run_python("tests/sharding_checks.py", "--more-meshes")
+    out = run_python("tests/sharding_checks.py", "more-meshes")
     assert out.rstrip().endswith("ALL SHARDING CHECKS PASSED")
     for devices in (1, 2, 8):
         assert f"{devices} devices" in out
