@@ -65,6 +65,9 @@ def lanczos_with_copies(matvec, v0, *, k: int, ncv: int, which: str, tol: float,
             Y = matvec(X - locked)
             return Y - along(Y) + parked.astype(X.dtype) * locked
 
+        # A pair less wanted than the worst locked one is discarded, so the round may end
+        # as soon as that is certain.
+        bar = wanted_key(worst, which) - tol * spread
         start = project(start_vector(None, n, v0.dtype, jax.random.fold_in(key, rounds)))
         found = thick_restart_lanczos(
             deflated,
@@ -73,6 +76,7 @@ def lanczos_with_copies(matvec, v0, *, k: int, ncv: int, which: str, tol: float,
             ncv=deflated_ncv,
             key=jax.random.fold_in(key, -rounds - 1),
             project=project,
+            bar=bar,
             **settings,
         )
         scale = jnp.maximum(jnp.max(jnp.abs(result.values)), jnp.max(jnp.abs(found.values)))

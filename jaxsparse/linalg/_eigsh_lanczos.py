@@ -158,6 +158,7 @@ def thick_restart_lanczos(
     maxiter: int,
     key=None,
     project=None,
+    bar=None,
 ) -> LanczosResult:
     """The `k` wanted eigenpairs of the Hermitian operator `matvec` (see the module).
 
@@ -173,6 +174,10 @@ def thick_restart_lanczos(
     - `key`: the random key for fresh directions after a breakdown.
     - `project`: applied to fresh directions, so that they stay in the operator's subspace
       (the complement of locked vectors); by default the identity.
+    - `bar`: for `k = 1`, a `wanted_key` value: the run also ends, reporting convergence,
+      once the Ritz value is less wanted than `bar` by more than its residual norm (an
+      eigenvalue lies within that distance), so an eigenvalue that cannot be wanted is
+      not converged further. By default none.
 
     **Returns:** a `LanczosResult`.
     """
@@ -198,6 +203,8 @@ def thick_restart_lanczos(
         wanted = ritz[:k].T
         residuals = jnp.linalg.norm(matvec(wanted) - wanted * values[:k].astype(dtype), axis=0)
         converged = jnp.all(residuals <= tol * jnp.max(jnp.abs(values)))
+        if bar is not None:
+            converged = converged | (wanted_key(values[0], which) - residuals[0] > bar)
         vectors = jnp.zeros_like(basis.vectors).at[:kept].set(ritz).at[kept].set(basis.vectors[ncv])
         projected = (
             jnp.zeros_like(basis.projected).at[:kept, :kept].set(jnp.diag(values).astype(dtype))
