@@ -42,40 +42,75 @@ def wanted_order(values: jax.Array, which: str) -> jax.Array:
 
 def _extend(matvec, basis: _Basis, start: int, stop: int, key, project) -> _Basis:
     """Lanczos steps `start .. stop - 1`: each adds one basis vector and one column of the
-    projected matrix, orthogonalized twice against every earlier vector (classical
-    Gram-Schmidt repeated: the twice-is-enough rule keeps the basis orthonormal). The
-    coefficients of rows past the current step are masked out (the basis is never copied),
-    so one compiled step serves every `j`."""
+    projected matrix. The coefficients of rows past the current step are masked out (the
+    basis is never copied), so one compiled step serves every `j`. The current and the
+    previous vector travel in the loop's state: slicing them out of the basis each step
+    would make XLA copy the whole basis.
 
-    def step(j, basis):
-        vectors, projected = basis
+    Orthogonalization: the three-term recurrence's two terms are subtracted first, then
+    one classical Gram-Schmidt pass against every earlier vector, and a second pass only
+    if that pass shrank the vector by more than `1 / sqrt(2)` (Daniel, Gragg, Kaufman and
+    Stewart): the first pass then removes only rounding-level components, so the vector
+    is orthogonal to working precision without the second read of the basis."""
+
+    def step(j, state):
+        (vectors, projected), before_current, current = state
         earlier = jnp.arange(vectors.shape[0]) <= j
-        w = matvec(vectors[j])
+        w = matvec(current)
+        # The recurrence's terms: the coupling to the previous vector, stored by its step
+        # (zero right after a restart, whose couplings the full pass removes), and the
+        # Rayleigh quotient.
+        previous = jnp.where(j > 0, projected[jnp.maximum(j - 1, 0), j], 0)
+        w = w - previous * before_current
+        diagonal = jnp.vdot(current, w)
+        w = w - diagonal * current
         coefficients = jnp.zeros((vectors.shape[0],), w.dtype)
-        for _ in range(2):
+        coefficients = coefficients.at[jnp.maximum(j - 1, 0)].add(previous).at[j].add(diagonal)
+        h = _components(vectors, earlier, w)
+        before = jnp.linalg.norm(w)
+        w = w - h @ vectors
+        coefficients = coefficients + h
+        scale = jnp.max(jnp.abs(coefficients))
+        tiny = jnp.finfo(before.dtype).eps * jnp.maximum(scale, 1)
+
+        def refine(w, coefficients):
             h = _components(vectors, earlier, w)
             w = w - h @ vectors
-            coefficients = coefficients + h
-        residual_norm = jnp.linalg.norm(w)
-        scale = jnp.max(jnp.abs(coefficients))
-        tiny = jnp.finfo(residual_norm.dtype).eps * jnp.maximum(scale, 1)
-        # An invariant subspace: continue from a random vector orthogonal to the basis; the
-        # coupling to it is zero, so the projected matrix stays exact.
-        broke_down = residual_norm <= tiny
-        w = lax.cond(
-            broke_down,
-            lambda *args: _fresh_direction(*args, project),
-            lambda *_: w,
-            vectors,
-            earlier,
-            jax.random.fold_in(key, j),
-        )
-        vectors = vectors.at[j + 1].set(w / jnp.linalg.norm(w).astype(w.dtype))
-        coefficients = coefficients[:-1].at[j].set(jnp.real(coefficients[j]).astype(w.dtype))
-        projected = projected.at[:, j].set(coefficients).at[j, :].set(jnp.conj(coefficients))
-        return _Basis(vectors, projected)
+            residual_norm = jnp.linalg.norm(w)
+            # An invariant subspace: continue from a random vector orthogonal to the
+            # basis; the coupling to it is zero, so the projected matrix stays exact.
+            broke_down = residual_norm <= tiny
+            w = lax.cond(
+                broke_down,
+                lambda *args: _fresh_direction(*args, project),
+                lambda *_: w,
+                vectors,
+                earlier,
+                jax.random.fold_in(key, j),
+            )
+            return w, coefficients + h, jnp.where(broke_down, 0, residual_norm)
 
-    return lax.fori_loop(start, stop, step, basis)
+        # One branch for the rare cases (second pass, breakdown), so the common step
+        # passes the basis through no conditional.
+        residual_norm = jnp.linalg.norm(w)
+        w, coefficients, coupling = lax.cond(
+            (residual_norm < before / jnp.sqrt(2.0).astype(before.dtype)) | (residual_norm <= tiny),
+            refine,
+            lambda w, coefficients: (w, coefficients, residual_norm),
+            w,
+            coefficients,
+        )
+        following = w / jnp.linalg.norm(w).astype(w.dtype)
+        vectors = vectors.at[j + 1].set(following)
+        # The coupling to the next vector, which the next step subtracts first (and then
+        # overwrites with the coefficient it computes); past the last column it drops out.
+        coefficients = coefficients.at[j].set(jnp.real(coefficients[j]).astype(w.dtype))
+        coefficients = coefficients.at[j + 1].set(coupling.astype(w.dtype))[:-1]
+        projected = projected.at[:, j].set(coefficients).at[j, :].set(jnp.conj(coefficients))
+        return _Basis(vectors, projected), current, following
+
+    state = (basis, basis.vectors[max(start - 1, 0)], basis.vectors[start])
+    return lax.fori_loop(start, stop, step, state)[0]
 
 
 def _components(vectors: jax.Array, earlier: jax.Array, w: jax.Array) -> jax.Array:
@@ -123,6 +158,7 @@ def thick_restart_lanczos(
     maxiter: int,
     key=None,
     project=None,
+    bar=None,
 ) -> LanczosResult:
     """The `k` wanted eigenpairs of the Hermitian operator `matvec` (see the module).
 
@@ -138,6 +174,10 @@ def thick_restart_lanczos(
     - `key`: the random key for fresh directions after a breakdown.
     - `project`: applied to fresh directions, so that they stay in the operator's subspace
       (the complement of locked vectors); by default the identity.
+    - `bar`: for `k = 1`, a `wanted_key` value: the run also ends, reporting convergence,
+      once the Ritz value is less wanted than `bar` by more than its residual norm (an
+      eigenvalue lies within that distance), so an eigenvalue that cannot be wanted is
+      not converged further. By default none.
 
     **Returns:** a `LanczosResult`.
     """
@@ -163,6 +203,8 @@ def thick_restart_lanczos(
         wanted = ritz[:k].T
         residuals = jnp.linalg.norm(matvec(wanted) - wanted * values[:k].astype(dtype), axis=0)
         converged = jnp.all(residuals <= tol * jnp.max(jnp.abs(values)))
+        if bar is not None:
+            converged = converged | (wanted_key(values[0], which) - residuals[0] > bar)
         vectors = jnp.zeros_like(basis.vectors).at[:kept].set(ritz).at[kept].set(basis.vectors[ncv])
         projected = (
             jnp.zeros_like(basis.projected).at[:kept, :kept].set(jnp.diag(values).astype(dtype))
