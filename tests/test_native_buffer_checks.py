@@ -158,6 +158,20 @@ MISMATCHES = {
         {"offsets": OFFSETS},
         "data must be float32, float64, complex64 or complex128",
     ),
+    "a banded adjoint's cotangent of another type": (
+        "jaxsparse_dia_banded_adjoint",
+        (result(N, K), result(3, N)),
+        (DIA_DATA, dense(N, K), dense(N, K, dtype=jnp.complex64)),
+        {"offsets": OFFSETS},
+        "DIA data, x, g, lambda and dA must share a dtype",
+    ),
+    "a banded adjoint's values cotangent of the wrong width": (
+        "jaxsparse_dia_banded_adjoint",
+        (result(N, K), result(3, N + 1)),
+        (DIA_DATA, dense(N, K), dense(N, K)),
+        {"offsets": OFFSETS},
+        "dA must be \\(..., ndiag, n\\) with x's batch",
+    ),
     "a DIA result of the wrong width": (
         "jaxsparse_dia_sddmm",
         result(3, N + 1),

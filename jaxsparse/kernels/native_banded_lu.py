@@ -248,3 +248,65 @@ def banded_solve(data, b, *, offsets, op: str = "N", host: bool = False):
     elsewhere LAPACK on the host. A singular matrix gives `nan` everywhere."""
     kl, ku = bandwidths(offsets, data.shape[-1])
     return _one_pass_solver(tuple(offsets), kl, ku, op, host)(data, b)
+
+
+def _adjoint_shapes(data, x):
+    lead = x.shape[:-2]
+    return (
+        jax.ShapeDtypeStruct(x.shape, x.dtype),
+        jax.ShapeDtypeStruct((*lead, *data.shape[-2:]), x.dtype),
+    )
+
+
+def _adjoint_native(data, x, g, *, offsets):
+    call = jax.ffi.ffi_call(
+        "jaxsparse_dia_banded_adjoint", _adjoint_shapes(data, x), vmap_method="broadcast_all"
+    )
+    return tuple(call(data, x, g, offsets=np.asarray(offsets, np.int64)))
+
+
+def _adjoint_on_host(data, x, g, *, offsets, kl, ku):
+    data, x, g = np.asarray(data), np.asarray(x), np.asarray(g)
+    data = np.broadcast_to(data, (*x.shape[:-2], *data.shape[-2:]))
+    adjoint = _solve_once_on_host(data, g, offsets=offsets, kl=kl, ku=ku, op="T")
+    n = x.shape[-2]
+    dvalues = np.zeros(data.shape, x.dtype)
+    for d, offset in enumerate(offsets):
+        columns = np.arange(max(0, offset), min(n, n + offset))
+        if columns.size:
+            products = adjoint[..., columns - offset, :] * x[..., columns, :]
+            dvalues[..., d, columns] = -products.sum(axis=-1)
+    return adjoint, dvalues
+
+
+def _adjoint_host(data, x, g, *, offsets, kl, ku):
+    return jax.pure_callback(
+        functools.partial(_adjoint_on_host, offsets=offsets, kl=kl, ku=ku),
+        _adjoint_shapes(data, x),
+        data,
+        x,
+        g,
+        vmap_method="broadcast_all",
+    )
+
+
+def banded_adjoint(data, x, g, *, offsets, host: bool = False):
+    """The reverse-mode step of `x = banded_solve(data, b)`: `(lambda, dvalues)` with
+    `lambda = A^{-T} g` (`b`'s cotangent) and `dvalues[..., d, j] = -lambda[j - offsets[d]]
+    . x[j]` on the slots inside the matrix, zero elsewhere (the values' cotangent, plain
+    transposes for complex values), in one native call on CPU (the adjoint pass, then the
+    values' cotangent on both threads); elsewhere on the host.
+
+    `x` and `g` are `(..., n, k)` with the same leading axes; `data` is `(ndiag, n)` or has
+    those leading axes too; `vmap` broadcasts every argument."""
+    kl, ku = bandwidths(offsets, data.shape[-1])
+    kwargs = dict(offsets=tuple(offsets))
+    if host or not native_available(x.dtype):
+        return _adjoint_host(data, x, g, **kwargs, kl=kl, ku=ku)
+    return jax.lax.platform_dependent(
+        data,
+        x,
+        g,
+        cpu=functools.partial(_adjoint_native, **kwargs),
+        default=functools.partial(_adjoint_host, **kwargs, kl=kl, ku=ku),
+    )

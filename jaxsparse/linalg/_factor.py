@@ -59,7 +59,12 @@ class Factorization(eqx.Module):
         n = self.matrix.shape[0]
         b = check_rhs(b, n, self.matrix.dtype)
         vector = b.ndim == 1
-        columns = b[:, None] if vector else b
+        x = self._linear_solve(b[:, None] if vector else b, op)
+        return x[:, 0] if vector else x
+
+    def _linear_solve(self, columns: jax.Array, op: str) -> jax.Array:
+        """`op(A)^{-1} columns` with its derivatives: adjoint solves from the same factors
+        through `jax.lax.custom_linear_solve`."""
         adjoint = {"N": "T", "T": "N", "H": "C"}[op]
 
         def matvec(x):
@@ -78,8 +83,7 @@ class Factorization(eqx.Module):
                 return self._solve_columns(rhs.conj(), "N").conj()
             return self._solve_columns(rhs, adjoint)
 
-        x = jax.lax.custom_linear_solve(matvec, columns, solve, transpose_solve)
-        return x[:, 0] if vector else x
+        return jax.lax.custom_linear_solve(matvec, columns, solve, transpose_solve)
 
     def solve(self, b, trans: str = "N") -> jax.Array:
         """The solution of `A x = b` (`trans="N"`), `A^T x = b` ("T") or `A^H x = b` ("H").

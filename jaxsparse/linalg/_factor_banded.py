@@ -10,7 +10,8 @@ A band at least as tall as the matrix (`2 * kl + ku + 1 >= n`) stores more than 
 matrix, so such a matrix is factored densely (`jax.scipy.linalg.lu_factor`) instead.
 
 `spsolve` needs no factors to keep: `BandedSolve` factors and solves in one pass per call
-(`native_banded_lu.banded_solve`), its gradient's adjoint solve another pass with `A^T`.
+(`native_banded_lu.banded_solve`), its gradient's adjoint solve another pass with `A^T`
+that also yields the values' cotangent (`_banded_one_pass.py`).
 """
 
 import equinox as eqx
@@ -21,6 +22,7 @@ from jaxtyping import Array, Inexact, Int
 
 from .._dia import DIAMatrix
 from ..kernels import native_banded_lu
+from ._banded_one_pass import one_pass_solve
 from ._factor import Factorization
 
 
@@ -57,6 +59,13 @@ class BandedSolve(Factorization):
     def _solve_columns(self, b, op):
         values = jax.lax.stop_gradient(self.matrix.data)
         return native_banded_lu.banded_solve(values, b, offsets=self.matrix.offsets, op=op)
+
+    def _linear_solve(self, columns, op):
+        # A solve with A itself differentiates with its adjoint pass fused with the values'
+        # cotangent (`_banded_one_pass.py`).
+        if op != "N":
+            return super()._linear_solve(columns, op)
+        return one_pass_solve(self.matrix.data, columns, self.matrix.offsets)
 
 
 class DenseLU(Factorization):

@@ -34,6 +34,7 @@ constexpr Target kTargets[] = {
     {"jaxsparse_dia_banded_lu", JaxsparseDiaBandedLu},
     {"jaxsparse_banded_lu_solve", JaxsparseBandedLuSolve},
     {"jaxsparse_dia_banded_solve", JaxsparseDiaBandedSolve},
+    {"jaxsparse_dia_banded_adjoint", JaxsparseDiaBandedAdjoint},
     {"jaxsparse_ilu0_factor", JaxsparseIlu0Factor},
     {"jaxsparse_ilu0_apply", JaxsparseIlu0Apply},
 };
