@@ -10,11 +10,12 @@ STAMP := $(VENV)/.jaxsparse-installed
 # The build requirements go into the venv first and the package builds there
 # (--no-build-isolation), so pip does not set up a second environment with its own copy of
 # jaxlib for the build, and the kernels compile against the headers of the jaxlib they run
-# with.
+# with. JAXSPARSE_BUILD_NATIVE=1: a C++ error fails the setup instead of leaving an older
+# build (or none) in place.
 $(STAMP): pyproject.toml setup.py $(wildcard jaxsparse/kernels/native/*)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip 'setuptools>=77' 'jaxlib>=0.10.2'
-	$(BIN)/python -m pip install --quiet --no-build-isolation -e '.[test,examples,bench]'
+	JAXSPARSE_BUILD_NATIVE=1 $(BIN)/python -m pip install --quiet --no-build-isolation -e '.[test,examples,bench]'
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -5,7 +5,9 @@ Everything else is in pyproject.toml. The kernels compile against the XLA FFI he
 that jaxlib ships (`jaxlib/include`, a build requirement) with the system C++ compiler.
 The extensions are optional: without a compiler (or with `JAXSPARSE_BUILD_NATIVE=0`) the
 package still installs, and CPU products run on the XLA path with one warning
-(`jaxsparse/kernels/_native_library.py`).
+(`jaxsparse/kernels/_native_library.py`). `JAXSPARSE_BUILD_NATIVE=1` requires them: a
+failed compilation fails the install (the Makefile's builds), instead of leaving an older
+build in place.
 """
 
 import copy
@@ -23,7 +25,8 @@ JAXLIB_INCLUDE = pathlib.Path(importlib.util.find_spec("jaxlib").origin).parent 
 
 def native_extension(module: str, flags: list[str]) -> Extension:
     """The kernels as the extension module `jaxsparse.kernels.<module>`, compiled with
-    `flags`; optional, so a failed build leaves the package installable."""
+    `flags`; optional unless `JAXSPARSE_BUILD_NATIVE=1`, so by default a failed build
+    leaves the package installable."""
     return Extension(
         f"jaxsparse.kernels.{module}",
         sources=sorted(str(path) for path in NATIVE.glob("*.cc")),
@@ -33,7 +36,7 @@ def native_extension(module: str, flags: list[str]) -> Extension:
         # -g0: no debug information, which costs a quarter of the compile time.
         extra_compile_args=["-std=c++17", "-O3", "-g0", *flags],
         language="c++",
-        optional=True,
+        optional=os.environ.get("JAXSPARSE_BUILD_NATIVE") != "1",
     )
 
 
