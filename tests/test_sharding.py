@@ -46,7 +46,9 @@ def test_sharded_bytes_gradients_and_construction_on_eight_devices():
         assert check in out, (check, out)
 
 
-@pytest.mark.parametrize("axis_type", ["explicit", "auto"])
+# `Auto` axes repeat the same methods (the two-process tests run products and CG on one):
+# `slow`.
+@pytest.mark.parametrize("axis_type", ["explicit", pytest.param("auto", marks=pytest.mark.slow)])
 def test_sharded_matrix_methods(axis_type):
     out = run_python("tests/sharding_checks.py", f"surface-{axis_type}")
     assert out.rstrip().endswith("ALL SHARDING CHECKS PASSED")
