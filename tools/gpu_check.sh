@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # `make gpu-check`, on a machine with a GPU whose Python already has JAX for it: install in
 # place, the suite with "auto" on the GPU, the CPU-behaviour tests with JAX on the CPU, the
-# CSR tile sweep if GPU_CHECK_SWEEP=1, then the GPU benchmark, whose summary table prints
-# last. Every phase runs even when one before it failed (a short GPU lease should bring
-# back all it can); the exit status says whether all passed. Logs and the benchmark's
-# JSON go to $GPU_CHECK_LOGS.
+# CSR tile sweep if GPU_CHECK_SWEEP=1, preconditioned CG (ILU(0) on the GPU), then the GPU
+# benchmark, whose summary table prints last. Every phase runs even when one before it
+# failed (a short GPU lease should bring back all it can); the exit status says whether
+# all passed. Logs and the benchmark's JSON go to $GPU_CHECK_LOGS.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 python=${GPU_PYTHON:-python3}
@@ -32,6 +32,9 @@ phase cpu-tests env JAX_PLATFORMS=cpu \
 if [[ ${GPU_CHECK_SWEEP:-0} == 1 ]]; then
     phase csr-tiles "$python" benchmarks/gpu_csr_tiles.py
 fi
+# ILU(0)'s level-scheduled sweeps on the GPU against plain and Jacobi CG and the host
+# fallback (float64, 10^6 unknowns).
+phase linalg "$python" benchmarks/eigen.py --only cg
 phase benchmark "$python" benchmarks/gpu.py --out "$logs/gpu.json"
 echo "=== total $SECONDS s"
 sed -n '/^== summary/,$p' "$logs/benchmark.log"
