@@ -246,8 +246,10 @@ def main():
     parser.add_argument(
         "--only", choices=("eigsh", "expm", "cg"), help="run one of the three sections"
     )
+    parser.add_argument("--cg-side", type=int, help="the CG problem's grid side (default 100)")
     args = parser.parse_args()
     side2, n_expm, side3, repeats = (40, 10_000, 16, 1) if args.small else (317, 1_000_000, 100, 3)
+    side3 = args.cg_side or side3
     print(os.popen("uptime").read().strip())
     print(machine())
     print("| case | jaxsparse ms | scipy ms | speedup vs scipy | note |")
