@@ -163,14 +163,14 @@ MISMATCHES = {
         (result(N, K), result(3, N)),
         (DIA_DATA, dense(N, K), dense(N, K, dtype=jnp.complex64)),
         {"offsets": OFFSETS},
-        "DIA data, x, g, lambda and dA must share a dtype",
+        "banded solve: DIA data, b and x must share a dtype",
     ),
     "a banded adjoint's values cotangent of the wrong width": (
         "jaxsparse_dia_banded_adjoint",
         (result(N, K), result(3, N + 1)),
         (DIA_DATA, dense(N, K), dense(N, K)),
         {"offsets": OFFSETS},
-        "dA must be \\(..., ndiag, n\\) with x's batch",
+        "x has 5 along axis 0, expected 6 \\(the result's columns, n\\)",
     ),
     "a DIA result of the wrong width": (
         "jaxsparse_dia_sddmm",

@@ -16,7 +16,7 @@
 
 #include "arrays.h"
 #include "banded_split.h"
-#include "buffer_checks.h"
+#include "dia_sddmm.h"
 #include "dispatch.h"
 #include "handlers.h"
 #include "pages.h"
@@ -102,92 +102,20 @@ ffi::Error BandedSolveImpl(ffi::ThreadPool pool, ffi::AnyBuffer data, ffi::AnyBu
   });
 }
 
-// The values' cotangent of x = A^{-1} b from the adjoint solution lambda = A^{-T} g:
-// dA[d, j] = -lambda[j - offsets[d]] . x[j] on the slots inside the matrix (the plain
-// transpose, JAX's convention for complex values), zero elsewhere; on every thread.
-template <typename T>
-void ValuesCotangent(ffi::ThreadPool& pool, const T* lambda, const T* x, T* out, int64_t batch,
-                     int64_t ndiag, int64_t n, int64_t k, ffi::Span<const int64_t> offsets) {
-  const int64_t parts = NumParts(pool, batch * ndiag * n * std::max<int64_t>(k, 1));
-  ParallelFor(pool, parts, [&](int64_t part) {
-    const int64_t first = PieceStart(n, parts, part), stop = PieceStart(n, parts, part + 1);
-    for (int64_t m = 0; m < batch; ++m) {
-      const T* member_x = x + m * n * k;
-      for (int64_t d = 0; d < ndiag; ++d) {
-        const int64_t offset = offsets[d];
-        T* row = out + (m * ndiag + d) * n;
-        const int64_t lo = std::clamp<int64_t>(offset, first, stop);
-        const int64_t hi = std::clamp<int64_t>(n + offset, lo, stop);
-        std::fill(row + first, row + lo, T(0));
-        std::fill(row + hi, row + stop, T(0));
-        const T* shifted = lambda + m * n * k - offset * k;
-        if (k == 1) {
-          for (int64_t j = lo; j < hi; ++j) row[j] = -(shifted[j] * member_x[j]);
-          continue;
-        }
-        for (int64_t j = lo; j < hi; ++j) {
-          T sum = T(0);
-          for (int64_t c = 0; c < k; ++c) sum += shifted[j * k + c] * member_x[j * k + c];
-          row[j] = -sum;
-        }
-      }
-    }
-  });
-}
-
-// Checks the adjoint's buffers: DIA data (..., ndiag, n) with a batch of 1 or x's, and x,
-// g, lambda (..., n, k) and dA (..., ndiag, n) all with x's batch, all of data's dtype.
-ffi::Error CheckAdjointBuffers(const ffi::AnyBuffer& data, const ffi::AnyBuffer& x,
-                               const ffi::AnyBuffer& g, const ffi::AnyBuffer& lambda,
-                               const ffi::AnyBuffer& dvalues, size_t ndiag) {
-  const ffi::DataType type = data.element_type();
-  const ffi::AnyBuffer* buffers[] = {&x, &g, &lambda, &dvalues};
-  for (const ffi::AnyBuffer* buffer : buffers) {
-    if (buffer->element_type() != type) {
-      return ffi::Error::InvalidArgument(
-          "banded adjoint: DIA data, x, g, lambda and dA must share a dtype");
-    }
-  }
-  const auto rank = x.dimensions().size();
-  if (data.dimensions().size() < 2 || rank < 2 || g.dimensions().size() != rank ||
-      lambda.dimensions().size() != rank || dvalues.dimensions().size() != rank) {
-    return ffi::Error::InvalidArgument(
-        "banded adjoint: DIA data and dA must be (..., ndiag, n), x, g and lambda (..., n, k) "
-        "of one rank");
-  }
-  const int64_t n = Trailing(data, 1), k = Trailing(x, 1), batch = LeadingSize(x, 2);
-  for (const ffi::AnyBuffer* buffer : {&x, &g, &lambda}) {
-    if (Trailing(*buffer, 2) != n || Trailing(*buffer, 1) != k ||
-        LeadingSize(*buffer, 2) != batch) {
-      return ffi::Error::InvalidArgument("banded adjoint: x, g and lambda must share a shape");
-    }
-  }
-  if (Trailing(data, 2) != static_cast<int64_t>(ndiag) ||
-      Trailing(dvalues, 2) != static_cast<int64_t>(ndiag) || Trailing(dvalues, 1) != n ||
-      LeadingSize(dvalues, 2) != batch) {
-    return ffi::Error::InvalidArgument(
-        "banded adjoint: dA must be (..., ndiag, n) with x's batch, and data and offsets agree");
-  }
-  const int64_t matrices = LeadingSize(data, 2);
-  if (matrices != 1 && matrices != batch) {
-    return ffi::Error::InvalidArgument("banded adjoint: DIA data's batch must be x's or 1");
-  }
-  return ffi::Error::Success();
-}
-
+// The adjoint of x = A^{-1} b for a cotangent g: lambda = A^{-T} g, and the values'
+// cotangent -lambda[j - offsets[d]] . x[j] (Sddmm negated) in the same call.
 ffi::Error BandedAdjointImpl(ffi::ThreadPool pool, ffi::AnyBuffer data, ffi::AnyBuffer x,
                              ffi::AnyBuffer g, ffi::Result<ffi::AnyBuffer> lambda,
                              ffi::Result<ffi::AnyBuffer> dvalues,
                              ffi::Span<const int64_t> offsets) {
-  JAXSPARSE_RETURN_IF_ERROR(CheckAdjointBuffers(data, x, g, *lambda, *dvalues, offsets.size()));
+  // Solve checks data, g and lambda; these the gradient's buffers, lambda as its g.
+  JAXSPARSE_RETURN_IF_ERROR(CheckSddmmBuffers(*lambda, x, *dvalues));
   AdviseHugePages(lambda);
   AdviseHugePages(dvalues);
   return WithValueType(data.element_type(), "DIA values", [&](auto value) {
     using T = decltype(value);
     JAXSPARSE_RETURN_IF_ERROR(Solve<T>(pool, data, g, offsets, 1, lambda));
-    ValuesCotangent<T>(pool, Data<T>(*lambda), Data<T>(x), Data<T>(dvalues), LeadingSize(x, 2),
-                       Trailing(data, 2), Trailing(x, 2), Trailing(x, 1), offsets);
-    return ffi::Error::Success();
+    return Sddmm<T, /*Negate=*/true>(pool, *lambda, x, offsets, dvalues);
   });
 }
 
