@@ -12,8 +12,8 @@ here independently), and gradients that stay sharded.
 Run it with `python tests/sharding_checks.py PART`; it prints one line per check and exits
 non-zero on the first failure. `PART` is one of `PARTS`: `cases`, each matrix's products
 and gradients; `bytes-and-gradients`, the exchanged bytes, gradients, `shard_from_rows`
-and bad input; `surface-explicit` and `surface-auto`, the sharded matrix's methods on
-either axis type; `more-meshes`, each case's products over another device count (the
+and bad input; `surface-AXIS-FORMAT`, the sharded matrix's methods for one format on an
+`Explicit` or `Auto` axis; `more-meshes`, each case's products over another device count (the
 suite's `slow` test).
 """
 
@@ -308,11 +308,11 @@ def check_forward_mode_complex(rng) -> None:
         print(f"ok   jvp and vmap of a complex sharded {format} product")
 
 
-def check_sharded_matrix_surface(rng, axis_type: jax.sharding.AxisType) -> None:
-    """What a user of a sharded matrix reaches for, on 4 devices with 203 rows (blocks of 51,
-    operands padded to 204), on a mesh axis of `axis_type` (`jax.make_mesh`'s default is
-    `Explicit`): `js.matmul`, operands of the matrix's own length, `S.T`, `todense`, `to_scipy`,
-    `unshard`, `unpad` and `repr`, against scipy."""
+def check_sharded_matrix_surface(rng, axis_type: jax.sharding.AxisType, format: str) -> None:
+    """What a user of a sharded matrix of `format` reaches for, on 4 devices with 203 rows
+    (blocks of 51, operands padded to 204), on a mesh axis of `axis_type`
+    (`jax.make_mesh`'s default is `Explicit`): `js.matmul`, operands of the matrix's own
+    length, `S.T`, `todense`, `to_scipy`, `unshard`, `unpad` and `repr`, against scipy."""
     twin = scipy.sparse.diags_array(
         [rng.standard_normal(202), rng.standard_normal(203), rng.standard_normal(202)],
         offsets=[-1, 0, 1],
@@ -322,48 +322,47 @@ def check_sharded_matrix_surface(rng, axis_type: jax.sharding.AxisType) -> None:
     dense = twin.toarray()
     x, X = rng.standard_normal(203), rng.standard_normal((203, 2))
     mesh = jax.sharding.Mesh(np.array(jax.devices()[:4]), ("x",), axis_types=(axis_type,))
-    for format in ("dia", "csr"):
-        A = to_jaxsparse(twin, format)
-        S = js.shard(A, mesh, axis="x")
-        what = f"{format} on an {axis_type.name} axis"
-        assert S.padded_shape == (204, 204), S.padded_shape
-        y = js.matmul(S, x)
-        assert y.shape == (203,), (what, y.shape)
-        np.testing.assert_allclose(np.asarray(y), dense @ x, rtol=TOLERANCE, err_msg=what)
-        np.testing.assert_allclose(np.asarray(S @ X), dense @ X, rtol=TOLERANCE, err_msg=what)
-        np.testing.assert_allclose(np.asarray(x @ S), x @ dense, rtol=TOLERANCE, err_msg=what)
-        np.testing.assert_allclose(np.asarray(X.T @ S), X.T @ dense, rtol=TOLERANCE)
-        jitted = jax.jit(lambda S, x: js.matmul(S, x))(S, x)
-        np.testing.assert_allclose(np.asarray(jitted), dense @ x, rtol=TOLERANCE, err_msg=what)
-        padded = js.matmul(S, S.shard_vector(x))
-        assert padded.shape == (204,) and padded.sharding.spec == P("x"), (what, padded)
-        np.testing.assert_allclose(np.asarray(S.unpad(padded)), dense @ x, rtol=TOLERANCE)
-        left = S.T.unpad(S.shard_vector(x) @ S)
-        np.testing.assert_allclose(np.asarray(left), x @ dense, rtol=TOLERANCE, err_msg=what)
-        unpadded_in_jit = jax.jit(lambda S, b: S.unpad(S @ b))(S, S.shard_vector(x))
-        np.testing.assert_allclose(np.asarray(unpadded_in_jit), dense @ x, rtol=TOLERANCE)
-        assert S.T.shape == (203, 203) and S.T.T is S and isinstance(S.T, js.ShardedMatrix)
-        np.testing.assert_allclose(np.asarray(S.T @ x), dense.T @ x, rtol=TOLERANCE)
-        np.testing.assert_allclose(np.asarray(X.T @ S.T), X.T @ dense.T, rtol=TOLERANCE)
-        np.testing.assert_allclose(np.asarray(S.todense()), dense, rtol=0, atol=0)
-        np.testing.assert_allclose(np.asarray(S.T.todense()), dense.T, rtol=0, atol=0)
-        assert abs(S.to_scipy() - twin).max() == 0 and abs(S.T.to_scipy() - twin.T).max() == 0
-        whole = S.unshard()
-        assert type(whole) is type(A) and whole.shape == A.shape
-        np.testing.assert_array_equal(np.asarray(whole.todense()), dense)
-        # Differentiating through `todense` creates arrays that meet the sharded values:
-        # on `Explicit` axes JAX wants the mesh set for that (`jax.set_mesh`).
-        with jax.set_mesh(mesh):
-            grad = jax.grad(lambda v, S=S: jnp.sum(S.with_data(v).todense() ** 2))(S.data)
-        np.testing.assert_allclose(
-            np.asarray(S.with_data(grad).todense()), 2 * dense, rtol=TOLERANCE, err_msg=what
-        )
-        text = repr(S)
-        assert "\n" not in text and text.startswith(type(S).__name__ + "(shape=(203, 203)")
-        assert "devices=4" in text and "'x'" in text, text
+    A = to_jaxsparse(twin, format)
+    S = js.shard(A, mesh, axis="x")
+    what = f"{format} on an {axis_type.name} axis"
+    assert S.padded_shape == (204, 204), S.padded_shape
+    y = js.matmul(S, x)
+    assert y.shape == (203,), (what, y.shape)
+    np.testing.assert_allclose(np.asarray(y), dense @ x, rtol=TOLERANCE, err_msg=what)
+    np.testing.assert_allclose(np.asarray(S @ X), dense @ X, rtol=TOLERANCE, err_msg=what)
+    np.testing.assert_allclose(np.asarray(x @ S), x @ dense, rtol=TOLERANCE, err_msg=what)
+    np.testing.assert_allclose(np.asarray(X.T @ S), X.T @ dense, rtol=TOLERANCE)
+    jitted = jax.jit(lambda S, x: js.matmul(S, x))(S, x)
+    np.testing.assert_allclose(np.asarray(jitted), dense @ x, rtol=TOLERANCE, err_msg=what)
+    padded = js.matmul(S, S.shard_vector(x))
+    assert padded.shape == (204,) and padded.sharding.spec == P("x"), (what, padded)
+    np.testing.assert_allclose(np.asarray(S.unpad(padded)), dense @ x, rtol=TOLERANCE)
+    left = S.T.unpad(S.shard_vector(x) @ S)
+    np.testing.assert_allclose(np.asarray(left), x @ dense, rtol=TOLERANCE, err_msg=what)
+    unpadded_in_jit = jax.jit(lambda S, b: S.unpad(S @ b))(S, S.shard_vector(x))
+    np.testing.assert_allclose(np.asarray(unpadded_in_jit), dense @ x, rtol=TOLERANCE)
+    assert S.T.shape == (203, 203) and S.T.T is S and isinstance(S.T, js.ShardedMatrix)
+    np.testing.assert_allclose(np.asarray(S.T @ x), dense.T @ x, rtol=TOLERANCE)
+    np.testing.assert_allclose(np.asarray(X.T @ S.T), X.T @ dense.T, rtol=TOLERANCE)
+    np.testing.assert_allclose(np.asarray(S.todense()), dense, rtol=0, atol=0)
+    np.testing.assert_allclose(np.asarray(S.T.todense()), dense.T, rtol=0, atol=0)
+    assert abs(S.to_scipy() - twin).max() == 0 and abs(S.T.to_scipy() - twin.T).max() == 0
+    whole = S.unshard()
+    assert type(whole) is type(A) and whole.shape == A.shape
+    np.testing.assert_array_equal(np.asarray(whole.todense()), dense)
+    # Differentiating through `todense` creates arrays that meet the sharded values:
+    # on `Explicit` axes JAX wants the mesh set for that (`jax.set_mesh`).
+    with jax.set_mesh(mesh):
+        grad = jax.grad(lambda v, S=S: jnp.sum(S.with_data(v).todense() ** 2))(S.data)
+    np.testing.assert_allclose(
+        np.asarray(S.with_data(grad).todense()), 2 * dense, rtol=TOLERANCE, err_msg=what
+    )
+    text = repr(S)
+    assert "\n" not in text and text.startswith(type(S).__name__ + "(shape=(203, 203)")
+    assert "devices=4" in text and "'x'" in text, text
     print(
         f"ok   js.matmul, own-length operands, .T, todense, to_scipy, unshard, unpad, repr "
-        f"on an {axis_type.name} axis"
+        f"of {format} on an {axis_type.name} axis"
     )
 
 
@@ -452,7 +451,10 @@ def check_errors() -> None:
 
 
 # The checks in parts, each run in its own process, so that test workers share them.
-PARTS = ("cases", "bytes-and-gradients", "surface-explicit", "surface-auto", "more-meshes")
+SURFACES = tuple(
+    f"surface-{axis}-{format}" for axis in ("explicit", "auto") for format in ("dia", "csr")
+)
+PARTS = ("cases", "bytes-and-gradients", *SURFACES, "more-meshes")
 
 
 def main(argv: list[str]) -> None:
@@ -472,8 +474,8 @@ def main(argv: list[str]) -> None:
         check_shard_from_rows(rng)
         check_errors()
     else:
-        axis_type = {"surface-explicit": "Explicit", "surface-auto": "Auto"}[part]
-        check_sharded_matrix_surface(rng, getattr(jax.sharding.AxisType, axis_type))
+        _, axis, format = part.split("-")
+        check_sharded_matrix_surface(rng, getattr(jax.sharding.AxisType, axis.capitalize()), format)
     print("ALL SHARDING CHECKS PASSED")
 
 

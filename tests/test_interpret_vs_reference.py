@@ -2,7 +2,8 @@
 XLA reference and scipy, for products and for `jax.vjp` with random cotangents: every
 matrix of the registry with a float32 matrix operand, and one matrix of each format with
 a vector operand and in bfloat16. (The kernel tests cover every registry matrix in both
-dtypes kernel by kernel; these check the wiring through the primitives.)"""
+dtypes kernel by kernel; these check the wiring through the primitives, so the fast suite
+takes one matrix of each format, and `make test-slow` the rest.)"""
 
 import jax
 import jax.numpy as jnp
@@ -22,14 +23,21 @@ CASES = [
             jnp.float32,
             5,
             id=f"{case.name}-float32-k5",
-            marks=slow_unless(
-                case.fmt == "dia" or case.name in ("csr-power-law", "csr-empty-rows")
-            ),
+            marks=slow_unless(case in _EXTRA),
         )
         for case in MATRICES
     ],
     *[pytest.param(case, jnp.float32, None, id=f"{case.name}-float32-vector") for case in _EXTRA],
-    *[pytest.param(case, jnp.bfloat16, 5, id=f"{case.name}-bfloat16-k5") for case in _EXTRA],
+    *[
+        pytest.param(
+            case,
+            jnp.bfloat16,
+            5,
+            id=f"{case.name}-bfloat16-k5",
+            marks=slow_unless(case.fmt == "dia"),
+        )
+        for case in _EXTRA
+    ],
 ]
 
 

@@ -46,13 +46,21 @@ def test_sharded_bytes_gradients_and_construction_on_eight_devices():
         assert check in out, (check, out)
 
 
-# `Auto` axes repeat the same methods (the two-process tests run products and CG on one):
-# `slow`.
-@pytest.mark.parametrize("axis_type", ["explicit", pytest.param("auto", marks=pytest.mark.slow)])
-def test_sharded_matrix_methods(axis_type):
-    out = run_python("tests/sharding_checks.py", f"surface-{axis_type}")
+# The methods of a sharded CSR matrix on an `Explicit` axis in the fast suite; DIA and
+# `Auto` axes (which the two-process tests use) repeat them: `slow`.
+@pytest.mark.parametrize(
+    "axis_type, format",
+    [
+        ("explicit", "csr"),
+        pytest.param("explicit", "dia", marks=pytest.mark.slow),
+        pytest.param("auto", "dia", marks=pytest.mark.slow),
+        pytest.param("auto", "csr", marks=pytest.mark.slow),
+    ],
+)
+def test_sharded_matrix_methods(axis_type, format):
+    out = run_python("tests/sharding_checks.py", f"surface-{axis_type}-{format}")
     assert out.rstrip().endswith("ALL SHARDING CHECKS PASSED")
-    assert f"repr on an {axis_type.capitalize()} axis" in out, out
+    assert f"repr of {format} on an {axis_type.capitalize()} axis" in out, out
 
 
 @pytest.mark.slow
