@@ -294,13 +294,14 @@ _KERNELS = {
 }
 
 
+# One matrix per family in the fast suite; the other DIA matrix of each DIA family `slow`.
 @pytest.mark.parametrize("shared", [True, False], ids=["shared-operand", "batched-operand"])
 @pytest.mark.parametrize(
     ("family", "case"),
     [
         ("mosaic_tpu-dia", "dia-tall-beyond-matrix"),
-        ("mosaic_tpu-dia", "dia-many-diagonals"),
-        ("triton-dia", "dia-tall-beyond-matrix"),
+        pytest.param("mosaic_tpu-dia", "dia-many-diagonals", marks=pytest.mark.slow),
+        pytest.param("triton-dia", "dia-tall-beyond-matrix", marks=pytest.mark.slow),
         ("triton-dia", "dia-many-diagonals"),
         ("triton", "csr-power-law"),
         ("mosaic_tpu", "csr-empty-rows"),

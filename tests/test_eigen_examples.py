@@ -4,6 +4,8 @@ checks hold (against scipy and finite differences)."""
 import pathlib
 import sys
 
+import pytest
+
 EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
 sys.path.insert(0, str(EXAMPLES))
 
@@ -11,6 +13,9 @@ import diffusion_ilu  # noqa: E402
 import spin_chain  # noqa: E402
 
 
+# Its pieces (eigsh and expm_multiply of complex DIA, their derivatives) are in the fast
+# suite's own tests; the whole example in `make test-slow`.
+@pytest.mark.slow
 def test_spin_chain_matches_scipy_and_finite_differences():
     errors = spin_chain.main(spins=5, h=0.9, t=0.8)
     assert errors["energy_error"] < 1e-10
