@@ -19,39 +19,39 @@ from jax.core import ShapedArray
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
+from .._dia_layout import transpose_data
 from ..kernels import native_banded_lu
+from ..kernels.xla_dia import dia_matmul_xla, dia_sddmm_xla
 
 
-def _shift(values, shift: int, axis: int):
-    """`values` moved along `axis` so that index `i` holds index `i + shift`, zero-filled."""
-    n = values.shape[axis]
-    pad = [(0, 0)] * values.ndim
-    if shift >= 0:
-        kept = jax.lax.slice_in_dim(values, min(shift, n), n, axis=axis)
-        pad[axis] = (0, min(shift, n))
-    else:
-        kept = jax.lax.slice_in_dim(values, 0, max(n + shift, 0), axis=axis)
-        pad[axis] = (min(-shift, n), 0)
-    return jnp.pad(kept, pad)
+def _per_matrix(function, arrays, ranks):
+    """`function`, written for one matrix, over the leading axes that `arrays` carry beyond
+    their `ranks` (the same axes on every array that has them; the others are shared)."""
+    extra = max(a.ndim - rank for a, rank in zip(arrays, ranks, strict=True))
+    in_axes = tuple(0 if a.ndim > rank else None for a, rank in zip(arrays, ranks, strict=True))
+    for _ in range(extra):
+        function = jax.vmap(function, in_axes=in_axes)
+    return function(*arrays)
 
 
 def _product(values, x, offsets):
-    """`A @ x` for DIA values `(..., ndiag, n)` and `x` `(..., n, k)`: row `i` gathers
-    `values[d, i + offset] * x[i + offset]`."""
-    terms = [_shift(values[..., d, :, None] * x, offset, -2) for d, offset in enumerate(offsets)]
-    return sum(terms[1:], terms[0])
+    """`A @ x` for DIA values `(..., ndiag, n)` and `x` `(..., n, k)`."""
+    n = values.shape[-1]
+    product = functools.partial(dia_matmul_xla, offsets=offsets, shape=(n, n))
+    return _per_matrix(product, (values, x), (2, 2))
 
 
 def _transposed_values(data, offsets):
-    """`A^T`'s DIA values for the offsets negated: `A^T[j + offset, j] = A[j, j + offset]`."""
-    return jnp.stack([_shift(data[..., d, :], offset, -1) for d, offset in enumerate(offsets)], -2)
+    """`A^T`'s DIA values for the offsets negated."""
+    n = data.shape[-1]
+    return _per_matrix(lambda d: transpose_data(d, offsets, (n, n)), (data,), (2,))
 
 
 def _values_cotangent(adjoint, x, offsets):
     """`-adjoint[j - offset] . x[j]` at every slot `(d, j)` inside the matrix, zero outside."""
-    return -jnp.stack(
-        [jnp.sum(_shift(adjoint, -offset, -2) * x, axis=-1) for offset in offsets], -2
-    )
+    n = x.shape[-2]
+    sddmm = functools.partial(dia_sddmm_xla, offsets=offsets, shape=(n, n))
+    return -_per_matrix(sddmm, (adjoint, x), (2, 2))
 
 
 @functools.cache
