@@ -8,6 +8,8 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
@@ -20,6 +22,8 @@ def _load(script: str):
     return module
 
 
+# The longest test of the suite, and benchmark code rather than the library's: `slow`.
+@pytest.mark.slow
 def test_quick_benchmark_writes_checked_results(tmp_path):
     run = _load("run")
     run.main(["--quick", "--out", str(tmp_path), "--kinds", "tridiagonal,random-16"])
