@@ -33,6 +33,24 @@ OFFSETS = np.array([-1, 0, 1], np.int64)
 DIA_DATA = jnp.ones((3, N), jnp.float32)
 
 
+def _kept():
+    """The factors a one-pass solve of DIA_DATA + 2 I keeps (native_banded_kept): u, lower,
+    pivots, status."""
+    return jax.ffi.ffi_call(
+        "jaxsparse_dia_banded_solve_keeping",
+        (
+            jax.ShapeDtypeStruct((N, K), jnp.float32),
+            jax.ShapeDtypeStruct((N, 2), jnp.float32),
+            jax.ShapeDtypeStruct((N, 2), jnp.float32),
+            jax.ShapeDtypeStruct((N,), jnp.int32),
+            jax.ShapeDtypeStruct((), jnp.int32),
+        ),
+    )(DIA_DATA.at[1].add(2.0), jnp.ones((N, K), jnp.float32), offsets=OFFSETS)[1:]
+
+
+KEPT = tuple(_kept()) if _native_library.AVAILABLE else (None,) * 4
+
+
 def dense(*shape, dtype=jnp.float32):
     return jnp.asarray(np.arange(np.prod(shape)).reshape(shape), dtype)
 
@@ -159,18 +177,46 @@ MISMATCHES = {
         "data must be float32, float64, complex64 or complex128",
     ),
     "a banded adjoint's cotangent of another type": (
-        "jaxsparse_dia_banded_adjoint",
+        "jaxsparse_dia_banded_factored_adjoint",
         (result(N, K), result(3, N)),
-        (DIA_DATA, dense(N, K), dense(N, K, dtype=jnp.complex64)),
+        (*KEPT, dense(N, K), dense(N, K, dtype=jnp.complex64)),
         {"offsets": OFFSETS},
-        "banded solve: DIA data, b and x must share a dtype",
+        "the right-hand sides \\(b, or the adjoint's g\\) and the result must be",
     ),
     "a banded adjoint's values cotangent of the wrong width": (
-        "jaxsparse_dia_banded_adjoint",
+        "jaxsparse_dia_banded_factored_adjoint",
         (result(N, K), result(3, N + 1)),
-        (DIA_DATA, dense(N, K), dense(N, K)),
+        (*KEPT, dense(N, K), dense(N, K)),
         {"offsets": OFFSETS},
         "x has 5 along axis 0, expected 6 \\(the result's columns, n\\)",
+    ),
+    "kept factors of the wrong bandwidth": (
+        "jaxsparse_dia_banded_factored_solve",
+        result(N, K),
+        (dense(N, 3), *KEPT[1:], dense(N, K)),
+        {"offsets": OFFSETS, "op": np.int64(1)},
+        "u must be \\(..., n, kl \\+ ku\\)",
+    ),
+    "a kept pivot past its block": (
+        "jaxsparse_dia_banded_factored_solve",
+        result(N, K),
+        (*KEPT[:2], jnp.asarray([0, 0, 0, 0, 1], jnp.int32), KEPT[3], dense(N, K)),
+        {"offsets": OFFSETS, "op": np.int64(1)},
+        "a pivot or the split does not fit the matrix",
+    ),
+    "an unknown kept status": (
+        "jaxsparse_dia_banded_factored_solve",
+        result(N, K),
+        (*KEPT[:3], jnp.asarray(7, jnp.int32), dense(N, K)),
+        {"offsets": OFFSETS, "op": np.int64(0)},
+        "status must be 0, 1 or 2",
+    ),
+    "kept int64 pivots": (
+        "jaxsparse_dia_banded_factored_solve",
+        result(N, K),
+        (*KEPT[:2], KEPT[2].astype(jnp.int64), KEPT[3], dense(N, K)),
+        {"offsets": OFFSETS, "op": np.int64(0)},
+        "pivots and status int32",
     ),
     "a DIA result of the wrong width": (
         "jaxsparse_dia_sddmm",

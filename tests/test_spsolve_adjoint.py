@@ -1,32 +1,61 @@
-"""The reverse-mode step of `spsolve` for DIA matrices: one native call that solves with
-`A^T` and returns the values' cotangent (`native_banded_lu.banded_adjoint`), against the
+"""The derivatives of `spsolve` for DIA matrices: the forward pass keeps its factors
+(`native_banded_kept.solve_keeping`) and the reverse step is one native call that sweeps
+with them for `A^T` and returns the values' cotangent (`kept_adjoint`); or, for narrow
+bands whose factors are large (`keeps_factors`), the same from the values
+(`native_banded_lu.banded_adjoint`). Both routes are checked against scipy and against the
 same gradient through `factorized` (`custom_linear_solve`, an adjoint solve then the
-product's transpose), on the split and one-pass paths, under `vmap`, and its host path."""
+product's transpose), on the split and one-pass paths, under `vmap`, and against the host
+path."""
+
+import functools
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import scipy.sparse.linalg
 from helpers import dtype_id, ignored_slots, random_dia, random_values
 from jax.test_util import check_grads
 
 import jaxsparse as js
-from jaxsparse.kernels import native_banded_lu
+from jaxsparse.kernels import native_banded_kept
+from jaxsparse.linalg import _banded_one_pass
 
 # Above the native kernel's split threshold (2^14 rows).
 SPLIT_ROWS = 20_000
 
 
 def _band(rng, n, offsets, dtype, dominant):
-    """A DIA matrix with junk in its ignored slots: diagonally dominant by rows (solved
-    split over two threads when large), or with a main diagonal of random sign (one pass)."""
+    """A DIA matrix with junk in its ignored slots: diagonally dominant by rows, each main
+    entry past the rest of its row by at least 1 (solved split over two threads when large),
+    or with a main diagonal of random sign (one pass)."""
     matrix, _ = random_dia(rng, (n, n), offsets, dtype)
     main = offsets.index(0)
-    shift = 2.0 * len(offsets) if dominant else 1.5
-    signs = np.ones(n) if dominant else np.where(rng.random(n) < 0.5, -1.0, 1.0)
     data = np.asarray(matrix.data).copy()
-    data[main] = (shift * signs + data[main]).astype(data.dtype)
+    if dominant:
+        off_diagonal = np.abs(matrix.to_scipy()).sum(axis=1) - np.abs(data[main])
+        data[main] = (data[main] / np.abs(data[main]) * (off_diagonal + 1)).astype(data.dtype)
+    else:
+        signs = np.where(rng.random(n) < 0.5, -1.0, 1.0)
+        data[main] = (1.5 * signs + data[main]).astype(data.dtype)
     return matrix.with_data(jnp.asarray(data))
+
+
+@pytest.fixture(params=["kept", "values"])
+def route(request, monkeypatch):
+    """Derivatives from the kept factors, or (no factor small enough to keep) the values."""
+    if request.param == "values":
+        monkeypatch.setattr(_banded_one_pass, "KEPT_BYTES", 0)
+    return request.param
+
+
+def test_which_bands_keep_their_factors():
+    keeps = _banded_one_pass.keeps_factors
+    assert keeps((-1, 0, 1), 100_000, 1, np.float64)  # 5.2 MB with the solution
+    assert not keeps((-1, 0, 1), 1_000_000, 1, np.float64)  # 52 MB: factored again
+    assert not keeps((-1, 0, 1), 400_000, 8, np.float64)  # many right-hand sides
+    assert keeps((-1, 0, 1), 400_000, 1, np.float32)  # 11.2 MB
+    assert keeps((-100, -1, 0, 1, 100), 1_000_000, 1, np.float64)  # a wide band: always
 
 
 def _loss(solve, weights):
@@ -38,7 +67,7 @@ def _loss(solve, weights):
 
 @pytest.mark.parametrize("dtype", [jnp.float64, jnp.complex128], ids=dtype_id)
 @pytest.mark.parametrize("dominant", [True, False], ids=["split", "one-pass"])
-def test_gradient_matches_the_factorized_route(dominant, dtype):
+def test_gradient_matches_the_factorized_route(dominant, dtype, route):
     rng = np.random.default_rng(40)
     offsets = (-2, 0, 1)
     matrix = _band(rng, SPLIT_ROWS, offsets, dtype, dominant)
@@ -59,7 +88,7 @@ def test_gradient_matches_the_factorized_route(dominant, dtype):
     assert np.all(np.asarray(actual[0])[ignored_slots(offsets, matrix.shape)] == 0)
 
 
-def test_gradient_step_is_one_native_adjoint_call():
+def test_gradient_step_is_one_solve_and_one_adjoint_call(route):
     rng = np.random.default_rng(41)
     matrix = _band(rng, 50, (-1, 0, 1), jnp.float64, True)
     b = jnp.asarray(random_values(rng, (50,), jnp.float64))
@@ -68,12 +97,48 @@ def test_gradient_step_is_one_native_adjoint_call():
         return jnp.sum(js.linalg.spsolve(matrix.with_data(data), b) ** 2)
 
     hlo = jax.jit(jax.grad(loss, argnums=(0, 1))).lower(matrix.data, b).compile().as_text()
-    assert hlo.count('custom_call_target="jaxsparse_dia_banded_adjoint"') == 1
-    assert "jaxsparse_dia_sddmm" not in hlo
+    solve, adjoint = {
+        "kept": ("jaxsparse_dia_banded_solve_keeping", "jaxsparse_dia_banded_factored_adjoint"),
+        "values": ("jaxsparse_dia_banded_solve", "jaxsparse_dia_banded_adjoint"),
+    }[route]
+    targets = [
+        line.split('custom_call_target="')[1].split('"')[0]
+        for line in hlo.splitlines()
+        if 'custom_call_target="' in line
+    ]
+    assert sorted(targets) == sorted([solve, adjoint])
+
+
+# Bandwidths of every kind: tridiagonal, wider below than above, one-sided each way, and a
+# gap between the diagonals.
+KEPT_OFFSETS = [(-1, 0, 1), (-3, 0, 1), (0, 2), (-1, 0), (-2, 0, 5)]
+
+
+@pytest.mark.parametrize("offsets", KEPT_OFFSETS, ids=str)
+@pytest.mark.parametrize("dominant", [True, False], ids=["split", "one-pass"])
+@pytest.mark.parametrize("columns", [1, 3])
+def test_kept_solves_match_scipy(offsets, dominant, columns):
+    """Solves with `A` and `A^T` from the kept factors, on the split's two blocks (odd size:
+    blocks of unequal rows) and on one pass, against scipy's."""
+    rng = np.random.default_rng(44)
+    n = SPLIT_ROWS + 1
+    matrix = _band(rng, n, offsets, jnp.float64, dominant)
+    b = jnp.asarray(random_values(rng, (n, columns), jnp.float64))
+    g = jnp.asarray(random_values(rng, (n, columns), jnp.float64))
+    x, kept = native_banded_kept.solve_keeping(matrix.data, b, offsets=offsets)
+    assert int(kept.status) == (2 if dominant else 1)
+    S = matrix.to_scipy().tocsc()
+    solve = functools.partial(native_banded_kept.kept_solve, matrix.data, kept, offsets=offsets)
+    for op, system, rhs in (("N", S, g), ("T", S.T.tocsc(), g)):
+        expected = scipy.sparse.linalg.spsolve(system, np.asarray(rhs)).reshape(n, columns)
+        scale = np.max(np.abs(expected))  # random one-pass matrices are ill-conditioned
+        np.testing.assert_allclose(solve(rhs, op=op), expected, rtol=0, atol=1e-9 * scale)
+    adjoint, _ = native_banded_kept.kept_adjoint(matrix.data, kept, x, g, offsets=offsets)
+    np.testing.assert_array_equal(adjoint, solve(g, op="T"))
 
 
 @pytest.mark.parametrize("dtype", [jnp.float64, jnp.complex128], ids=dtype_id)
-def test_check_grads_under_vmap(dtype):
+def test_check_grads_under_vmap(dtype, route):
     """Batches of right-hand sides over one matrix, and of matrices, both modes."""
     rng = np.random.default_rng(42)
     matrix = _band(rng, 12, (-1, 0, 2), dtype, False)
@@ -88,7 +153,7 @@ def test_check_grads_under_vmap(dtype):
     check_grads(jax.vmap(solve), (values, b), 1, ("fwd", "rev"), eps=1e-6)
 
 
-def test_singular_matrix_gives_nan_gradients():
+def test_singular_matrix_gives_nan_gradients(route):
     matrix = js.DIAMatrix(jnp.zeros((3, 8)), (-1, 0, 1), (8, 8))
     b = jnp.ones(8)
     grads = jax.grad(lambda d, b: jnp.sum(js.linalg.spsolve(matrix.with_data(d), b)), (0, 1))(
@@ -106,11 +171,45 @@ def test_native_and_host_adjoints_agree(batched):
     matrix = _band(rng, 30, offsets, jnp.complex128, False)
     lead = (2,) if batched else ()
     data = jnp.broadcast_to(matrix.data, (*lead, *matrix.data.shape)) if batched else matrix.data
-    x = jnp.asarray(random_values(rng, (*lead, 30, 2), jnp.complex128))
+    b = jnp.asarray(random_values(rng, (*lead, 30, 2), jnp.complex128))
     g = jnp.asarray(random_values(rng, (*lead, 30, 2), jnp.complex128))
-    native = jax.jit(lambda *a: native_banded_lu.banded_adjoint(*a, offsets=offsets))(data, x, g)
-    host = jax.jit(lambda *a: native_banded_lu.banded_adjoint(*a, offsets=offsets, host=True))(
-        data, x, g
-    )
-    for a, e in zip(native, host, strict=True):
+    keeping = jax.vmap if batched else lambda f: f
+    x, kept = keeping(lambda d, b: native_banded_kept.solve_keeping(d, b, offsets=offsets))(data, b)
+
+    def adjoint(host):
+        return jax.jit(lambda *a: native_banded_kept.kept_adjoint(*a, offsets=offsets, host=host))(
+            data, kept, x, g
+        )
+
+    for a, e in zip(adjoint(False), adjoint(True), strict=True):
         np.testing.assert_allclose(a, e, rtol=1e-11, atol=1e-12)
+    for op in ("N", "T"):
+        native, host = (
+            native_banded_kept.kept_solve(data, kept, g, offsets=offsets, op=op, host=host)
+            for host in (False, True)
+        )
+        np.testing.assert_allclose(native, host, rtol=1e-11, atol=1e-12)
+
+
+def test_gradients_over_right_hand_sides_share_one_factorization(route):
+    """`vmap` of the gradient over right-hand sides is one multi-column solve (one set of
+    factors), and matches the gradients taken one right-hand side at a time."""
+    rng = np.random.default_rng(45)
+    offsets = (-1, 0, 2)
+    matrix = _band(rng, 40, offsets, jnp.float64, False)
+    bs = jnp.asarray(random_values(rng, (4, 40), jnp.float64))
+
+    def grad(data, b):
+        loss = _loss(lambda d, b: js.linalg.spsolve(matrix.with_data(d), b), b)
+        return jax.grad(loss, argnums=(0, 1))(data, b)
+
+    batched = jax.jit(jax.vmap(grad, (None, 0)))
+    hlo = batched.lower(matrix.data, bs).compile().as_text()
+    solve = "solve_keeping" if route == "kept" else "solve"
+    target = f'custom_call_target="jaxsparse_dia_banded_{solve}"'
+    solves = [line for line in hlo.splitlines() if target in line]
+    assert len(solves) == 1 and "f64[40,4]" in solves[0]  # x: the 4 right-hand sides
+    for i, (dvalues, db) in enumerate(zip(*batched(matrix.data, bs), strict=True)):
+        expected = grad(matrix.data, bs[i])
+        np.testing.assert_allclose(dvalues, expected[0], rtol=1e-12, atol=1e-13)
+        np.testing.assert_allclose(db, expected[1], rtol=1e-12, atol=1e-13)

@@ -1,26 +1,30 @@
 """`one_pass_solve`: the one-pass banded solve of a DIA matrix (what `spsolve` runs) as a
-differentiable function of the stored values and `b`, with a fused reverse-mode step.
+differentiable function of the stored values and `b`.
 
-The solve keeps no factors, so its adjoint is a second pass with `A^T`. Through
-`jax.lax.custom_linear_solve` that pass is followed by a negation of `lambda` and the
-product's transpose in the values, each another pass over memory; here the tangent
-`dx = A^{-1} (db - dA x)` is one primitive, linear in `(dA, db)` together, whose transpose
-is one native call returning `lambda = A^{-T} g` and the values' cotangent `-lambda[row(p)]
-* x[col(p)]` (`native_banded_lu.banded_adjoint`). Forward mode evaluates the tangent as a
-product and a solve; its own derivatives are those of that composition. JAX's convention
-for complex values holds: plain transposes, never conjugates.
+A plain solve keeps no factors. Under differentiation the pass keeps them where that pays
+(`keeps_factors`; `native_banded_kept.solve_keeping`), and the tangent `dx = A^{-1} (db -
+dA x)` is one primitive, linear in `(dA, db)` together, that solves with those factors by
+multiply-adds alone, or else from the values. Its transpose is one native call returning
+`lambda = A^{-T} g` and the values' cotangent `-lambda[row(p)] * x[col(p)]`
+(`native_banded_kept.kept_adjoint`, or `native_banded_lu.banded_adjoint` from the values),
+where `jax.lax.custom_linear_solve` would solve with `A^T` and then make two more passes over
+memory. Derivatives of those steps (second order) are those of the same written as one-pass
+solves and products. JAX's convention for complex values holds: plain transposes, never
+conjugates.
 """
 
 import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.core import ShapedArray
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
 from .._dia_layout import transpose_data
-from ..kernels import native_banded_lu
+from ..kernels import native_banded_kept, native_banded_lu
+from ..kernels.native_banded_kept import Kept
 from ..kernels.xla_dia import dia_matmul_xla, dia_sddmm_xla
 
 
@@ -54,29 +58,31 @@ def _values_cotangent(adjoint, x, offsets):
     return -_per_matrix(sddmm, (adjoint, x), (2, 2))
 
 
-@functools.cache
-def _adjoint(offsets: tuple, fused: bool):
-    """`adjoint(data, x, g)`: `(lambda, dvalues)` (`fused`) or `lambda` alone, in one native
-    call; its own derivatives (second order) are those of the same as one-pass solves of
-    `A^T` and products."""
+# Kept factors with the solution and its cotangent beside them, in bytes, up to which any band
+# keeps its factors for the derivatives.
+KEPT_BYTES = 32 << 20
 
-    def reference(data, x, g):
-        transposed = tuple(-offset for offset in offsets)
-        adjoint = one_pass_solve(_transposed_values(data, offsets), g, transposed)
-        return (adjoint, _values_cotangent(adjoint, x, offsets)) if fused else adjoint
 
-    @jax.custom_jvp
-    def adjoint(data, x, g):
-        if fused:
-            return native_banded_lu.banded_adjoint(data, x, g, offsets=offsets)
-        return _solve_members(data, g, offsets, "T")
+def keeps_factors(offsets, n: int, columns: int, dtype) -> bool:
+    """Whether the derivatives of a solve with this `n x n` band and `columns` right-hand
+    sides keep the forward pass's factors (`native_banded_kept`) rather than factor `A^T`
+    again from the values: when the factors, the solution and its cotangent take at most
+    `KEPT_BYTES`, or the band is wider than pentadiagonal.
 
-    adjoint.defjvp(lambda primals, tangents: jax.jvp(reference, primals, tangents))
-    return adjoint
+    XLA allocates a call's buffers afresh, and glibc hands out blocks over 32 MiB as new
+    mappings whose pages fault in on every call: for a band of at most two diagonals each
+    side, that costs more than factoring again (which searches and divides where the kept
+    factors only multiply); a wider band costs far more to factor again than to fault in.
+    Measured in `benchmarks/results/solve.md`."""
+    kl, ku = native_banded_lu.bandwidths(offsets, n)
+    itemsize = np.dtype(dtype).itemsize
+    size = n * (kl + ku + max(kl, ku) + 1 + 2 * columns) * itemsize + 4 * n
+    return size <= KEPT_BYTES or kl + ku > 4
 
 
 def _solve_members(data, b, offsets, op):
-    """The solve for `b` `(..., n, k)` and `data` `(ndiag, n)` or with `b`'s leading axes."""
+    """The one-pass solve for `b` `(..., n, k)` and `data` `(ndiag, n)` or with `b`'s leading
+    axes."""
     lead = b.shape[:-2]
     if not lead:
         return native_banded_lu.banded_solve(data, b, offsets=offsets, op=op)
@@ -89,17 +95,51 @@ def _solve_members(data, b, offsets, op):
     return x.reshape(b.shape)
 
 
-def _tangent_value(ddata, db, data, x, *, offsets):
-    return _solve_members(data, db - _product(ddata, x, offsets), offsets, "N")
+@functools.cache
+def _adjoint(offsets: tuple, fused: bool):
+    """`adjoint(data, kept, x, g)`: `(lambda, dvalues)` (`fused`) or `lambda` alone, in one
+    native call from the kept factors, or from the values where `kept` is None; its own
+    derivatives (second order) are those of the same as one-pass solves of `A^T` and
+    products."""
+
+    def reference(data, x, g):
+        transposed = tuple(-offset for offset in offsets)
+        adjoint = one_pass_solve(_transposed_values(data, offsets), g, transposed)
+        return (adjoint, _values_cotangent(adjoint, x, offsets)) if fused else adjoint
+
+    @jax.custom_jvp
+    def adjoint(data, kept, x, g):
+        if kept is None and fused:
+            return native_banded_lu.banded_adjoint(data, x, g, offsets=offsets)
+        if kept is None:
+            return _solve_members(data, g, offsets, "T")
+        if fused:
+            return native_banded_kept.kept_adjoint(data, kept, x, g, offsets=offsets)
+        return native_banded_kept.kept_solve(data, kept, g, offsets=offsets, op="T")
+
+    @adjoint.defjvp
+    def _(primals, tangents):
+        (data, _, x, g), (ddata, _, dx, dg) = primals, tangents
+        return jax.jvp(reference, (data, x, g), (ddata, dx, dg))
+
+    return adjoint
 
 
-# tangent_solve(ddata, db, data, x) = A^{-1} (db - dA x), linear in (ddata, db); every
-# argument may carry leading batch axes, `data` may lack them.
+def _tangent_value(ddata, db, data, x, *kept, offsets):
+    rhs = db - _product(ddata, x, offsets)
+    if not kept:
+        return _solve_members(data, rhs, offsets, "N")
+    return native_banded_kept.kept_solve(data, Kept(*kept), rhs, offsets=offsets)
+
+
+# tangent_solve(ddata, db, data, x, *kept) = A^{-1} (db - dA x), linear in (ddata, db), with
+# `kept` the factors of the pass that gave x, or nothing; every argument may carry leading
+# batch axes, `data` and `kept` may lack them.
 tangent_solve_p = Primitive("jaxsparse_banded_tangent_solve")
 
 
 @tangent_solve_p.def_abstract_eval
-def _abstract_eval(ddata, db, data, x, *, offsets):
+def _abstract_eval(ddata, db, data, x, *kept, offsets):
     return ShapedArray(x.shape, x.dtype)
 
 
@@ -107,14 +147,16 @@ tangent_solve_p.def_impl(_tangent_value)
 mlir.register_lowering(tangent_solve_p, mlir.lower_fun(_tangent_value, multiple_results=False))
 
 
-def _transpose(ct, ddata, db, data, x, *, offsets):
+def _transpose(ct, ddata, db, data, x, *kept, offsets):
+    unused = [None] * (2 + len(kept))
     if type(ct) is ad.Zero:
-        return [None, None, None, None]
+        return [None, None, *unused]
+    factors = Kept(*kept) if kept else None
     if ad.is_undefined_primal(ddata):
-        adjoint, dvalues = _adjoint(offsets, True)(data, x, ct)
+        adjoint, dvalues = _adjoint(offsets, True)(data, factors, x, ct)
     else:
-        adjoint, dvalues = _adjoint(offsets, False)(data, x, ct), None
-    return [dvalues, adjoint if ad.is_undefined_primal(db) else None, None, None]
+        adjoint, dvalues = _adjoint(offsets, False)(data, factors, x, ct), None
+    return [dvalues, adjoint if ad.is_undefined_primal(db) else None, *unused]
 
 
 ad.primitive_transposes[tangent_solve_p] = _transpose
@@ -126,7 +168,7 @@ def _jvp(primals, tangents, *, offsets):
     return jax.jvp(composition, tuple(primals), tuple(tangents))
 
 
-def _composition(ddata, db, data, x, *, offsets):
+def _composition(ddata, db, data, x, *kept, offsets):
     return one_pass_solve(data, db - _product(ddata, x, offsets), offsets)
 
 
@@ -141,18 +183,42 @@ def _batch(args, dims, *, offsets):
             return jnp.broadcast_to(value, (size, *value.shape))
         return jnp.moveaxis(value, dim, 0)
 
-    ddata, db, data, x = args
-    shared = dims[2] is None and data.ndim == 2
-    moved = [
-        front(ddata, dims[0]),
-        front(db, dims[1]),
-        data if shared else front(data, dims[2]),
-        front(x, dims[3]),
-    ]
+    ddata, db, data, x, *kept = args
+    # One matrix for the whole batch: its values and factors stay unbatched.
+    shared = all(d is None for d in dims[2:3] + dims[4:]) and data.ndim == 2
+    matrix = [(value, dim) for value, dim in zip([data, *kept], dims[2:3] + dims[4:], strict=True)]
+    data, *kept = [value if shared else front(value, dim) for value, dim in matrix]
+    moved = [front(ddata, dims[0]), front(db, dims[1]), data, front(x, dims[3]), *kept]
     return tangent_solve_p.bind(*moved, offsets=offsets), 0
 
 
 batching.primitive_batchers[tangent_solve_p] = _batch
+
+
+@functools.cache
+def _keeping_solver(offsets: tuple):
+    """`(x, kept)` for `(data, b)`, differentiable in `data` and `b` (the factors' tangents
+    are zero)."""
+
+    @jax.custom_jvp
+    def solve(data, b):
+        return native_banded_kept.solve_keeping(data, b, offsets=offsets)
+
+    @solve.defjvp
+    def _(primals, tangents):
+        data, b = primals
+        ddata, db = tangents
+        x, kept = solve(data, b)
+        dx = tangent_solve_p.bind(ddata, db, data, x, *kept, offsets=offsets)
+        return (x, kept), (dx, jax.tree.map(_zero_tangent, kept))
+
+    return solve
+
+
+def _zero_tangent(value):
+    if jnp.issubdtype(value.dtype, jnp.inexact):
+        return jnp.zeros_like(value)
+    return np.zeros(value.shape, jax.dtypes.float0)
 
 
 @functools.cache
@@ -164,9 +230,11 @@ def _solver(offsets: tuple):
     @solve.defjvp
     def _(primals, tangents):
         data, b = primals
-        ddata, db = tangents
+        if keeps_factors(offsets, data.shape[-1], b.shape[-1], data.dtype):
+            (x, _), (dx, _) = jax.jvp(_keeping_solver(offsets), primals, tangents)
+            return x, dx
         x = solve(data, b)
-        return x, tangent_solve_p.bind(ddata, db, data, x, offsets=offsets)
+        return x, tangent_solve_p.bind(*tangents, data, x, offsets=offsets)
 
     return solve
 

@@ -1,5 +1,6 @@
 // The one-pass banded solve of a square DIA matrix on CPU (`banded_solve.h`): what
-// `spsolve` runs, with no factors kept, for float32, float64, complex64 and complex128.
+// `spsolve` runs, for float32, float64, complex64 and complex128, with no factors kept, or
+// keeping them for the solves of its derivatives (banded_factored.h).
 //
 // Batches: every leading axis before a buffer's last two is a batch axis; the DIA values
 // are the right-hand sides' batch or one matrix for all of them. Members are split over
@@ -15,7 +16,9 @@
 #include <vector>
 
 #include "arrays.h"
+#include "banded_buffers.h"
 #include "banded_split.h"
+#include "buffer_checks.h"
 #include "dia_sddmm.h"
 #include "dispatch.h"
 #include "handlers.h"
@@ -28,42 +31,41 @@ namespace {
 // Below this many rows a split's threads cost more than they save.
 constexpr int64_t kMinSplitRows = 1 << 14;
 
+// The buffers a solve keeps A's factors in (banded_buffers.h), a member each.
+struct KeptBuffers {
+  ffi::Result<ffi::AnyBuffer>& u;
+  ffi::Result<ffi::AnyBuffer>& lower;
+  ffi::Result<ffi::AnyBuffer>& pivots;
+  ffi::Result<ffi::AnyBuffer>& status;
+};
+
+// op(A) x = b in one pass; with `kept`, A's factors too (op must be 0, and the DIA data
+// batched as b).
 template <typename T>
 ffi::Error Solve(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi::AnyBuffer& rhs,
-                 ffi::Span<const int64_t> offsets, int64_t op, ffi::Result<ffi::AnyBuffer>& out) {
-  const auto dims = data.dimensions();
-  const auto rhs_dims = rhs.dimensions();
-  if (dims.size() < 2 || rhs_dims.size() < 2 || out->dimensions().size() != rhs_dims.size()) {
-    return ffi::Error::InvalidArgument(
-        "banded solve: DIA data must be (..., ndiag, n), b and x (..., n, k)");
-  }
-  const int64_t ndiag = dims[dims.size() - 2], n = dims.back(), k = rhs_dims.back();
-  if (static_cast<size_t>(ndiag) != offsets.size()) {
-    return ffi::Error::InvalidArgument("banded solve: DIA data and offsets disagree");
-  }
-  if (rhs_dims[rhs_dims.size() - 2] != n || Trailing(*out, 2) != n || Trailing(*out, 1) != k) {
-    return ffi::Error::InvalidArgument("banded solve: b and x must be (..., n, k) for n rows");
-  }
-  if (rhs.element_type() != data.element_type() || out->element_type() != data.element_type()) {
-    return ffi::Error::InvalidArgument("banded solve: DIA data, b and x must share a dtype");
-  }
+                 ffi::Span<const int64_t> offsets, int64_t op, ffi::Result<ffi::AnyBuffer>& out,
+                 const KeptBuffers* kept = nullptr) {
+  BandedSizes sizes;
+  JAXSPARSE_RETURN_IF_ERROR(CheckBandedSystem(data, rhs, *out, offsets.size(), sizes));
+  const auto [ndiag, n, k, batch, matrices] = sizes;
   if (op < 0 || op > 2) return ffi::Error::InvalidArgument("banded solve: op must be 0, 1 or 2");
-  const int64_t batch = LeadingSize(rhs, 2), matrices = LeadingSize(data, 2);
-  if ((matrices != batch && matrices != 1) || LeadingSize(*out, 2) != batch) {
-    return ffi::Error::InvalidArgument("banded solve: DIA data's batch must be b's or 1");
+  if (kept != nullptr && (op != 0 || matrices != batch)) {
+    return ffi::Error::InvalidArgument("banded solve: factors are kept for A, one per b");
   }
   // op(A)'s diagonal d: op(A)(r, r + shift[d]) at data[d, r + index_shift[d]].
   const bool transposed = op != 0;
   std::vector<int64_t> shift(ndiag), index_shift(ndiag);
-  int64_t kl = 0, ku = 0;
   for (int64_t d = 0; d < ndiag; ++d) {
     shift[d] = transposed ? -offsets[d] : offsets[d];
     index_shift[d] = transposed ? 0 : offsets[d];
-    if (shift[d] <= -n || shift[d] >= n) continue;
-    kl = std::max(kl, -shift[d]);
-    ku = std::max(ku, shift[d]);
   }
-  const int64_t kv = kl + ku;
+  const auto [kl, ku] = banded::Bandwidths(shift.data(), shift.size(), n);
+  const int64_t kv = kl + ku, lower_stride = std::max(kl, ku) + 1;
+  if (kept != nullptr) {
+    const FactorBuffers buffers{*kept->u, *kept->lower, *kept->pivots, *kept->status};
+    JAXSPARSE_RETURN_IF_ERROR(
+        CheckFactorBuffers(buffers, data.element_type(), n, kl, ku, matrices));
+  }
   const T* values = Data<T>(data);
   const T* b = Data<T>(rhs);
   T* x = Data<T>(out);
@@ -72,22 +74,38 @@ ffi::Error Solve(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi::A
     return banded::Diagonals<T>{values + f * ndiag * n, n,      ndiag, shift.data(),
                                 index_shift.data(),     op == 2};
   };
+  // Member m's factors to keep (none without `kept`), its u (kept, or `scratch`) and status.
+  auto factors = [&](int64_t m) {
+    if (kept == nullptr) return banded::Kept<T>{};
+    return banded::Kept<T>{Data<T>(kept->lower) + m * n * lower_stride, lower_stride,
+                           Data<int32_t>(kept->pivots) + m * n};
+  };
+  auto upper = [&](int64_t m, T* scratch) {
+    return kept == nullptr ? scratch : Data<T>(kept->u) + m * n * kv;
+  };
+  auto record = [&](int64_t m, banded::Status status) {
+    if (kept != nullptr) Data<int32_t>(kept->status)[m] = status;
+  };
   const bool split =
       batch == 1 && pool.num_threads() >= 2 && n >= kMinSplitRows && n >= 8 * (kv + 1);
   if (split) {
-    std::unique_ptr<T[]> u(new T[std::max<int64_t>(1, n * kv)]);
+    std::unique_ptr<T[]> scratch(kept == nullptr ? new T[std::max<int64_t>(1, n * kv)] : nullptr);
     auto parallel = [&](int64_t parts, const auto& fn) { ParallelFor(pool, parts, fn); };
     const banded::Diagonals<T> a = matrix(0);
-    if (!banded::SolveSplit(a, kl, ku, b, x, k, u.get(), parallel)) {
-      banded::SolveWhole(a, kl, ku, b, x, k, u.get());
+    T* u = upper(0, scratch.get());
+    if (banded::SolveSplit(a, kl, ku, b, x, k, u, parallel, factors(0))) {
+      record(0, banded::kSplit);
+    } else {
+      record(0, banded::SolveWhole(a, kl, ku, b, x, k, u, factors(0)));
     }
     return ffi::Error::Success();
   }
   const int64_t parts = NumParts(pool, batch * n * k * (kv + 1) * (kl + 1), batch);
   ParallelFor(pool, parts, [&](int64_t part) {
-    std::unique_ptr<T[]> u(new T[std::max<int64_t>(1, n * kv)]);
+    std::unique_ptr<T[]> scratch(kept == nullptr ? new T[std::max<int64_t>(1, n * kv)] : nullptr);
     for (int64_t m = PieceStart(batch, parts, part); m < PieceStart(batch, parts, part + 1); ++m) {
-      banded::SolveWhole(matrix(m), kl, ku, b + m * n * k, x + m * n * k, k, u.get());
+      record(m, banded::SolveWhole(matrix(m), kl, ku, b + m * n * k, x + m * n * k, k,
+                                   upper(m, scratch.get()), factors(m)));
     }
   });
   return ffi::Error::Success();
@@ -102,8 +120,25 @@ ffi::Error BandedSolveImpl(ffi::ThreadPool pool, ffi::AnyBuffer data, ffi::AnyBu
   });
 }
 
-// The adjoint of x = A^{-1} b for a cotangent g: lambda = A^{-T} g, and the values'
-// cotangent -lambda[j - offsets[d]] . x[j] (Sddmm negated) in the same call.
+// The same for A, keeping A's factors for the tangent and adjoint solves (banded_factored.cc).
+ffi::Error BandedSolveKeepingImpl(ffi::ThreadPool pool, ffi::AnyBuffer data, ffi::AnyBuffer rhs,
+                                  ffi::Result<ffi::AnyBuffer> out, ffi::Result<ffi::AnyBuffer> u,
+                                  ffi::Result<ffi::AnyBuffer> lower,
+                                  ffi::Result<ffi::AnyBuffer> pivots,
+                                  ffi::Result<ffi::AnyBuffer> status,
+                                  ffi::Span<const int64_t> offsets) {
+  AdviseHugePages(out);
+  AdviseHugePages(u);
+  AdviseHugePages(lower);
+  const KeptBuffers kept{u, lower, pivots, status};
+  return WithValueType(data.element_type(), "DIA values", [&](auto value) {
+    return Solve<decltype(value)>(pool, data, rhs, offsets, 0, out, &kept);
+  });
+}
+
+// The adjoint of x = A^{-1} b for a cotangent g from the values, for solves that kept no
+// factors: lambda = A^{-T} g in one pass, and the values' cotangent -lambda[j - offsets[d]]
+// . x[j] (Sddmm negated) in the same call.
 ffi::Error BandedAdjointImpl(ffi::ThreadPool pool, ffi::AnyBuffer data, ffi::AnyBuffer x,
                              ffi::AnyBuffer g, ffi::Result<ffi::AnyBuffer> lambda,
                              ffi::Result<ffi::AnyBuffer> dvalues,
@@ -130,6 +165,18 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxsparseDiaBandedSolve, jaxsparse::BandedSolveImp
                                   .Ret<xla::ffi::AnyBuffer>()  // x (..., n, k)
                                   .Attr<xla::ffi::Span<const int64_t>>("offsets")
                                   .Attr<int64_t>("op"));  // 0: A, 1: A^T, 2: A^H
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxsparseDiaBandedSolveKeeping, jaxsparse::BandedSolveKeepingImpl,
+                              xla::ffi::Ffi::Bind()
+                                  .Ctx<xla::ffi::ThreadPool>()
+                                  .Arg<xla::ffi::AnyBuffer>()  // DIA data (..., ndiag, n)
+                                  .Arg<xla::ffi::AnyBuffer>()  // b (..., n, k)
+                                  .Ret<xla::ffi::AnyBuffer>()  // x (..., n, k)
+                                  .Ret<xla::ffi::AnyBuffer>()  // u (..., n, kl + ku)
+                                  .Ret<xla::ffi::AnyBuffer>()  // lower (..., n, max + 1)
+                                  .Ret<xla::ffi::AnyBuffer>()  // pivots (..., n) int32
+                                  .Ret<xla::ffi::AnyBuffer>()  // status (...) int32
+                                  .Attr<xla::ffi::Span<const int64_t>>("offsets"));
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxsparseDiaBandedAdjoint, jaxsparse::BandedAdjointImpl,
                               xla::ffi::Ffi::Bind()

@@ -20,6 +20,7 @@
 #include <complex>
 #include <cstdint>
 #include <limits>
+#include <utility>
 #include <vector>
 
 namespace jaxsparse {
@@ -27,6 +28,18 @@ namespace banded {
 
 // Which system a solve answers: A, A^T or A^H.
 enum class Op : int64_t { kPlain = 0, kTranspose = 1, kAdjoint = 2 };
+
+// A's bandwidths (kl, ku) from the offsets of its diagonals, those wholly outside an n x n
+// matrix dropped.
+inline std::pair<int64_t, int64_t> Bandwidths(const int64_t* offsets, size_t count, int64_t n) {
+  int64_t kl = 0, ku = 0;
+  for (size_t d = 0; d < count; ++d) {
+    if (offsets[d] <= -n || offsets[d] >= n) continue;
+    kl = std::max(kl, -offsets[d]);
+    ku = std::max(ku, offsets[d]);
+  }
+  return {kl, ku};
+}
 
 // LAPACK's pivot magnitude: |re| + |im| for complex values (i?amax), |x| for real ones.
 template <typename T>
@@ -122,6 +135,18 @@ struct ForwardResult {
   }
 };
 
+// Where a pass keeps the factors beside u (see Pass), or nothing (lower null).
+template <typename T>
+struct Kept {
+  T* lower = nullptr;
+  int64_t lower_stride = 0;
+  int32_t* pivot = nullptr;
+};
+
+// How a solve that kept its factors made them: a zero pivot met (the solve is nan), one pass
+// over the whole matrix, or the two blocks of the split (banded_split.h).
+enum Status : int32_t { kSingular = 0, kWhole = 1, kSplit = 2 };
+
 // One forward pass's block and buffers; `x` holds op(A)'s unknowns (n, k).
 template <typename T>
 struct Pass {
@@ -132,8 +157,26 @@ struct Pass {
   T* x;            // (n, k)
   int64_t k;
   T* u;  // (m, kl + ku): row j of U past its diagonal, over its pivot
+  // The rest of the factors, kept when `lower` is not null (banded_factored.h solves with
+  // them): `lower` row j (stride lower_stride >= kl + 1) the inverse of row j's pivot, then
+  // the multipliers of rows j + 1 ... j + kl; `pivot[j]` the row j + pivot[j] swapped with
+  // row j first.
+  T* lower = nullptr;
+  int64_t lower_stride = 0;
+  int32_t* pivot = nullptr;
 
   T* Row(int64_t i) const { return x + (block.base + block.dir * i) * k; }
+  T* LowerRow(int64_t j) const { return lower == nullptr ? nullptr : lower + j * lower_stride; }
+  // This pass keeping its factors in `kept` from M's row `first` on.
+  Pass With(const Kept<T>& kept, int64_t first) const {
+    Pass pass = *this;
+    if (kept.lower != nullptr) {
+      pass.lower = kept.lower + first * kept.lower_stride;
+      pass.lower_stride = kept.lower_stride;
+      pass.pivot = kept.pivot + first;
+    }
+    return pass;
+  }
 };
 
 // Loads M's row i into window row r whose first entry is column `first`; with `check`,
@@ -206,13 +249,20 @@ ForwardResult Forward(const Pass<T>& pass, bool check, std::atomic<bool>* stop) 
       result.info = j + 1;
       return result;
     }
+    T* kept = pass.LowerRow(j);
     for (int64_t t = 1; t <= below; ++t) {
       const T l = window.at(t, 0) / diagonal;
       for (int64_t p = 1; p <= kv; ++p) window.at(t, p) -= l * window.at(0, p);
       T* xt = pass.Row(j + t);
       for (int64_t c = 0; c < k; ++c) xt[c] -= l * xj[c];
+      if (kept != nullptr) kept[t] = l;
     }
     const T inverse = T(1) / diagonal;
+    if (kept != nullptr) {
+      std::fill(kept + below + 1, kept + kl + 1, T(0));
+      kept[0] = inverse;
+      pass.pivot[j] = static_cast<int32_t>(pivot);
+    }
     T* uj = pass.u + j * kv;
     for (int64_t p = 1; p <= kv; ++p) uj[p - 1] = window.at(0, p) * inverse;
     for (int64_t c = 0; c < k; ++c) xj[c] *= inverse;
@@ -311,6 +361,7 @@ ForwardResult ForwardFixed(const Pass<T>& pass, const int64_t* position, bool ch
       result.info = j + 1;
       return result;
     }
+    T* kept = pass.LowerRow(j);
     for (int t = 1; t <= KL; ++t) {
       const T l = w[t][0] / diagonal;
       for (int p = 1; p <= KV; ++p) w[t][p] -= l * w[0][p];
@@ -320,8 +371,13 @@ ForwardResult ForwardFixed(const Pass<T>& pass, const int64_t* position, bool ch
         T* xt = pass.Row(j + t);
         for (int64_t c = 0; c < k; ++c) xt[c] -= l * xj[c];
       }
+      if (kept != nullptr) kept[t] = l;  // zero for rows past the block's end
     }
     const T inverse = T(1) / diagonal;
+    if (kept != nullptr) {
+      kept[0] = inverse;
+      pass.pivot[j] = pivot;
+    }
     T* uj = pass.u + j * KV;
     for (int p = 1; p <= KV; ++p) uj[p - 1] = w[0][p] * inverse;
     if constexpr (kVector) {
@@ -429,17 +485,20 @@ ForwardResult ForwardAny(const Pass<T>& pass, bool check, std::atomic<bool>* sto
   return result;
 }
 
-// The whole matrix in one pass; a zero pivot gives nan everywhere.
+// The whole matrix in one pass, keeping the factors in `kept` if it names buffers; a zero
+// pivot gives nan everywhere (kSingular).
 template <typename T>
-void SolveWhole(const Diagonals<T>& a, int64_t kl, int64_t ku, const T* b, T* x, int64_t k, T* u) {
+Status SolveWhole(const Diagonals<T>& a, int64_t kl, int64_t ku, const T* b, T* x, int64_t k, T* u,
+                  const Kept<T>& kept = {}) {
   const int64_t n = a.n;
-  Pass<T> pass{a, Block{0, 1, n}, kl, ku, b, x, k, u};
+  const Pass<T> pass = Pass<T>{a, Block{0, 1, n}, kl, ku, b, x, k, u}.With(kept, 0);
   const ForwardResult result = ForwardAny(pass, false, nullptr);
   if (result.info != 0) {
     std::fill(x, x + n * k, T(std::numeric_limits<double>::quiet_NaN()));
-    return;
+    return kSingular;
   }
   BackwardAny(pass, kl + ku, n, n);
+  return kWhole;
 }
 
 }  // namespace banded

@@ -12,6 +12,7 @@
 #define JAXSPARSE_NATIVE_BANDED_SPLIT_H_
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <vector>
@@ -81,24 +82,24 @@ bool DenseSolve(std::vector<T>& matrix, std::vector<T>& rhs, int64_t s, int64_t 
   return true;
 }
 
-// The split solve: rows [0, m1) top down and [m1, n) bottom up, on two threads through
-// `parallel(2, fn)`. Returns false (x undefined) when the split cannot be trusted: the
-// matrix is not diagonally dominant, or a block or the seam system has a zero pivot.
-template <typename T, typename Parallel>
-bool SolveSplit(const Diagonals<T>& a, int64_t kl, int64_t ku, const T* b, T* x, int64_t k, T* u,
-                const Parallel& parallel) {
+// The two blocks of the split, their factors kept in `kept` (if it names buffers) in M's
+// row order: the first block's rows, then the second's. The second block reversed has the
+// bandwidths swapped; its extra columns are the first block's last kl unknowns, the first
+// block's are the second's first ku.
+template <typename T>
+std::array<Pass<T>, 2> SplitPasses(const Diagonals<T>& a, int64_t kl, int64_t ku, const T* b, T* x,
+                                   int64_t k, T* u, const Kept<T>& kept) {
   const int64_t n = a.n, kv = kl + ku, m1 = n / 2, m2 = n - m1;
-  // The second block reversed has the bandwidths swapped; its extra columns are the first
-  // block's last kl unknowns, the first block's are the second's first ku.
-  Pass<T> passes[2] = {Pass<T>{a, Block{0, 1, m1}, kl, ku, b, x, k, u},
-                       Pass<T>{a, Block{n - 1, -1, m2}, ku, kl, b, x, k, u + m1 * kv}};
-  std::atomic<bool> stop{false};
-  ForwardResult results[2];
-  parallel(2, [&](int64_t part) { results[part] = ForwardAny(passes[part], true, &stop); });
-  const int dominant = results[0].dominant & results[1].dominant;
-  if (results[0].info != 0 || results[1].info != 0 || stop.load() || dominant == 0) {
-    return false;
-  }
+  return {Pass<T>{a, Block{0, 1, m1}, kl, ku, b, x, k, u}.With(kept, 0),
+          Pass<T>{a, Block{n - 1, -1, m2}, ku, kl, b, x, k, u + m1 * kv}.With(kept, m1)};
+}
+
+// After both blocks' forward passes: the seam system, then both back substitutions at once;
+// false at a zero pivot of the seam system.
+template <typename T, typename Parallel>
+bool FinishSplit(const std::array<Pass<T>, 2>& passes, T* x, const Parallel& parallel) {
+  const int64_t kl = passes[0].kl, ku = passes[0].ku, kv = kl + ku, k = passes[0].k;
+  const int64_t m1 = passes[0].block.m;
   // Seam unknowns: s0 = x[m1 - kl, m1) (first block's last rows, its order), s1 = x[m1, m1 +
   // ku). First block: s0 = c0 + r0 s1. Second block, reversed: its last ku rows are x[m1 + ku
   // - 1 - t], its extra column q is x[m1 - 1 - q].
@@ -126,6 +127,24 @@ bool SolveSplit(const Diagonals<T>& a, int64_t kl, int64_t ku, const T* b, T* x,
     BackwardAny(pass, kv, pass.block.m - known, pass.block.m + ext);
   });
   return true;
+}
+
+// The split solve: rows [0, m1) top down and [m1, n) bottom up, on two threads through
+// `parallel(2, fn)`, keeping the factors in `kept` if it names buffers (SplitPasses). Returns
+// false (x and the factors undefined) when the split cannot be trusted: the matrix is not
+// diagonally dominant, or a block or the seam system has a zero pivot.
+template <typename T, typename Parallel>
+bool SolveSplit(const Diagonals<T>& a, int64_t kl, int64_t ku, const T* b, T* x, int64_t k, T* u,
+                const Parallel& parallel, const Kept<T>& kept = {}) {
+  const std::array<Pass<T>, 2> passes = SplitPasses(a, kl, ku, b, x, k, u, kept);
+  std::atomic<bool> stop{false};
+  ForwardResult results[2];
+  parallel(2, [&](int64_t part) { results[part] = ForwardAny(passes[part], true, &stop); });
+  const int dominant = results[0].dominant & results[1].dominant;
+  if (results[0].info != 0 || results[1].info != 0 || stop.load() || dominant == 0) {
+    return false;
+  }
+  return FinishSplit(passes, x, parallel);
 }
 
 }  // namespace banded

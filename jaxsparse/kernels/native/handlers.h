@@ -28,8 +28,15 @@ XLA_FFI_Error* JaxsparseBandedLuSolve(XLA_FFI_CallFrame* call_frame);
 // (data, b; offsets, op) -> x with A x = b, A^T x = b or A^H x = b, in one pass
 XLA_FFI_Error* JaxsparseDiaBandedSolve(XLA_FFI_CallFrame* call_frame);
 // (data, x, g; offsets) -> (lambda = A^{-T} g, dA = -lambda[row] * x[col] on the slots):
-// the adjoint of the one-pass solve x = A^{-1} b
+// the adjoint of the one-pass solve x = A^{-1} b from the values
 XLA_FFI_Error* JaxsparseDiaBandedAdjoint(XLA_FFI_CallFrame* call_frame);
+// (data, b; offsets) -> (x, u, lower, pivots, status): A x = b in one pass, A's factors kept
+XLA_FFI_Error* JaxsparseDiaBandedSolveKeeping(XLA_FFI_CallFrame* call_frame);
+// (u, lower, pivots, status, b; offsets, op) -> x with A x = b or A^T x = b from kept factors
+XLA_FFI_Error* JaxsparseDiaBandedFactoredSolve(XLA_FFI_CallFrame* call_frame);
+// (u, lower, pivots, status, x, g; offsets) -> (lambda = A^{-T} g, dA = -lambda[row] *
+// x[col] on the slots): the adjoint of x = A^{-1} b from kept factors
+XLA_FFI_Error* JaxsparseDiaBandedFactoredAdjoint(XLA_FFI_CallFrame* call_frame);
 // (values, cols, indptr, diagonal) -> the ILU(0) factors on the CSR pattern
 XLA_FFI_Error* JaxsparseIlu0Factor(XLA_FFI_CallFrame* call_frame);
 // (factors, cols, indptr, diagonal, r; transpose) -> U^{-1} L^{-1} r or its transpose

@@ -35,6 +35,9 @@ constexpr Target kTargets[] = {
     {"jaxsparse_banded_lu_solve", JaxsparseBandedLuSolve},
     {"jaxsparse_dia_banded_solve", JaxsparseDiaBandedSolve},
     {"jaxsparse_dia_banded_adjoint", JaxsparseDiaBandedAdjoint},
+    {"jaxsparse_dia_banded_solve_keeping", JaxsparseDiaBandedSolveKeeping},
+    {"jaxsparse_dia_banded_factored_solve", JaxsparseDiaBandedFactoredSolve},
+    {"jaxsparse_dia_banded_factored_adjoint", JaxsparseDiaBandedFactoredAdjoint},
     {"jaxsparse_ilu0_factor", JaxsparseIlu0Factor},
     {"jaxsparse_ilu0_apply", JaxsparseIlu0Apply},
 };

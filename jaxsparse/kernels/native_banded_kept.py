@@ -1,0 +1,208 @@
+"""The one-pass banded solve of a square DIA matrix keeping its factors, and the solves of
+its derivatives from them (`native/banded_factored.h`): what `spsolve`'s derivatives run.
+
+`solve_keeping(data, b)` returns `x` with `A x = b` and `Kept`, the factors of that pass:
+`u` `(..., n, kl + ku)` (U's rows past the diagonal, over their pivot), `lower` `(..., n,
+max(kl, ku) + 1)` (the inverse pivot, then the multipliers), `pivots` `(..., n)` int32 (row
+`j + pivots[j]` swapped with row `j`) and `status` `(...)` int32 (0: a zero pivot, the
+solve is nan; 1: one pass; 2: the two blocks of the split). `kept_solve` (with `A` or `A^T`)
+and `kept_adjoint` (`A^T` and the values' cotangent) sweep with those factors, multiply-adds
+alone, where a solve from the values would search for pivots and divide again.
+
+On CPU with the native kernels built: native calls. Elsewhere the solve runs on the host
+(LAPACK) and keeps nothing: the factors are zeros of the same shapes, and the derivatives'
+solves factor again on the host from the values.
+"""
+
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .native_banded_lu import (
+    SOLVE_OPS,
+    _adjoint_host,
+    _adjoint_shapes,
+    _solve_once_host,
+    _solve_once_on_host,
+    bandwidths,
+    native_available,
+)
+
+
+class Kept(NamedTuple):
+    """The factors `solve_keeping` keeps (see the module's docstring)."""
+
+    u: jax.Array
+    lower: jax.Array
+    pivots: jax.Array
+    status: jax.Array
+
+
+def _kept_shapes(b, kl: int, ku: int) -> Kept:
+    lead, n = b.shape[:-2], b.shape[-2]
+    return Kept(
+        jax.ShapeDtypeStruct((*lead, n, kl + ku), b.dtype),
+        jax.ShapeDtypeStruct((*lead, n, max(kl, ku) + 1), b.dtype),
+        jax.ShapeDtypeStruct((*lead, n), np.int32),
+        jax.ShapeDtypeStruct(lead, np.int32),
+    )
+
+
+def _keeping_native(data, b, *, offsets, kl, ku):
+    shapes = (jax.ShapeDtypeStruct(b.shape, b.dtype), *_kept_shapes(b, kl, ku))
+    call = jax.ffi.ffi_call(
+        "jaxsparse_dia_banded_solve_keeping", shapes, vmap_method="broadcast_all"
+    )
+    x, *kept = call(data, b, offsets=np.asarray(offsets, np.int64))
+    return x, Kept(*kept)
+
+
+def _keeping_host(data, b, *, offsets, kl, ku):
+    x = _solve_once_host(data, b, offsets=offsets, kl=kl, ku=ku, op="N")
+    return x, Kept(*(jnp.zeros(s.shape, s.dtype) for s in _kept_shapes(b, kl, ku)))
+
+
+def _keeping_members(data, b, *, offsets, kl, ku, host):
+    kwargs = dict(offsets=offsets, kl=kl, ku=ku)
+    if host or not native_available(b.dtype):
+        return _keeping_host(data, b, **kwargs)
+    return jax.lax.platform_dependent(
+        data,
+        b,
+        cpu=functools.partial(_keeping_native, **kwargs),
+        default=functools.partial(_keeping_host, **kwargs),
+    )
+
+
+@functools.cache
+def _keeping_solver(offsets: tuple, kl: int, ku: int, host: bool):
+    """`solve(data, b)` for one matrix and `b` `(n, k)`; its batching rule turns right-hand
+    sides batched over one matrix into columns (one set of factors)."""
+    kwargs = dict(offsets=offsets, kl=kl, ku=ku, host=host)
+
+    @jax.custom_batching.custom_vmap
+    def solve(data, b):
+        return _keeping_members(data, b, **kwargs)
+
+    @solve.def_vmap
+    def _(axis_size, in_batched, data, b):
+        data_batched, b_batched = in_batched
+        if not data_batched:
+            n, k = b.shape[1:]
+            columns = jnp.moveaxis(b, 0, 1).reshape(n, axis_size * k)
+            x, kept = solve(data, columns)
+            x = jnp.moveaxis(x.reshape(n, axis_size, k), 1, 0)
+            return (x, kept), (True, Kept(False, False, False, False))
+        if not b_batched:
+            b = jnp.broadcast_to(b, (axis_size, *b.shape))
+        return _keeping_members(data, b, **kwargs), (True, Kept(True, True, True, True))
+
+    return solve
+
+
+def solve_keeping(data, b, *, offsets, host: bool = False):
+    """`(x, kept)`: `x` with `A x = b` for the square DIA matrix with values `data`
+    (`(ndiag, n)`) and static `offsets`, `b` `(n, k)`, as `native_banded_lu.banded_solve`
+    computes it, and the factors (`Kept`) of that pass; zeros where the solve runs on the
+    host (`host`, or a platform other than CPU)."""
+    kl, ku = bandwidths(offsets, data.shape[-1])
+    return _keeping_solver(tuple(offsets), kl, ku, host)(data, b)
+
+
+def _flat(value, rank: int):
+    """`value` with its leading axes beyond `rank` as one (none if it has none)."""
+    if value.ndim <= rank:
+        return value
+    return value.reshape(-1, *value.shape[value.ndim - rank :])
+
+
+def _flat_kept(kept: Kept) -> Kept:
+    return Kept(*(_flat(value, rank) for value, rank in zip(kept, (2, 2, 1, 0), strict=True)))
+
+
+def _kept_solve_native(data, kept, b, *, offsets, op):
+    out = jax.ShapeDtypeStruct(b.shape, b.dtype)
+    call = jax.ffi.ffi_call("jaxsparse_dia_banded_factored_solve", out, vmap_method="broadcast_all")
+    flat = call(
+        *_flat_kept(kept),
+        _flat(b, 2),
+        offsets=np.asarray(offsets, np.int64),
+        op=np.int64(SOLVE_OPS[op]),
+    )
+    return flat.reshape(b.shape)
+
+
+def _on_host(data, b, *, offsets, kl, ku, op):
+    data = np.broadcast_to(np.asarray(data), (*np.shape(b)[:-2], *np.shape(data)[-2:]))
+    return _solve_once_on_host(data, b, offsets=offsets, kl=kl, ku=ku, op=op)
+
+
+def _kept_solve_host(data, kept, b, *, offsets, op):
+    kl, ku = bandwidths(offsets, data.shape[-1])
+    return jax.pure_callback(
+        functools.partial(_on_host, offsets=offsets, kl=kl, ku=ku, op=op),
+        jax.ShapeDtypeStruct(b.shape, b.dtype),
+        data,
+        b,
+        vmap_method="broadcast_all",
+    )
+
+
+def kept_solve(data, kept: Kept, b, *, offsets, op: str = "N", host: bool = False):
+    """`x` with `A x = b` (`op="N"`) or `A^T x = b` ("T") from the factors that
+    `solve_keeping(data, ...)` kept, `b` `(..., n, k)`; `data` and the factors are one
+    matrix's or have `b`'s leading axes. On CPU one native call; on the host (`host`, or a
+    platform other than CPU) `data` is factored again. A singular matrix gives nan."""
+    kwargs = dict(offsets=tuple(offsets), op=op)
+    if host or not native_available(b.dtype):
+        return _kept_solve_host(data, kept, b, **kwargs)
+    return jax.lax.platform_dependent(
+        data,
+        kept,
+        b,
+        cpu=functools.partial(_kept_solve_native, **kwargs),
+        default=functools.partial(_kept_solve_host, **kwargs),
+    )
+
+
+def _kept_adjoint_native(data, kept, x, g, *, offsets):
+    flat_x = _flat(x, 2)
+    call = jax.ffi.ffi_call(
+        "jaxsparse_dia_banded_factored_adjoint",
+        _adjoint_shapes(data, flat_x),
+        vmap_method="broadcast_all",
+    )
+    adjoint, dvalues = call(
+        *_flat_kept(kept), flat_x, _flat(g, 2), offsets=np.asarray(offsets, np.int64)
+    )
+    return adjoint.reshape(x.shape), dvalues.reshape(*x.shape[:-2], *data.shape[-2:])
+
+
+def _kept_adjoint_host(data, kept, x, g, *, offsets):
+    kl, ku = bandwidths(offsets, data.shape[-1])
+    return _adjoint_host(data, x, g, offsets=offsets, kl=kl, ku=ku)
+
+
+def kept_adjoint(data, kept: Kept, x, g, *, offsets, host: bool = False):
+    """The reverse-mode step of `x, kept = solve_keeping(data, b)`: `(lambda, dvalues)` with
+    `lambda = A^{-T} g` (`b`'s cotangent) and `dvalues[..., d, j] = -lambda[j - offsets[d]]
+    . x[j]` on the slots inside the matrix, zero elsewhere (the values' cotangent, plain
+    transposes for complex values): on CPU one native call (the sweeps with the factors,
+    then the values' cotangent, on both threads); elsewhere on the host from `data`.
+
+    `x` and `g` are `(..., n, k)` with the same leading axes; `data` and the factors are
+    one matrix's or have those leading axes too."""
+    kwargs = dict(offsets=tuple(offsets))
+    if host or not native_available(x.dtype):
+        return _kept_adjoint_host(data, kept, x, g, **kwargs)
+    return jax.lax.platform_dependent(
+        data,
+        kept,
+        x,
+        g,
+        cpu=functools.partial(_kept_adjoint_native, **kwargs),
+        default=functools.partial(_kept_adjoint_host, **kwargs),
+    )
