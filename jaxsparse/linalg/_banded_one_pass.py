@@ -73,7 +73,7 @@ def keeps_factors(offsets, n: int, columns: int, dtype) -> bool:
     mappings whose pages fault in on every call: for a band of at most two diagonals each
     side, that costs more than factoring again (which searches and divides where the kept
     factors only multiply); a wider band costs far more to factor again than to fault in.
-    Measured in `benchmarks/results/solve.md`."""
+    Measured in `benchmarks/results/solve-gradient-2026-11-26-epyc.txt`."""
     kl, ku = native_banded_lu.bandwidths(offsets, n)
     itemsize = np.dtype(dtype).itemsize
     size = n * (kl + ku + max(kl, ku) + 1 + 2 * columns) * itemsize + 4 * n
