@@ -16,7 +16,9 @@ Sections, each result checked against scipy before it is timed, medians in ms:
   jitted loop (where XLA's buffers are reused: a single call's fresh buffers of more than
   glibc's 32 MB mmap threshold fault their pages in on every call);
 - memory: resident memory over 3000 jitted calls that factor inside `jit` (enough to
-  tell glibc's heap settling, which moves the figure by tens of MB, from growth).
+  tell glibc's heap settling, which moves the figure by tens of MB, from growth);
+- routes (not run by default): the banded gradient's two routes, kept factors and a second
+  factorization from the values, at 2-10 x 10^5 rows, with the page faults of a call.
 
 Single calls are jitted functions called from Python (compilation outside the timed
 region); "loop" is per solve inside one jitted `fori_loop` of 10 solves, each right-hand
@@ -349,12 +351,66 @@ def memory_section(args, rng) -> list[str]:
     return lines
 
 
+def routes_section(args, rng) -> list[str]:
+    """Both routes of a banded gradient at several sizes: the kept factors and factoring
+    A^T again from the values (`_banded_one_pass.keeps_factors` picks one by size)."""
+    from jaxsparse.linalg import _banded_one_pass
+
+    lines = [
+        "gradient / solve by route; single calls (minor page faults a gradient call), then "
+        f"per step inside a jitted loop of {LOOP_SOLVES}"
+    ]
+    lines.append(
+        f"{'rows':>9} {'band':>5} {'route':>7} {'solve':>7} {'grad':>7} {'ratio':>6} "
+        f"{'faults':>7} {'loop solve':>10} {'loop grad':>10} {'ratio':>6}"
+    )
+    sizes = (2000, 4000) if args.quick else (200_000, 400_000, 700_000, 1_000_000)
+    default = _banded_one_pass.KEPT_BYTES
+    for n in sizes:
+        for offsets in ((-1, 0, 1), (-2, -1, 0, 1, 2)):
+            A = banded_dia(n, offsets, rng)
+            b = jnp.asarray(rng.standard_normal(n))
+            for route, limit in (("kept", 1 << 62), ("values", 0)):
+                _banded_one_pass.KEPT_BYTES = limit
+                try:
+                    lines.append(_route_line(A, b, n, len(offsets), route, args))
+                finally:
+                    _banded_one_pass.KEPT_BYTES = default
+    return lines
+
+
+def _route_line(A, b, n, band, route, args) -> str:
+    def solve(data, b):
+        return js.linalg.spsolve(A.with_data(data), b)
+
+    step = jax.grad(lambda data, b: jnp.sum(solve(data, b) ** 2), argnums=(0, 1))
+    single, gradient = jax.jit(solve), jax.jit(step)
+    loops = (_loop_solve(solve), _loop_gradient(step))
+    jax.block_until_ready((single(A.data, b), gradient(A.data, b)))
+    jax.block_until_ready([loop(A.data, b) for loop in loops])
+    solve_ms = _ms(timing.blocking(single, A.data, b), args.quick)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(10):
+        jax.block_until_ready(gradient(A.data, b))
+    faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 10
+    gradient_ms = _ms(timing.blocking(gradient, A.data, b), args.quick)
+    loop_solve, loop_gradient = (
+        _ms(timing.blocking(loop, A.data, b), args.quick) / LOOP_SOLVES for loop in loops
+    )
+    return (
+        f"{n:>9} {band:>5} {route:>7} {solve_ms:7.2f} {gradient_ms:7.2f} "
+        f"{gradient_ms / solve_ms:6.2f} {faults:7.0f} {loop_solve:10.2f} {loop_gradient:10.2f} "
+        f"{loop_gradient / loop_solve:6.2f}"
+    )
+
+
 SECTIONS = {
     "banded": banded_section,
     "csr": csr_section,
     "reuse": reuse_section,
     "gradient": gradient_section,
     "memory": memory_section,
+    "routes": routes_section,
 }
 
 
