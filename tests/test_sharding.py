@@ -39,6 +39,9 @@ def test_sharded_products_on_eight_devices():
         assert f"{devices} devices" in out
 
 
+# The collectives' bytes, sharded gradients and construction checks repeat the products
+# above on more paths: `slow`.
+@pytest.mark.slow
 def test_sharded_bytes_gradients_and_construction_on_eight_devices():
     out = run_python("tests/sharding_checks.py", "bytes-and-gradients")
     assert out.rstrip().endswith("ALL SHARDING CHECKS PASSED")

@@ -28,6 +28,8 @@ from .native_banded_lu import (
     _solve_once_host,
     _solve_once_on_host,
     bandwidths,
+    batch_as_columns,
+    columns_as_batch,
     native_available,
 )
 
@@ -91,11 +93,8 @@ def _keeping_solver(offsets: tuple, kl: int, ku: int, host: bool):
     def _(axis_size, in_batched, data, b):
         data_batched, b_batched = in_batched
         if not data_batched:
-            n, k = b.shape[1:]
-            columns = jnp.moveaxis(b, 0, 1).reshape(n, axis_size * k)
-            x, kept = solve(data, columns)
-            x = jnp.moveaxis(x.reshape(n, axis_size, k), 1, 0)
-            return (x, kept), (True, Kept(False, False, False, False))
+            x, kept = solve(data, batch_as_columns(b))
+            return (columns_as_batch(x, axis_size), kept), (True, Kept(False, False, False, False))
         if not b_batched:
             b = jnp.broadcast_to(b, (axis_size, *b.shape))
         return _keeping_members(data, b, **kwargs), (True, Kept(True, True, True, True))

@@ -149,6 +149,19 @@ def _solve_members(band, pivots, b, *, kl, ku, op, host):
     )
 
 
+def batch_as_columns(b):
+    """Right-hand sides `(batch, n, k)` that share one matrix as the columns `(n, batch * k)`
+    of one solve (`columns_as_batch` undoes it)."""
+    batch, n, k = b.shape
+    return jnp.moveaxis(b, 0, 1).reshape(n, batch * k)
+
+
+def columns_as_batch(x, batch: int):
+    """The solution `(n, batch * k)` of `batch_as_columns`'s solve as `(batch, n, k)`."""
+    n = x.shape[0]
+    return jnp.moveaxis(x.reshape(n, batch, -1), 1, 0)
+
+
 @functools.cache
 def _solver(kl: int, ku: int, op: str, host: bool):
     """`solve(band, pivots, b)` for one matrix and `b` of shape `(n, k)`, whose batching
@@ -162,10 +175,7 @@ def _solver(kl: int, ku: int, op: str, host: bool):
     def _(axis_size, in_batched, band, pivots, b):
         band_batched, pivots_batched, b_batched = in_batched
         if not (band_batched or pivots_batched):
-            n, k = b.shape[1:]
-            columns = jnp.moveaxis(b, 0, 1).reshape(n, axis_size * k)
-            x = solve(band, pivots, columns).reshape(n, axis_size, k)
-            return jnp.moveaxis(x, 1, 0), True
+            return columns_as_batch(solve(band, pivots, batch_as_columns(b)), axis_size), True
         batched = [
             value if is_batched else jnp.broadcast_to(value, (axis_size, *value.shape))
             for value, is_batched in zip((band, pivots, b), in_batched, strict=True)
@@ -229,10 +239,7 @@ def _one_pass_solver(offsets: tuple, kl: int, ku: int, op: str, host: bool):
     def _(axis_size, in_batched, data, b):
         data_batched, b_batched = in_batched
         if not data_batched:
-            n, k = b.shape[1:]
-            columns = jnp.moveaxis(b, 0, 1).reshape(n, axis_size * k)
-            x = solve(data, columns).reshape(n, axis_size, k)
-            return jnp.moveaxis(x, 1, 0), True
+            return columns_as_batch(solve(data, batch_as_columns(b)), axis_size), True
         if not b_batched:
             b = jnp.broadcast_to(b, (axis_size, *b.shape))
         return _solve_once_members(data, b, **kwargs), True

@@ -150,23 +150,18 @@ ffi::Error BandedFactoredSolveImpl(ffi::ThreadPool pool, ffi::AnyBuffer u, ffi::
   });
 }
 
-// The adjoint of x = A^{-1} b for a cotangent g: lambda = A^{-T} g, and the values'
-// cotangent -lambda[j - offsets[d]] . x[j] (Sddmm negated) in the same call.
+// The adjoint of x = A^{-1} b from the kept factors: lambda = A^{-T} g by the sweeps, then
+// the values' cotangent.
 ffi::Error BandedFactoredAdjointImpl(ffi::ThreadPool pool, ffi::AnyBuffer u, ffi::AnyBuffer lower,
                                      ffi::AnyBuffer pivots, ffi::AnyBuffer status, ffi::AnyBuffer x,
                                      ffi::AnyBuffer g, ffi::Result<ffi::AnyBuffer> lambda,
                                      ffi::Result<ffi::AnyBuffer> dvalues,
                                      ffi::Span<const int64_t> offsets) {
-  // SolveFactored checks the factors, g and lambda; these the gradient's, lambda as its g.
-  JAXSPARSE_RETURN_IF_ERROR(CheckSddmmBuffers(*lambda, x, *dvalues));
-  AdviseHugePages(lambda);
-  AdviseHugePages(dvalues);
   const FactorBuffers factors{u, lower, pivots, status};
-  return WithValueType(u.element_type(), "the factors", [&](auto value) {
-    using T = decltype(value);
-    JAXSPARSE_RETURN_IF_ERROR(SolveFactored<T>(pool, factors, g, offsets, true, lambda));
-    return Sddmm<T, /*Negate=*/true>(pool, *lambda, x, offsets, dvalues);
-  });
+  return AdjointThenValuesCotangent(
+      pool, u.element_type(), x, lambda, dvalues, offsets, [&](auto value) {
+        return SolveFactored<decltype(value)>(pool, factors, g, offsets, true, lambda);
+      });
 }
 
 }  // namespace

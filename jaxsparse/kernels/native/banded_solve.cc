@@ -136,22 +136,15 @@ ffi::Error BandedSolveKeepingImpl(ffi::ThreadPool pool, ffi::AnyBuffer data, ffi
   });
 }
 
-// The adjoint of x = A^{-1} b for a cotangent g from the values, for solves that kept no
-// factors: lambda = A^{-T} g in one pass, and the values' cotangent -lambda[j - offsets[d]]
-// . x[j] (Sddmm negated) in the same call.
+// The adjoint of x = A^{-1} b from the values, for solves that kept no factors: lambda =
+// A^{-T} g in one pass, then the values' cotangent.
 ffi::Error BandedAdjointImpl(ffi::ThreadPool pool, ffi::AnyBuffer data, ffi::AnyBuffer x,
                              ffi::AnyBuffer g, ffi::Result<ffi::AnyBuffer> lambda,
                              ffi::Result<ffi::AnyBuffer> dvalues,
                              ffi::Span<const int64_t> offsets) {
-  // Solve checks data, g and lambda; these the gradient's buffers, lambda as its g.
-  JAXSPARSE_RETURN_IF_ERROR(CheckSddmmBuffers(*lambda, x, *dvalues));
-  AdviseHugePages(lambda);
-  AdviseHugePages(dvalues);
-  return WithValueType(data.element_type(), "DIA values", [&](auto value) {
-    using T = decltype(value);
-    JAXSPARSE_RETURN_IF_ERROR(Solve<T>(pool, data, g, offsets, 1, lambda));
-    return Sddmm<T, /*Negate=*/true>(pool, *lambda, x, offsets, dvalues);
-  });
+  return AdjointThenValuesCotangent(
+      pool, data.element_type(), x, lambda, dvalues, offsets,
+      [&](auto value) { return Solve<decltype(value)>(pool, data, g, offsets, 1, lambda); });
 }
 
 }  // namespace

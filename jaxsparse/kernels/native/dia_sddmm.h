@@ -15,6 +15,7 @@
 #include "arrays.h"
 #include "buffer_checks.h"
 #include "dispatch.h"
+#include "pages.h"
 #include "parallel.h"
 
 namespace jaxsparse {
@@ -132,6 +133,24 @@ inline ffi::Error CheckSddmmBuffers(const ffi::AnyBuffer& g, const ffi::AnyBuffe
   JAXSPARSE_RETURN_IF_ERROR(CheckAxis(operand, 1, cotangent.Axis(1), "g's columns"));
   JAXSPARSE_RETURN_IF_ERROR(CheckBatch(cotangent, result));
   return CheckBatch(operand, result);
+}
+
+// The adjoint of x = A^{-1} b for a cotangent g in one call: `solve(T{})` writes lambda =
+// A^{-T} g (checking its own buffers), then the values' cotangent -lambda[j - offsets[d]]
+// . x[j] (Sddmm negated), after the checks of the gradient's buffers.
+template <typename F>
+ffi::Error AdjointThenValuesCotangent(ffi::ThreadPool& pool, ffi::DataType type,
+                                      const ffi::AnyBuffer& x, ffi::Result<ffi::AnyBuffer>& lambda,
+                                      ffi::Result<ffi::AnyBuffer>& dvalues,
+                                      ffi::Span<const int64_t> offsets, const F& solve) {
+  JAXSPARSE_RETURN_IF_ERROR(CheckSddmmBuffers(*lambda, x, *dvalues));
+  AdviseHugePages(lambda);
+  AdviseHugePages(dvalues);
+  return WithValueType(type, "DIA values", [&](auto value) {
+    using T = decltype(value);
+    JAXSPARSE_RETURN_IF_ERROR(solve(value));
+    return Sddmm<T, /*Negate=*/true>(pool, *lambda, x, offsets, dvalues);
+  });
 }
 
 }  // namespace jaxsparse
