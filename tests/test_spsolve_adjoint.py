@@ -88,6 +88,7 @@ def test_gradient_matches_the_factorized_route(dominant, dtype, route):
     assert np.all(np.asarray(actual[0])[ignored_slots(offsets, matrix.shape)] == 0)
 
 
+@pytest.mark.on_cpu  # the native kernels
 def test_gradient_step_is_one_solve_and_one_adjoint_call(route):
     rng = np.random.default_rng(41)
     matrix = _band(rng, 50, (-1, 0, 1), jnp.float64, True)
@@ -114,6 +115,7 @@ def test_gradient_step_is_one_solve_and_one_adjoint_call(route):
 KEPT_OFFSETS = [(-1, 0, 1), (-3, 0, 1), (0, 2), (-1, 0), (-2, 0, 5)]
 
 
+@pytest.mark.on_cpu  # the native kernels
 @pytest.mark.parametrize("offsets", KEPT_OFFSETS, ids=str)
 @pytest.mark.parametrize("dominant", [True, False], ids=["split", "one-pass"])
 @pytest.mark.parametrize("columns", [1, 3])
@@ -164,6 +166,7 @@ def test_singular_matrix_gives_nan_gradients(route):
     assert np.all(np.isnan(np.asarray(grads[0])[inside]))
 
 
+@pytest.mark.on_cpu  # the native kernels
 @pytest.mark.parametrize("batched", [False, True])
 def test_native_and_host_adjoints_agree(batched):
     rng = np.random.default_rng(43)
@@ -191,6 +194,7 @@ def test_native_and_host_adjoints_agree(batched):
         np.testing.assert_allclose(native, host, rtol=1e-11, atol=1e-12)
 
 
+@pytest.mark.on_cpu  # the native kernels
 def test_gradients_over_right_hand_sides_share_one_factorization(route):
     """`vmap` of the gradient over right-hand sides is one multi-column solve (one set of
     factors), and matches the gradients taken one right-hand side at a time."""
