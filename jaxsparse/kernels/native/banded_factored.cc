@@ -85,7 +85,8 @@ ffi::Error SolveFactored(ffi::ThreadPool& pool, const FactorBuffers& f, const ff
   if (Trailing(*out, 2) != n || Trailing(*out, 1) != k || LeadingSize(*out, 2) != batch) {
     return ffi::Error::InvalidArgument("banded factored solve: x must have b's shape");
   }
-  const auto [kl, ku] = banded::Bandwidths(offsets.begin(), offsets.size(), n);
+  int64_t kl, ku;
+  banded::Bandwidths(offsets.begin(), offsets.size(), n, kl, ku);
   const int64_t matrices = f.pivots.dimensions().size() < 1 ? 0 : LeadingSize(f.pivots, 1);
   if (matrices != batch && matrices != 1) {
     return ffi::Error::InvalidArgument(

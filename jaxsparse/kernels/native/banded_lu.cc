@@ -148,17 +148,6 @@ void WithBand(T* values, int64_t n, int64_t kl, int64_t ku, const F& fn) {
   fn(Band<T>{values, n, kl, ku});
 }
 
-// The band's bandwidths from the DIA offsets of an n x n matrix, diagonals outside it
-// dropped.
-void Bandwidths(ffi::Span<const int64_t> offsets, int64_t n, int64_t& kl, int64_t& ku) {
-  kl = ku = 0;
-  for (int64_t offset : offsets) {
-    if (offset <= -n || offset >= n) continue;
-    kl = std::max(kl, -offset);
-    ku = std::max(ku, offset);
-  }
-}
-
 template <typename T>
 ffi::Error Factor(ffi::ThreadPool& pool, const ffi::AnyBuffer& data,
                   ffi::Span<const int64_t> offsets, ffi::Result<ffi::AnyBuffer>& band,
@@ -173,7 +162,7 @@ ffi::Error Factor(ffi::ThreadPool& pool, const ffi::AnyBuffer& data,
     return ffi::Error::InvalidArgument("banded LU: DIA data and offsets disagree");
   }
   int64_t kl, ku;
-  Bandwidths(offsets, n, kl, ku);
+  banded::Bandwidths(offsets.begin(), offsets.size(), n, kl, ku);
   const int64_t rows = 2 * kl + ku + 1;
   if (band_dims[band_dims.size() - 2] != rows || band_dims.back() != n) {
     return ffi::Error::InvalidArgument("banded LU: the band must be (..., " + std::to_string(rows) +

@@ -47,7 +47,8 @@ ffi::Error Solve(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi::A
                  const KeptBuffers* kept = nullptr) {
   BandedSizes sizes;
   JAXSPARSE_RETURN_IF_ERROR(CheckBandedSystem(data, rhs, *out, offsets.size(), sizes));
-  const auto [ndiag, n, k, batch, matrices] = sizes;
+  const int64_t ndiag = sizes.ndiag, n = sizes.n, k = sizes.k, batch = sizes.batch;
+  const int64_t matrices = sizes.matrices;
   if (op < 0 || op > 2) return ffi::Error::InvalidArgument("banded solve: op must be 0, 1 or 2");
   if (kept != nullptr && (op != 0 || matrices != batch)) {
     return ffi::Error::InvalidArgument("banded solve: factors are kept for A, one per b");
@@ -59,7 +60,8 @@ ffi::Error Solve(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi::A
     shift[d] = transposed ? -offsets[d] : offsets[d];
     index_shift[d] = transposed ? 0 : offsets[d];
   }
-  const auto [kl, ku] = banded::Bandwidths(shift.data(), shift.size(), n);
+  int64_t kl, ku;
+  banded::Bandwidths(shift.data(), shift.size(), n, kl, ku);
   const int64_t kv = kl + ku, lower_stride = std::max(kl, ku) + 1;
   if (kept != nullptr) {
     const FactorBuffers buffers{*kept->u, *kept->lower, *kept->pivots, *kept->status};

@@ -20,7 +20,6 @@
 #include <complex>
 #include <cstdint>
 #include <limits>
-#include <utility>
 #include <vector>
 
 namespace jaxsparse {
@@ -29,16 +28,15 @@ namespace banded {
 // Which system a solve answers: A, A^T or A^H.
 enum class Op : int64_t { kPlain = 0, kTranspose = 1, kAdjoint = 2 };
 
-// A's bandwidths (kl, ku) from the offsets of its diagonals, those wholly outside an n x n
+// A's bandwidths kl, ku from the offsets of its diagonals, those wholly outside an n x n
 // matrix dropped.
-inline std::pair<int64_t, int64_t> Bandwidths(const int64_t* offsets, size_t count, int64_t n) {
-  int64_t kl = 0, ku = 0;
+inline void Bandwidths(const int64_t* offsets, size_t count, int64_t n, int64_t& kl, int64_t& ku) {
+  kl = ku = 0;
   for (size_t d = 0; d < count; ++d) {
     if (offsets[d] <= -n || offsets[d] >= n) continue;
     kl = std::max(kl, -offsets[d]);
     ku = std::max(ku, offsets[d]);
   }
-  return {kl, ku};
 }
 
 // LAPACK's pivot magnitude: |re| + |im| for complex values (i?amax), |x| for real ones.
