@@ -217,3 +217,21 @@ def test_gradients_over_right_hand_sides_share_one_factorization(route):
         expected = grad(matrix.data, bs[i])
         np.testing.assert_allclose(dvalues, expected[0], rtol=1e-12, atol=1e-13)
         np.testing.assert_allclose(db, expected[1], rtol=1e-12, atol=1e-13)
+
+
+def test_host_solve_keeps_zeros_that_its_derivatives_never_read():
+    """Off the CPU the solve runs on the host and keeps nothing: its factors are zeros, and
+    the host's derivative solves factor again from the values."""
+    rng = np.random.default_rng(46)
+    offsets = (-2, 0, 1)
+    matrix = _band(rng, 30, offsets, jnp.float64, False)
+    b = jnp.asarray(random_values(rng, (30, 2), jnp.float64))
+    x, kept = native_banded_kept.solve_keeping(matrix.data, b, offsets=offsets, host=True)
+    S = matrix.to_scipy().tocsc()
+    np.testing.assert_allclose(x, scipy.sparse.linalg.spsolve(S, np.asarray(b)), rtol=1e-10)
+    assert all(not np.any(np.asarray(value)) for value in kept)
+    adjoint = native_banded_kept.kept_solve(
+        matrix.data, kept, b, offsets=offsets, op="T", host=True
+    )
+    expected = scipy.sparse.linalg.spsolve(S.T.tocsc(), np.asarray(b))
+    np.testing.assert_allclose(adjoint, expected, rtol=1e-10)
