@@ -27,14 +27,15 @@ SPLIT_ROWS = 20_000
 
 def _band(rng, n, offsets, dtype, dominant):
     """A DIA matrix with junk in its ignored slots: diagonally dominant by rows, each main
-    entry past the rest of its row by at least 1 (solved split over two threads when large),
-    or with a main diagonal of random sign (one pass)."""
+    entry at least twice the rest of its row, plus 1 (the native check's margin for complex
+    values; solved split over two threads when large), or with a main diagonal of random
+    sign (one pass)."""
     matrix, _ = random_dia(rng, (n, n), offsets, dtype)
     main = offsets.index(0)
     data = np.asarray(matrix.data).copy()
     if dominant:
         off_diagonal = np.abs(matrix.to_scipy()).sum(axis=1) - np.abs(data[main])
-        data[main] = (data[main] / np.abs(data[main]) * (off_diagonal + 1)).astype(data.dtype)
+        data[main] = (data[main] / np.abs(data[main]) * (2 * off_diagonal + 1)).astype(data.dtype)
     else:
         signs = np.where(rng.random(n) < 0.5, -1.0, 1.0)
         data[main] = (1.5 * signs + data[main]).astype(data.dtype)
@@ -116,17 +117,21 @@ KEPT_OFFSETS = [(-1, 0, 1), (-3, 0, 1), (0, 2), (-1, 0), (-2, 0, 5)]
 
 
 @pytest.mark.on_cpu  # the native kernels
-@pytest.mark.parametrize("offsets", KEPT_OFFSETS, ids=str)
+@pytest.mark.parametrize(
+    "offsets, dtype",
+    [*((offsets, jnp.float64) for offsets in KEPT_OFFSETS), ((-1, 0, 2), jnp.complex128)],
+    ids=lambda value: dtype_id(value) if isinstance(value, type) else str(value),
+)
 @pytest.mark.parametrize("dominant", [True, False], ids=["split", "one-pass"])
 @pytest.mark.parametrize("columns", [1, 3])
-def test_kept_solves_match_scipy(offsets, dominant, columns):
+def test_kept_solves_match_scipy(offsets, dtype, dominant, columns):
     """Solves with `A` and `A^T` from the kept factors, on the split's two blocks (odd size:
     blocks of unequal rows) and on one pass, against scipy's."""
     rng = np.random.default_rng(44)
     n = SPLIT_ROWS + 1
-    matrix = _band(rng, n, offsets, jnp.float64, dominant)
-    b = jnp.asarray(random_values(rng, (n, columns), jnp.float64))
-    g = jnp.asarray(random_values(rng, (n, columns), jnp.float64))
+    matrix = _band(rng, n, offsets, dtype, dominant)
+    b = jnp.asarray(random_values(rng, (n, columns), dtype))
+    g = jnp.asarray(random_values(rng, (n, columns), dtype))
     x, kept = native_banded_kept.solve_keeping(matrix.data, b, offsets=offsets)
     assert int(kept.status) == (2 if dominant else 1)
     S = matrix.to_scipy().tocsc()
