@@ -67,11 +67,11 @@ def keeps_factors(offsets, n: int, columns: int, dtype) -> bool:
     """Whether the derivatives of a solve with this `n x n` band and `columns` right-hand
     sides keep the forward pass's factors (`native_banded_kept`) rather than factor `A^T`
     again from the values: when the factors, the solution and its cotangent take at most
-    `KEPT_BYTES`, or the band is wider than pentadiagonal.
+    `KEPT_BYTES`, or the band is wider than pentadiagonal (`kl + ku > 4`).
 
     XLA allocates a call's buffers afresh, and glibc hands out blocks over 32 MiB as new
-    mappings whose pages fault in on every call: for a band of at most two diagonals each
-    side, that costs more than factoring again (which searches and divides where the kept
+    mappings whose pages fault in on every call: for a band with `kl + ku <= 4`, that costs
+    more than factoring again (which searches and divides where the kept
     factors only multiply); a wider band costs far more to factor again than to fault in.
     Measured in `benchmarks/results/solve-gradient-2026-11-26-epyc.txt`."""
     kl, ku = native_banded_lu.bandwidths(offsets, n)
