@@ -26,7 +26,6 @@ from .native_banded_lu import (
     _adjoint_host,
     _adjoint_shapes,
     _solve_once_host,
-    _solve_once_on_host,
     bandwidths,
     batch_as_columns,
     columns_as_batch,
@@ -134,20 +133,9 @@ def _kept_solve_native(data, kept, b, *, offsets, op):
     return flat.reshape(b.shape)
 
 
-def _on_host(data, b, *, offsets, kl, ku, op):
-    data = np.broadcast_to(np.asarray(data), (*np.shape(b)[:-2], *np.shape(data)[-2:]))
-    return _solve_once_on_host(data, b, offsets=offsets, kl=kl, ku=ku, op=op)
-
-
 def _kept_solve_host(data, kept, b, *, offsets, op):
     kl, ku = bandwidths(offsets, data.shape[-1])
-    return jax.pure_callback(
-        functools.partial(_on_host, offsets=offsets, kl=kl, ku=ku, op=op),
-        jax.ShapeDtypeStruct(b.shape, b.dtype),
-        data,
-        b,
-        vmap_method="broadcast_all",
-    )
+    return _solve_once_host(data, b, offsets=offsets, kl=kl, ku=ku, op=op)
 
 
 def kept_solve(data, kept: Kept, b, *, offsets, op: str = "N", host: bool = False):

@@ -199,8 +199,11 @@ def _solve_once_native(data, b, *, offsets, op):
 
 
 def _solve_once_on_host(data, b, *, offsets, kl, ku, op):
+    """The solve for `b` `(..., n, k)` with `data` one matrix's or with `b`'s leading axes."""
+    b = np.asarray(b)
+    data = np.broadcast_to(np.asarray(data), (*b.shape[:-2], *np.shape(data)[-2:]))
     bands, pivots, info = _factor_on_host(data, offsets=offsets, kl=kl, ku=ku)
-    x = _solve_on_host(bands, pivots, np.asarray(b), kl=kl, ku=ku, op=op)
+    x = _solve_on_host(bands, pivots, b, kl=kl, ku=ku, op=op)
     return np.where((info == 0)[..., None, None], x, np.nan).astype(x.dtype)
 
 
@@ -273,11 +276,10 @@ def _adjoint_native(data, x, g, *, offsets):
 
 
 def _adjoint_on_host(data, x, g, *, offsets, kl, ku):
-    data, x, g = np.asarray(data), np.asarray(x), np.asarray(g)
-    data = np.broadcast_to(data, (*x.shape[:-2], *data.shape[-2:]))
+    x = np.asarray(x)
     adjoint = _solve_once_on_host(data, g, offsets=offsets, kl=kl, ku=ku, op="T")
     n = x.shape[-2]
-    dvalues = np.zeros(data.shape, x.dtype)
+    dvalues = np.zeros((*x.shape[:-2], *np.shape(data)[-2:]), x.dtype)
     for d, offset in enumerate(offsets):
         columns = np.arange(max(0, offset), min(n, n + offset))
         if columns.size:

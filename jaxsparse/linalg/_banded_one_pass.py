@@ -184,10 +184,11 @@ def _batch(args, dims, *, offsets):
         return jnp.moveaxis(value, dim, 0)
 
     ddata, db, data, x, *kept = args
+    matrix, matrix_dims = [data, *kept], [dims[2], *dims[4:]]
     # One matrix for the whole batch: its values and factors stay unbatched.
-    shared = all(d is None for d in dims[2:3] + dims[4:]) and data.ndim == 2
-    matrix = [(value, dim) for value, dim in zip([data, *kept], dims[2:3] + dims[4:], strict=True)]
-    data, *kept = [value if shared else front(value, dim) for value, dim in matrix]
+    if any(d is not None for d in matrix_dims) or data.ndim > 2:
+        matrix = [front(value, d) for value, d in zip(matrix, matrix_dims, strict=True)]
+    data, *kept = matrix
     moved = [front(ddata, dims[0]), front(db, dims[1]), data, front(x, dims[3]), *kept]
     return tangent_solve_p.bind(*moved, offsets=offsets), 0
 
