@@ -34,8 +34,8 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py
 
 # On a machine with a GPU whose Python already has JAX for it (GPU machines here have no
-# network, so no venv): tools/gpu_check.sh runs the suite on the GPU, the CPU-behaviour
-# tests (marked `on_cpu`) with JAX on the CPU alone, and the GPU benchmark.
+# network, so no venv): tools/gpu_check.sh runs the GPU benchmark, the suite on the GPU
+# and the CPU-behaviour tests (marked `on_cpu`) with JAX on the CPU alone, within a budget.
 GPU_PYTHON ?= python3
 gpu-check:
 	GPU_PYTHON=$(GPU_PYTHON) tools/gpu_check.sh

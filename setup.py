@@ -10,11 +10,13 @@ failed compilation fails the install (the Makefile's builds), instead of leaving
 build in place.
 """
 
+import concurrent.futures
 import copy
 import importlib.util
 import os
 import pathlib
 import platform
+import threading
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
@@ -52,11 +54,34 @@ if os.environ.get("JAXSPARSE_BUILD_NATIVE") == "0":
     extensions = []
 
 
+# Compilations running at once across both builds: one per core.
+COMPILE_SLOTS = threading.BoundedSemaphore(os.cpu_count() or 1)
+
+
+def compiling_sources_at_once(compiler):
+    """A copy of `compiler` whose `compile` runs each source file as its own compilation,
+    all at once up to COMPILE_SLOTS: the sources are independent, and on a machine with
+    many cores the build then takes about as long as its longest file."""
+    apart = copy.copy(compiler)
+
+    def compile_one(source, *args, **kwargs):
+        with COMPILE_SLOTS:
+            return compiler.compile([source], *args, **kwargs)
+
+    def compile_all(sources, *args, **kwargs):
+        with concurrent.futures.ThreadPoolExecutor(len(sources) or 1) as pool:
+            done = pool.map(lambda source: compile_one(source, *args, **kwargs), sources)
+            return [obj for objects in done for obj in objects]
+
+    apart.compile = compile_all
+    return apart
+
+
 class BuildExtensionsAtOnce(build_ext):
-    """`build_ext` compiling every extension at once (the builds are independent, so two
-    cores halve the install's wait), each in a temporary directory of its own: both
-    builds compile the same sources with different flags, so their object files must not
-    share a path."""
+    """`build_ext` compiling every extension at once (the builds are independent), and
+    every source of each at once (`compiling_sources_at_once`), each extension in a
+    temporary directory of its own: both builds compile the same sources with different
+    flags, so their object files must not share a path."""
 
     def finalize_options(self):
         super().finalize_options()
@@ -68,6 +93,7 @@ class BuildExtensionsAtOnce(build_ext):
         # `build_temp`.
         apart = copy.copy(self)
         apart.build_temp = str(pathlib.Path(self.build_temp, ext.name))
+        apart.compiler = compiling_sources_at_once(self.compiler)
         super(BuildExtensionsAtOnce, apart).build_extension(ext)
 
 

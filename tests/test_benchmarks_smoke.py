@@ -81,3 +81,52 @@ def test_wide_operand_script_checks_and_times_every_system():
     # A stencil (in either format) is also timed with scipy's DIA product; random rows not.
     assert all(" scipy-dia " in line for line in lines[:2])
     assert " scipy-dia " not in lines[2]
+
+
+# Benchmark code rather than the library's (9 s): `slow`, which CI runs.
+@pytest.mark.slow
+def test_gpu_benchmark_checks_every_case_on_the_cpu(monkeypatch):
+    """`gpu.py`'s run at a small size on the CPU with the `xla` family alone (Pallas has no
+    CPU compiler), so a GPU lease does not find the script's errors: every case timed,
+    each product checked against scipy on the checked columns (first, middle, last), and a
+    summary line per case."""
+    gpu = _load("gpu")
+    monkeypatch.setattr(gpu, "_gpu_families", lambda: ())
+    monkeypatch.setattr(gpu, "copy_bandwidth", lambda: 1.0)  # 1 GiB copies: GPU-sized
+    results = gpu.run(300, ks=(1, 5), with_xla=True)
+    assert gpu._checked_columns(1) == [0] and gpu._checked_columns(64) == [0, 32, 63]
+    assert [(case["matrix"], case["k"]) for case in results["cases"]] == [
+        (name, k) for name, _, _ in gpu.KINDS for k in (1, 5)
+    ]
+    for case in results["cases"]:
+        assert case["dtype"] == "float32", case  # CuPy's matrix too, not scipy's float64
+        systems = {system["system"]: system for system in case["systems"]}
+        xla = systems["jaxsparse xla"]
+        assert xla["relative_error"] < 1e-5, case
+        assert xla["loop_s"] > 0 and xla["gradient_s"] > 0
+        assert systems["BCSR (cuSPARSE)"]["loop_s"] > 0
+    assert len(gpu.summary(results)) == 2 + len(results["cases"])
+
+
+@pytest.mark.slow
+def test_gpu_benchmark_keeps_the_cases_done_when_interrupted(monkeypatch):
+    """An interrupt (what `make gpu-check`'s time limit sends) after the second case ends
+    the run with those two cases and a summary of them."""
+    gpu = _load("gpu")
+    monkeypatch.setattr(gpu, "_gpu_families", lambda: ())
+    monkeypatch.setattr(gpu, "copy_bandwidth", lambda: 1.0)
+    printed = []
+
+    def print_then_interrupt(case, copy_gbs):
+        printed.append(case)
+        if len(printed) == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(gpu, "_print_case", print_then_interrupt)
+    results = gpu.run(300, ks=(1, 2), with_xla=True, formats=("csr",))
+    assert results["interrupted"]
+    assert [(case["matrix"], case["k"]) for case in results["cases"]] == [
+        ("poisson2d-5pt", 1),
+        ("poisson2d-5pt", 2),
+    ]
+    assert len(gpu.summary(results)) == 2 + 2
