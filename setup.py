@@ -54,8 +54,9 @@ if os.environ.get("JAXSPARSE_BUILD_NATIVE") == "0":
     extensions = []
 
 
-# Compilations running at once across both builds: one per core.
-COMPILE_SLOTS = threading.BoundedSemaphore(os.cpu_count() or 1)
+# Compilations running at once across both builds: one per core this process may use.
+CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+COMPILE_SLOTS = threading.BoundedSemaphore(CORES or 1)
 
 
 def compiling_sources_at_once(compiler):
