@@ -39,7 +39,11 @@ def variants(default: BlockSizes, k: int) -> dict[str, BlockSizes]:
         "8 warps": change(num_warps=8),
     }
     if k == 1:
+        # Smaller row blocks need fewer registers a thread, so more warps fit on an SM
+        # (counts: benchmarks/results/gpu-csr-registers-2026-11-26.txt).
         found |= {
+            "rows /4": change(block_rows=max(default.block_rows // 4, 1)),
+            "rows /8": change(block_rows=max(default.block_rows // 8, 1)),
             "lanes /2, rows x2": change(
                 lanes=max(default.lanes // 2, 1), block_rows=default.block_rows * 2
             ),
