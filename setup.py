@@ -16,7 +16,6 @@ import importlib.util
 import os
 import pathlib
 import platform
-import threading
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
@@ -56,23 +55,18 @@ if os.environ.get("JAXSPARSE_BUILD_NATIVE") == "0":
 
 # Compilations running at once across both builds: one per core this process may use.
 CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-COMPILE_SLOTS = threading.BoundedSemaphore(CORES or 1)
+COMPILATIONS = concurrent.futures.ThreadPoolExecutor(CORES or 1)
 
 
 def compiling_sources_at_once(compiler):
-    """A copy of `compiler` whose `compile` runs each source file as its own compilation,
-    all at once up to COMPILE_SLOTS: the sources are independent, and on a machine with
-    many cores the build then takes about as long as its longest file."""
+    """A copy of `compiler` whose `compile` runs each source file as its own compilation
+    in COMPILATIONS: the sources are independent, and on a machine with many cores the
+    build then takes about as long as its longest file."""
     apart = copy.copy(compiler)
 
-    def compile_one(source, *args, **kwargs):
-        with COMPILE_SLOTS:
-            return compiler.compile([source], *args, **kwargs)
-
     def compile_all(sources, *args, **kwargs):
-        with concurrent.futures.ThreadPoolExecutor(len(sources) or 1) as pool:
-            done = pool.map(lambda source: compile_one(source, *args, **kwargs), sources)
-            return [obj for objects in done for obj in objects]
+        done = COMPILATIONS.map(lambda source: compiler.compile([source], *args, **kwargs), sources)
+        return [obj for objects in done for obj in objects]
 
     apart.compile = compile_all
     return apart
