@@ -18,7 +18,11 @@ Sections, each result checked against scipy before it is timed, medians in ms:
 - memory: resident memory over 3000 jitted calls that factor inside `jit` (enough to
   tell glibc's heap settling, which moves the figure by tens of MB, from growth);
 - routes (not run by default): the banded gradient's two routes, kept factors and a second
-  factorization from the values, at 2-10 x 10^5 rows, with the page faults of a call.
+  factorization from the values, at 2-10 x 10^5 rows, with the page faults of a call;
+- host (not run by default; `make gpu-check` runs it): tridiagonal `spsolve` on JAX's
+  default device (on a GPU cuSPARSE's `gtsv2`, `kernels/device_tridiagonal.py`) against the
+  same solve on the host (LAPACK through a callback, a copy each way) and scipy, with the
+  gradient step on the device.
 
 Single calls are jitted functions called from Python (compilation outside the timed
 region); "loop" is per solve inside one jitted `fori_loop` of 10 solves, each right-hand
@@ -379,6 +383,46 @@ def routes_section(args, rng) -> list[str]:
     return lines
 
 
+def host_section(args, rng) -> list[str]:
+    from jaxsparse.kernels import native_banded_lu
+
+    device = jax.devices()[0].device_kind
+    lines = [
+        f"tridiagonal spsolve, n = {args.rows}, on {device}: the host route (LAPACK through a "
+        "callback) / ours; gradient step / solve"
+    ]
+    lines.append(
+        f"{'matrix':>14} {'scipy':>9} {'ours':>9} {'host':>9} {'host/ours':>10} "
+        f"{'gradient':>9} {'ratio':>6} error"
+    )
+    offsets = (-1, 0, 1)
+    solve = jax.jit(js.linalg.spsolve)
+    on_host = jax.jit(
+        lambda A, b: native_banded_lu.banded_solve(A.data, b[:, None], offsets=offsets, host=True)
+    )
+    gradient = jax.jit(jax.grad(lambda A, b: jnp.sum(js.linalg.spsolve(A, b) ** 2), argnums=(0, 1)))
+    for name, dominant in (("dominant", True), ("not dominant", False)):
+        A = banded_dia(args.rows, offsets, rng, dominant)
+        b = jnp.asarray(rng.standard_normal(args.rows))
+        ab = np.asarray([np.asarray(A.data)[A.offsets.index(o)] for o in (1, 0, -1)])
+        b_host = np.asarray(b)
+        expected = scipy.linalg.solve_banded((1, 1), ab, b_host)
+        error = _checked(solve(A, b), expected, name)
+        _checked(on_host(A, b)[:, 0], expected, f"{name} on the host")
+        jax.block_until_ready(gradient(A, b))
+        scipy_ms = _ms(
+            lambda ab=ab, b_host=b_host: scipy.linalg.solve_banded((1, 1), ab, b_host), args.quick
+        )
+        ours_ms = _ms(timing.blocking(solve, A, b), args.quick)
+        host_ms = _ms(timing.blocking(on_host, A, b), args.quick)
+        gradient_ms = _ms(timing.blocking(gradient, A, b), args.quick)
+        lines.append(
+            f"{name:>14} {scipy_ms:9.2f} {ours_ms:9.2f} {host_ms:9.2f} {host_ms / ours_ms:10.2f} "
+            f"{gradient_ms:9.2f} {gradient_ms / ours_ms:6.2f} {error:.1e}"
+        )
+    return lines
+
+
 def _route_line(A, b, n, band, route, args) -> str:
     def solve(data, b):
         return js.linalg.spsolve(A.with_data(data), b)
@@ -411,6 +455,7 @@ SECTIONS = {
     "gradient": gradient_section,
     "memory": memory_section,
     "routes": routes_section,
+    "host": host_section,
 }
 
 

@@ -6,6 +6,8 @@ jaxsparse's results matched scipy's (the benchmark checks each result before tim
 
 import importlib.util
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -130,3 +132,15 @@ def test_gpu_benchmark_keeps_the_cases_done_when_interrupted(monkeypatch):
         ("poisson2d-5pt", 2),
     ]
     assert len(gpu.summary(results)) == 2 + 2
+
+
+@pytest.mark.slow
+def test_solve_benchmark_sections_off_by_default_run_and_check():
+    """`solve.py`'s `host` and `routes` sections (run by `make gpu-check` and by hand), in a
+    process of their own as `run.py` runs the solve section (it enables float64)."""
+    command = [sys.executable, str(BENCHMARKS / "solve.py"), "--quick", "--sections", "host,routes"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "tridiagonal spsolve, n = 2000" in done.stdout
+    for row in ("dominant", "not dominant", "kept", "values"):
+        assert f" {row} " in done.stdout

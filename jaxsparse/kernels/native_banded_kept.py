@@ -9,9 +9,10 @@ solve is nan; 1: one pass; 2: the two blocks of the split). `kept_solve` (with `
 and `kept_adjoint` (`A^T` and the values' cotangent) sweep with those factors, multiply-adds
 alone, where a solve from the values would search for pivots and divide again.
 
-On CPU with the native kernels built: native calls. Elsewhere the solve runs on the host
-(LAPACK) and keeps nothing: the factors are zeros of the same shapes, and the derivatives'
-solves factor again on the host from the values.
+On CPU with the native kernels built: native calls. Elsewhere the solve runs as
+`native_banded_lu.banded_solve` runs it there (a tridiagonal band on a GPU itself, LAPACK on
+the host otherwise) and keeps nothing: the factors are zeros of the same shapes, and the
+derivatives' solves factor again from the values.
 """
 
 import functools
@@ -26,10 +27,12 @@ from .native_banded_lu import (
     _adjoint_host,
     _adjoint_shapes,
     _solve_once_host,
+    adjoint_off_cpu,
     bandwidths,
     batch_as_columns,
     columns_as_batch,
     native_available,
+    solve_once_off_cpu,
 )
 
 
@@ -61,20 +64,23 @@ def _keeping_native(data, b, *, offsets, kl, ku):
     return x, Kept(*kept)
 
 
-def _keeping_host(data, b, *, offsets, kl, ku):
-    x = _solve_once_host(data, b, offsets=offsets, kl=kl, ku=ku, op="N")
+def _keeping_elsewhere(data, b, *, offsets, kl, ku, host):
+    """The solve where no native kernel keeps factors, on the host (`host`) or as
+    `solve_once_off_cpu` runs it; the factors are zeros."""
+    solve = _solve_once_host if host else solve_once_off_cpu
+    x = solve(data, b, offsets=offsets, kl=kl, ku=ku, op="N")
     return x, Kept(*(jnp.zeros(s.shape, s.dtype) for s in _kept_shapes(b, kl, ku)))
 
 
 def _keeping_members(data, b, *, offsets, kl, ku, host):
     kwargs = dict(offsets=offsets, kl=kl, ku=ku)
     if host or not native_available(b.dtype):
-        return _keeping_host(data, b, **kwargs)
+        return _keeping_elsewhere(data, b, **kwargs, host=host)
     return jax.lax.platform_dependent(
         data,
         b,
         cpu=functools.partial(_keeping_native, **kwargs),
-        default=functools.partial(_keeping_host, **kwargs),
+        default=functools.partial(_keeping_elsewhere, **kwargs, host=False),
     )
 
 
@@ -104,8 +110,8 @@ def _keeping_solver(offsets: tuple, kl: int, ku: int, host: bool):
 def solve_keeping(data, b, *, offsets, host: bool = False):
     """`(x, kept)`: `x` with `A x = b` for the square DIA matrix with values `data`
     (`(ndiag, n)`) and static `offsets`, `b` `(n, k)`, as `native_banded_lu.banded_solve`
-    computes it, and the factors (`Kept`) of that pass; zeros where the solve runs on the
-    host (`host`, or a platform other than CPU)."""
+    computes it, and the factors (`Kept`) of that pass; zeros where no native kernel runs
+    it (`host`, or a platform other than CPU)."""
     kl, ku = bandwidths(offsets, data.shape[-1])
     return _keeping_solver(tuple(offsets), kl, ku, host)(data, b)
 
@@ -133,25 +139,26 @@ def _kept_solve_native(data, kept, b, *, offsets, op):
     return flat.reshape(b.shape)
 
 
-def _kept_solve_host(data, kept, b, *, offsets, op):
+def _kept_solve_elsewhere(data, kept, b, *, offsets, op, host):
     kl, ku = bandwidths(offsets, data.shape[-1])
-    return _solve_once_host(data, b, offsets=offsets, kl=kl, ku=ku, op=op)
+    solve = _solve_once_host if host else solve_once_off_cpu
+    return solve(data, b, offsets=offsets, kl=kl, ku=ku, op=op)
 
 
 def kept_solve(data, kept: Kept, b, *, offsets, op: str = "N", host: bool = False):
     """`x` with `A x = b` (`op="N"`) or `A^T x = b` ("T") from the factors that
     `solve_keeping(data, ...)` kept, `b` `(..., n, k)`; `data` and the factors are one
-    matrix's or have `b`'s leading axes. On CPU one native call; on the host (`host`, or a
-    platform other than CPU) `data` is factored again. A singular matrix gives nan."""
+    matrix's or have `b`'s leading axes. On CPU one native call; elsewhere (or with
+    `host`) `data` is factored again. A singular matrix gives nan."""
     kwargs = dict(offsets=tuple(offsets), op=op)
     if host or not native_available(b.dtype):
-        return _kept_solve_host(data, kept, b, **kwargs)
+        return _kept_solve_elsewhere(data, kept, b, **kwargs, host=host)
     return jax.lax.platform_dependent(
         data,
         kept,
         b,
         cpu=functools.partial(_kept_solve_native, **kwargs),
-        default=functools.partial(_kept_solve_host, **kwargs),
+        default=functools.partial(_kept_solve_elsewhere, **kwargs, host=False),
     )
 
 
@@ -168,9 +175,10 @@ def _kept_adjoint_native(data, kept, x, g, *, offsets):
     return adjoint.reshape(x.shape), dvalues.reshape(*x.shape[:-2], *data.shape[-2:])
 
 
-def _kept_adjoint_host(data, kept, x, g, *, offsets):
+def _kept_adjoint_elsewhere(data, kept, x, g, *, offsets, host):
     kl, ku = bandwidths(offsets, data.shape[-1])
-    return _adjoint_host(data, x, g, offsets=offsets, kl=kl, ku=ku)
+    adjoint = _adjoint_host if host else adjoint_off_cpu
+    return adjoint(data, x, g, offsets=offsets, kl=kl, ku=ku)
 
 
 def kept_adjoint(data, kept: Kept, x, g, *, offsets, host: bool = False):
@@ -178,18 +186,19 @@ def kept_adjoint(data, kept: Kept, x, g, *, offsets, host: bool = False):
     `lambda = A^{-T} g` (`b`'s cotangent) and `dvalues[..., d, j] = -lambda[j - offsets[d]]
     . x[j]` on the slots inside the matrix, zero elsewhere (the values' cotangent, plain
     transposes for complex values): on CPU one native call (the sweeps with the factors,
-    then the values' cotangent, on both threads); elsewhere on the host from `data`.
+    then the values' cotangent, on both threads); elsewhere (or with `host`) from `data`
+    as `native_banded_lu.banded_adjoint` runs it there.
 
     `x` and `g` are `(..., n, k)` with the same leading axes; `data` and the factors are
     one matrix's or have those leading axes too."""
     kwargs = dict(offsets=tuple(offsets))
     if host or not native_available(x.dtype):
-        return _kept_adjoint_host(data, kept, x, g, **kwargs)
+        return _kept_adjoint_elsewhere(data, kept, x, g, **kwargs, host=host)
     return jax.lax.platform_dependent(
         data,
         kept,
         x,
         g,
         cpu=functools.partial(_kept_adjoint_native, **kwargs),
-        default=functools.partial(_kept_adjoint_host, **kwargs),
+        default=functools.partial(_kept_adjoint_elsewhere, **kwargs, host=False),
     )

@@ -1,7 +1,8 @@
 """The banded LU of a square DIA matrix and its solves on CPU by jaxsparse's native kernels
 (`native/banded_lu.cc`), and the same on the host through LAPACK's `?gbtrf`/`?gbtrs`
 (scipy) for every other platform; and `banded_solve`, factor and solve in one pass with no
-factors kept (`native/banded_solve.cc`; LAPACK on the host elsewhere).
+factors kept (`native/banded_solve.cc`; on GPUs a tridiagonal band on the device,
+`device_tridiagonal.py`, and LAPACK on the host elsewhere).
 
 Both produce the same factors: LAPACK's band layout as a row-major `(2 * kl + ku + 1, n)`
 array, `band[kl + ku + i - j, j] == A[i, j]`, 0-based int32 pivots, and LAPACK's `info`
@@ -20,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.linalg.lapack
 
-from . import _native_library
+from . import _native_library, device_tridiagonal
 
 SOLVE_OPS = {"N": 0, "T": 1, "H": 2}
 _VALUE_DTYPES = tuple(np.dtype(t) for t in (np.float32, np.float64, np.complex64, np.complex128))
@@ -217,14 +218,33 @@ def _solve_once_host(data, b, *, offsets, kl, ku, op):
     )
 
 
+def _off_cpu(device, host, kl: int, ku: int) -> dict:
+    """`jax.lax.platform_dependent`'s branches where the native kernels do not run: `device`
+    on GPUs where `device_tridiagonal` covers the band, `host` everywhere else (the CPU
+    included, for dtypes or builds without native kernels)."""
+    if device_tridiagonal.covers(kl, ku):
+        return dict(cuda=device, rocm=device, default=host)
+    return dict(default=host)
+
+
+def solve_once_off_cpu(data, b, *, offsets, kl, ku, op):
+    """The one-pass solve where the native kernels do not run (see `_off_cpu`)."""
+    device = functools.partial(device_tridiagonal.solve, offsets=offsets, op=op)
+    host = functools.partial(_solve_once_host, offsets=offsets, kl=kl, ku=ku, op=op)
+    return jax.lax.platform_dependent(data, b, **_off_cpu(device, host, kl, ku))
+
+
 def _solve_once_members(data, b, *, offsets, kl, ku, op, host):
-    if host or not native_available(b.dtype):
-        return _solve_once_host(data, b, offsets=offsets, kl=kl, ku=ku, op=op)
+    kwargs = dict(offsets=offsets, kl=kl, ku=ku, op=op)
+    if host:
+        return _solve_once_host(data, b, **kwargs)
+    if not native_available(b.dtype):
+        return solve_once_off_cpu(data, b, **kwargs)
     return jax.lax.platform_dependent(
         data,
         b,
         cpu=functools.partial(_solve_once_native, offsets=offsets, op=op),
-        default=functools.partial(_solve_once_host, offsets=offsets, kl=kl, ku=ku, op=op),
+        default=functools.partial(solve_once_off_cpu, **kwargs),
     )
 
 
@@ -255,7 +275,8 @@ def banded_solve(data, b, *, offsets, op: str = "N", host: bool = False):
     DIA matrix with values `data` (`(ndiag, n)`) and static `offsets`, `b` of shape `(n, k)`:
     LU with partial pivoting and the solve in one pass, no factors kept. On CPU one native
     call (split over two threads where `A` is diagonally dominant, `native/banded_split.h`);
-    elsewhere LAPACK on the host. A singular matrix gives `nan` everywhere."""
+    on GPUs a tridiagonal band on the device (`device_tridiagonal`); elsewhere LAPACK on
+    the host. A singular matrix gives `nan` everywhere."""
     kl, ku = bandwidths(offsets, data.shape[-1])
     return _one_pass_solver(tuple(offsets), kl, ku, op, host)(data, b)
 
@@ -299,23 +320,33 @@ def _adjoint_host(data, x, g, *, offsets, kl, ku):
     )
 
 
+def adjoint_off_cpu(data, x, g, *, offsets, kl, ku):
+    """`banded_adjoint` where the native kernels do not run (see `_off_cpu`)."""
+    device = functools.partial(device_tridiagonal.adjoint, offsets=offsets)
+    host = functools.partial(_adjoint_host, offsets=offsets, kl=kl, ku=ku)
+    return jax.lax.platform_dependent(data, x, g, **_off_cpu(device, host, kl, ku))
+
+
 def banded_adjoint(data, x, g, *, offsets, host: bool = False):
     """The reverse-mode step of `x = banded_solve(data, b)`: `(lambda, dvalues)` with
     `lambda = A^{-T} g` (`b`'s cotangent) and `dvalues[..., d, j] = -lambda[j - offsets[d]]
     . x[j]` on the slots inside the matrix, zero elsewhere (the values' cotangent, plain
     transposes for complex values), in one native call on CPU (the adjoint pass, then the
-    values' cotangent on both threads); elsewhere on the host.
+    values' cotangent on both threads); on GPUs for a tridiagonal band on the device;
+    elsewhere on the host.
 
     `x` and `g` are `(..., n, k)` with the same leading axes; `data` is `(ndiag, n)` or has
     those leading axes too; `vmap` broadcasts every argument."""
     kl, ku = bandwidths(offsets, data.shape[-1])
-    kwargs = dict(offsets=tuple(offsets))
-    if host or not native_available(x.dtype):
-        return _adjoint_host(data, x, g, **kwargs, kl=kl, ku=ku)
+    kwargs = dict(offsets=tuple(offsets), kl=kl, ku=ku)
+    if host:
+        return _adjoint_host(data, x, g, **kwargs)
+    if not native_available(x.dtype):
+        return adjoint_off_cpu(data, x, g, **kwargs)
     return jax.lax.platform_dependent(
         data,
         x,
         g,
-        cpu=functools.partial(_adjoint_native, **kwargs),
-        default=functools.partial(_adjoint_host, **kwargs, kl=kl, ku=ku),
+        cpu=functools.partial(_adjoint_native, offsets=tuple(offsets)),
+        default=functools.partial(adjoint_off_cpu, **kwargs),
     )

@@ -4,7 +4,8 @@ A DIA matrix with `kl` sub- and `ku` superdiagonals factors as a band, LU with p
 pivoting (LAPACK's `gbtrf`), into a fixed-size `(2 * kl + ku + 1, n)` array and `n`
 pivots: no handles, so a factorization made inside `jit` is an ordinary array that `vmap`
 batches and that is freed like any other. On CPU the native kernels factor and solve;
-on other platforms LAPACK runs on the host (`kernels/native_banded_lu.py`).
+on other platforms LAPACK runs on the host (`kernels/native_banded_lu.py`), except the
+one-pass solve of a tridiagonal band on GPUs (`kernels/device_tridiagonal.py`).
 
 A band at least as tall as the matrix (`2 * kl + ku + 1 >= n`) stores more than the dense
 matrix, so such a matrix is factored densely (`jax.scipy.linalg.lu_factor`) instead.

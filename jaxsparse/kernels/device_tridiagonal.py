@@ -1,0 +1,81 @@
+"""Tridiagonal solves on the GPU itself: `jax.lax.linalg.tridiagonal_solve`, which lowers to
+cuSPARSE's (on ROCm hipSPARSE's) `gtsv2`, LU with partial pivoting, for a DIA band with at
+most one sub- and one superdiagonal (`covers`). What `native_banded_lu`'s one-pass solve and
+its adjoint run on CUDA and ROCm for such a band, where a wider band goes to LAPACK on the
+host with a copy each way.
+
+Values are DIA's `(..., ndiag, n)` (`data[d, j] == A[j - offsets[d], j]`), right-hand
+sides `(..., n, k)`; batches of matrices carry the same leading axes as their right-hand
+sides, one matrix may serve all of them. A solve that meets a zero pivot (a non-finite
+result) is `nan` everywhere, as the CPU's kernels give.
+"""
+
+import jax
+import jax.numpy as jnp
+
+from .xla_dia import dia_sddmm_xla
+
+
+def covers(kl: int, ku: int) -> bool:
+    """Whether a band with `kl` sub- and `ku` superdiagonals is solved here on GPUs."""
+    return kl <= 1 and ku <= 1
+
+
+def _diagonals(data, offsets):
+    """`(dl, d, du)` of `tridiagonal_solve` (`dl[i] = A[i, i - 1]`, `d[i] = A[i, i]`,
+    `du[i] = A[i, i + 1]`, `dl[0] = du[-1] = 0`), each `(..., n)`, from DIA values."""
+    row = dict(zip(offsets, jnp.moveaxis(data, -2, 0), strict=True))
+    zeros = jnp.zeros(data.shape[:-2] + data.shape[-1:], data.dtype)
+    edge = zeros[..., :1]
+    lower = row.get(-1, zeros)  # A[j + 1, j] at column j
+    upper = row.get(1, zeros)  # A[j - 1, j] at column j
+    return (
+        jnp.concatenate([edge, lower[..., :-1]], axis=-1),
+        row.get(0, zeros),
+        jnp.concatenate([upper[..., 1:], edge], axis=-1),
+    )
+
+
+def _transposed(dl, d, du):
+    """The diagonals of `A^T` from those of `A`."""
+    edge = jnp.zeros_like(d[..., :1])
+    return (
+        jnp.concatenate([edge, du[..., :-1]], axis=-1),
+        d,
+        jnp.concatenate([dl[..., 1:], edge], axis=-1),
+    )
+
+
+def _one_column_per_pivoting_call(b):
+    """`b` with a zero column added where it is a batch of single columns: jaxlib solves
+    such a batch with `gtsv2StridedBatch`, which does not pivot, and any other shape member
+    by member with the pivoting `gtsv2`."""
+    if b.ndim > 2 and b.shape[-1] == 1:
+        return jnp.concatenate([b, jnp.zeros_like(b)], axis=-1)
+    return b
+
+
+def solve(data, b, *, offsets, op: str = "N"):
+    """`x` with `A x = b` (`op` "N"), `A^T x = b` ("T") or `A^H x = b` ("H") for the DIA
+    values `data` with static `offsets` inside the tridiagonal band."""
+    diagonals = _diagonals(data, tuple(offsets))
+    if op != "N":
+        diagonals = _transposed(*diagonals)
+    if op == "H":
+        diagonals = tuple(diagonal.conj() for diagonal in diagonals)
+    lead = b.shape[:-2]
+    diagonals = tuple(jnp.broadcast_to(v, (*lead, v.shape[-1])) for v in diagonals)
+    x = jax.lax.linalg.tridiagonal_solve(*diagonals, _one_column_per_pivoting_call(b))
+    x = x[..., : b.shape[-1]]
+    finite = jnp.all(jnp.isfinite(x), axis=(-2, -1), keepdims=True)
+    return jnp.where(finite, x, jnp.nan).astype(b.dtype)
+
+
+def adjoint(data, x, g, *, offsets):
+    """The reverse-mode step of `x = solve(data, b)`: `(lambda, dvalues)` with `lambda =
+    A^{-T} g` and `dvalues[..., d, j] = -lambda[j - offsets[d]] . x[j]` inside the matrix,
+    zero elsewhere (plain transposes for complex values)."""
+    n = x.shape[-2]
+    lam = solve(data, g, offsets=offsets, op="T")
+    dvalues = -dia_sddmm_xla(lam, x, offsets=tuple(offsets), shape=(n, n))
+    return lam, dvalues

@@ -1,0 +1,160 @@
+"""The tridiagonal solve that GPUs run on the device (`kernels/device_tridiagonal.py`,
+`jax.lax.linalg.tridiagonal_solve`: cuSPARSE's `gtsv2` there, LAPACK's `gtsv` here) against
+scipy and the host path: `A`, `A^T`, `A^H`, every band it covers, batches, systems that need
+pivots, singular ones; `spsolve` with its derivatives and batches through that route; and
+what `spsolve` exports to for cuda."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.sparse
+import scipy.sparse.linalg
+from helpers import as_float64, dtype_id, random_values
+from jax.test_util import check_grads
+
+import jaxsparse as js
+from jaxsparse.kernels import device_tridiagonal, native_banded_kept, native_banded_lu
+
+BANDS = {
+    "tridiagonal": (-1, 0, 1),
+    "upper-bidiagonal": (0, 1),
+    "lower-bidiagonal": (-1, 0),
+    "no-main-diagonal": (-1, 1),
+}
+TOLERANCES = {
+    np.dtype(jnp.float32): 2e-4,
+    np.dtype(jnp.complex64): 2e-4,
+    np.dtype(jnp.float64): 1e-11,
+    np.dtype(jnp.complex128): 1e-11,
+}
+# An even size (a band with no main diagonal is singular at odd sizes) that no other test
+# solves, so that no trace of the patched route outlives its test.
+ROWS = 44
+
+
+def _system(rng, offsets, dtype, rows=ROWS):
+    """Random DIA values (random junk in the slots outside the matrix), the main diagonal,
+    where there is one, shifted by 3 (well conditioned); and the scipy twin."""
+    data = random_values(rng, (len(offsets), rows), dtype).copy()
+    if 0 in offsets:
+        data[offsets.index(0)] += 3.0
+    return data, scipy.sparse.dia_array((as_float64(data), offsets), shape=(rows, rows))
+
+
+def _relative_error(x, expected) -> float:
+    return float(np.max(np.abs(as_float64(x) - expected)) / np.max(np.abs(expected)))
+
+
+@pytest.mark.parametrize("op", ["N", "T", "H"])
+@pytest.mark.parametrize(
+    "dtype", [jnp.float32, jnp.float64, jnp.complex64, jnp.complex128], ids=dtype_id
+)
+@pytest.mark.parametrize("band", list(BANDS))
+def test_solves_match_scipy(band, dtype, op):
+    rng = np.random.default_rng(31)
+    offsets = BANDS[band]
+    data, matrix = _system(rng, offsets, dtype)
+    system = {"N": matrix, "T": matrix.T, "H": matrix.conj().T}[op]
+    for columns in (1, 3):
+        b = random_values(rng, (ROWS, columns), dtype)
+        x = jax.jit(lambda data, b: device_tridiagonal.solve(data, b, offsets=offsets, op=op))(
+            jnp.asarray(data), jnp.asarray(b)
+        )
+        expected = np.linalg.solve(system.toarray(), as_float64(b))
+        assert x.dtype == dtype
+        assert _relative_error(x, expected) < TOLERANCES[np.dtype(dtype)]
+
+
+def test_batches_of_single_columns_that_need_pivots():
+    """Every member has a zero main diagonal, so only a pivoting solve succeeds (the batched
+    single-column call is the one jaxlib would hand a solver that does not pivot)."""
+    rng = np.random.default_rng(32)
+    offsets = BANDS["no-main-diagonal"]
+    data = random_values(rng, (5, 2, 40), jnp.float64)
+    b = random_values(rng, (5, 40, 1), jnp.float64)
+    x = device_tridiagonal.solve(jnp.asarray(data), jnp.asarray(b), offsets=offsets)
+    for member in range(5):
+        matrix = scipy.sparse.dia_array((data[member], offsets), shape=(40, 40)).toarray()
+        expected = np.linalg.solve(matrix, b[member])
+        assert _relative_error(x[member], expected) < 1e-10
+
+
+@pytest.mark.parametrize("offsets", [(-1, 0, 1), (-1, 1)])
+def test_singular_systems_give_nan(offsets):
+    rows = 41  # with only the two off-diagonals, an odd size is singular
+    data = np.ones((len(offsets), rows))
+    x = device_tridiagonal.solve(jnp.asarray(data), jnp.ones((rows, 2)), offsets=offsets)
+    assert np.all(np.isnan(x))
+
+
+@pytest.mark.parametrize("band", list(BANDS))
+def test_adjoint_matches_the_host_path(band):
+    rng = np.random.default_rng(33)
+    offsets = BANDS[band]
+    data, _ = _system(rng, offsets, jnp.complex128)
+    x, g = (jnp.asarray(random_values(rng, (2, ROWS, 3), jnp.complex128)) for _ in range(2))
+    data = jnp.broadcast_to(jnp.asarray(data), (2, *data.shape))
+    device = device_tridiagonal.adjoint(data, x, g, offsets=offsets)
+    host = native_banded_lu.banded_adjoint(data, x, g, offsets=offsets, host=True)
+    for ours, theirs in zip(device, host, strict=True):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-11, atol=1e-12)
+
+
+@pytest.fixture
+def gpu_route(monkeypatch):
+    """`spsolve` on this CPU as a GPU runs it: no native kernels, and the device route for
+    the bands it covers."""
+
+    def off_cpu(device, host, kl, ku):
+        return dict(default=device if device_tridiagonal.covers(kl, ku) else host)
+
+    monkeypatch.setattr(native_banded_lu, "native_available", lambda dtype: False)
+    monkeypatch.setattr(native_banded_kept, "native_available", lambda dtype: False)
+    monkeypatch.setattr(native_banded_lu, "_off_cpu", off_cpu)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float64, jnp.complex128], ids=dtype_id)
+def test_spsolve_and_its_derivatives_through_the_device_route(gpu_route, dtype):
+    rng = np.random.default_rng(34)
+    offsets = BANDS["tridiagonal"]
+    data, matrix = _system(rng, offsets, dtype)
+    A = js.DIAMatrix(jnp.asarray(data), offsets, (ROWS, ROWS))
+    b = jnp.asarray(random_values(rng, (ROWS,), dtype))
+    program = str(jax.make_jaxpr(js.linalg.spsolve)(A, b))
+    assert "tridiagonal_solve" in program and "callback" not in program
+    x = jax.jit(js.linalg.spsolve)(A, b)
+    assert _relative_error(x, scipy.sparse.linalg.spsolve(matrix.tocsc(), as_float64(b))) < 1e-11
+
+    def solve(values, b):
+        return js.linalg.spsolve(A.with_data(values), b)
+
+    check_grads(solve, (A.data, b), order=1, modes=("fwd", "rev"), atol=1e-6, rtol=1e-6)
+
+    members = jnp.stack([A.data, A.data * 1.5])
+    batched = jax.jit(jax.vmap(solve, in_axes=(0, None)))(members, b)
+    for member, values in zip(batched, members, strict=True):
+        twin = scipy.sparse.dia_array((as_float64(values), offsets), shape=(ROWS, ROWS))
+        expected = scipy.sparse.linalg.spsolve(twin.tocsc(), as_float64(b))
+        assert _relative_error(member, expected) < 1e-11
+
+
+def test_spsolve_exports_for_cuda_as_cusparse_calls_for_tridiagonal_bands_only():
+    """Exported for cuda, a tridiagonal solve's gradient is two cuSPARSE calls on the device
+    (the solve and the adjoint solve) and no host callback; a wider band's program holds
+    the host's callback and no tridiagonal solve."""
+
+    def gradient(offsets):
+        def loss(values, b):
+            A = js.DIAMatrix(values, offsets, (64, 64))
+            return jnp.sum(js.linalg.spsolve(A, b) ** 2)
+
+        return jax.grad(loss, argnums=(0, 1))
+
+    avals = (jax.ShapeDtypeStruct((3, 64), jnp.float32), jax.ShapeDtypeStruct((64,), jnp.float32))
+    exported = jax.export.export(jax.jit(gradient((-1, 0, 1))), platforms=("cuda",))(*avals)
+    program = exported.mlir_module()
+    assert program.count("cusparse_gtsv2_ffi") == 2
+    assert "callback" not in program
+    wider = str(jax.make_jaxpr(gradient((-2, 0, 2)))(*avals))
+    assert "callback" in wider and "tridiagonal_solve" not in wider
