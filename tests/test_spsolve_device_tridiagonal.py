@@ -68,18 +68,48 @@ def test_solves_match_scipy(band, dtype):
             assert _relative_error(x, expected) < TOLERANCES[dtype], (op, columns)
 
 
-def test_batches_of_single_columns_that_need_pivots():
-    """Every member has a zero main diagonal, so only a pivoting solve succeeds (the batched
-    single-column call is the one jaxlib would hand a solver that does not pivot)."""
+def _right_hand_sides_solved(jaxpr):
+    """The shapes of the right-hand sides of every `tridiagonal_solve` in `jaxpr`, nested
+    programs included."""
+    shapes = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "tridiagonal_solve":
+            shapes.append(eqn.invars[3].aval.shape)
+        for param in eqn.params.values():
+            for inner in param if isinstance(param, tuple) else (param,):
+                inner = getattr(inner, "jaxpr", inner)
+                if hasattr(inner, "eqns"):
+                    shapes += _right_hand_sides_solved(inner)
+    return shapes
+
+
+def test_batches_of_single_columns_are_solved_with_pivots():
+    """Every member has a zero main diagonal, so only a pivoting solve succeeds; batches of
+    single columns, explicit or from `vmap`, reach `tridiagonal_solve` with a second column
+    (jaxlib's batched call for single columns does not pivot), a shared matrix's as columns."""
     rng = np.random.default_rng(32)
     offsets = BANDS["no-main-diagonal"]
-    data = random_values(rng, (5, 2, 40), jnp.float64)
-    b = random_values(rng, (5, 40, 1), jnp.float64)
-    x = device_tridiagonal.solve(jnp.asarray(data), jnp.asarray(b), offsets=offsets)
-    for member in range(5):
-        matrix = scipy.sparse.dia_array((data[member], offsets), shape=(40, 40)).toarray()
-        expected = np.linalg.solve(matrix, b[member])
-        assert _relative_error(x[member], expected) < 1e-10
+    data = jnp.asarray(random_values(rng, (5, 2, 40), jnp.float64))
+    b = jnp.asarray(random_values(rng, (5, 40, 1), jnp.float64))
+
+    def solve(data, b):
+        return device_tridiagonal.solve(data, b, offsets=offsets)
+
+    for program, arguments in (
+        (solve, (data, b)),
+        (jax.vmap(solve), (data, b)),
+        (jax.vmap(solve, in_axes=(0, None)), (data, b[0])),
+        (jax.vmap(solve, in_axes=(None, 0)), (data[0], b)),
+    ):
+        x = program(*arguments)
+        shapes = _right_hand_sides_solved(jax.make_jaxpr(program)(*arguments).jaxpr)
+        assert shapes and all(len(shape) == 2 or shape[-1] > 1 for shape in shapes), shapes
+        members = np.broadcast_to(np.asarray(arguments[0]), (5, 2, 40))
+        rhs = np.broadcast_to(np.asarray(arguments[1]), (5, 40, 1))
+        for member in range(5):
+            matrix = scipy.sparse.dia_array((members[member], offsets), shape=(40, 40)).toarray()
+            expected = np.linalg.solve(matrix, rhs[member])
+            assert _relative_error(x[member], expected) < 1e-10
 
 
 @pytest.mark.parametrize("offsets", [(-1, 0, 1), (-1, 1)])

@@ -46,13 +46,31 @@ def _transposed(dl, d, du):
     )
 
 
-def _one_column_per_pivoting_call(b):
-    """`b` with a zero column added where it is a batch of single columns: jaxlib solves
-    such a batch with `gtsv2StridedBatch`, which does not pivot, and any other shape member
-    by member with the pivoting `gtsv2`."""
-    if b.ndim > 2 and b.shape[-1] == 1:
-        return jnp.concatenate([b, jnp.zeros_like(b)], axis=-1)
-    return b
+@jax.custom_batching.custom_vmap
+def _pivoting_solve(dl, d, du, b):
+    """`tridiagonal_solve` that pivots for every shape: jaxlib hands a batch of single
+    columns to `gtsv2StridedBatch`, which does not pivot (any other shape goes member by
+    member to the pivoting `gtsv2`), so such a batch gets a zero column; under `vmap` the
+    batch is made explicit first, so the rule sees it."""
+    padded = b.ndim > 2 and b.shape[-1] == 1
+    rhs = jnp.concatenate([b, jnp.zeros_like(b)], axis=-1) if padded else b
+    return jax.lax.linalg.tridiagonal_solve(dl, d, du, rhs)[..., : b.shape[-1]]
+
+
+@_pivoting_solve.def_vmap
+def _(axis_size, in_batched, dl, d, du, b):
+    *diagonals_batched, b_batched = in_batched
+    if not any(diagonals_batched):
+        # One matrix for the whole batch: the batch becomes columns of one solve.
+        b = b if b_batched else jnp.broadcast_to(b, (axis_size, *b.shape))
+        columns = jnp.moveaxis(b, 0, -2).reshape(*b.shape[1:-1], -1)
+        x = _pivoting_solve(dl, d, du, columns).reshape(*b.shape[1:-1], axis_size, -1)
+        return jnp.moveaxis(x, -2, 0), True
+    arrays = [
+        value if batched else jnp.broadcast_to(value, (axis_size, *value.shape))
+        for value, batched in zip((dl, d, du, b), in_batched, strict=True)
+    ]
+    return _pivoting_solve(*arrays), True
 
 
 def solve(data, b, *, offsets, op: str = "N"):
@@ -65,8 +83,7 @@ def solve(data, b, *, offsets, op: str = "N"):
         diagonals = tuple(diagonal.conj() for diagonal in diagonals)
     lead = b.shape[:-2]
     diagonals = tuple(jnp.broadcast_to(v, (*lead, v.shape[-1])) for v in diagonals)
-    x = jax.lax.linalg.tridiagonal_solve(*diagonals, _one_column_per_pivoting_call(b))
-    x = x[..., : b.shape[-1]]
+    x = _pivoting_solve(*diagonals, b)
     finite = jnp.all(jnp.isfinite(x), axis=(-2, -1), keepdims=True)
     return jnp.where(finite, x, jnp.nan).astype(b.dtype)
 
