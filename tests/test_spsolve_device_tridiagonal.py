@@ -15,6 +15,7 @@ from jax.test_util import check_grads
 
 import jaxsparse as js
 from jaxsparse.kernels import device_tridiagonal, native_banded_kept, native_banded_lu
+from jaxsparse.linalg import _banded_one_pass
 
 BANDS = {
     "tridiagonal": (-1, 0, 1),
@@ -114,10 +115,28 @@ def test_batches_of_single_columns_are_solved_with_pivots():
 
 @pytest.mark.parametrize("offsets", [(-1, 0, 1), (-1, 1)])
 def test_singular_systems_give_nan(offsets):
-    rows = 41  # with only the two off-diagonals, an odd size is singular
+    rows = 41  # singular: all ones at 41 rows, or only the two off-diagonals at an odd size
     data = np.ones((len(offsets), rows))
     x = device_tridiagonal.solve(jnp.asarray(data), jnp.ones((rows, 2)), offsets=offsets)
     assert np.all(np.isnan(x))
+
+
+def test_nan_stays_in_the_member_or_column_it_belongs_to():
+    """In one batched call: a singular member is nan throughout, a right-hand side with an
+    infinite last entry gives a nan column (arithmetic alone would leave infinities), and
+    the other columns and members are solved."""
+    rng = np.random.default_rng(35)
+    offsets = BANDS["tridiagonal"]
+    data = np.stack([_system(rng, offsets, jnp.float64, rows=41)[0] for _ in range(3)])
+    data[1] = 1.0  # singular at 41 rows
+    b = random_values(rng, (3, 41, 2), jnp.float64).copy()
+    b[2, -1, 1] = np.inf
+    x = np.asarray(device_tridiagonal.solve(jnp.asarray(data), jnp.asarray(b), offsets=offsets))
+    assert np.all(np.isnan(x[1])) and np.all(np.isnan(x[2, :, 1]))
+    for member, column in ((0, 0), (0, 1), (2, 0)):
+        matrix = scipy.sparse.dia_array((data[member], offsets), shape=(41, 41)).toarray()
+        expected = np.linalg.solve(matrix, b[member, :, column])
+        assert _relative_error(x[member, :, column], expected) < 1e-10
 
 
 @pytest.mark.parametrize("band", list(BANDS))
@@ -138,29 +157,44 @@ def gpu_route(monkeypatch):
     """`spsolve` on this CPU as a GPU runs it: no native kernels, and the device route for
     the bands it covers."""
 
-    def off_cpu(device, host, kl, ku):
-        return dict(default=device if device_tridiagonal.covers(kl, ku) else host)
+    def off_cpu(device, host, kl, ku, n):
+        return dict(default=device if device_tridiagonal.covers(kl, ku, n) else host)
 
     monkeypatch.setattr(native_banded_lu, "native_available", lambda dtype: False)
     monkeypatch.setattr(native_banded_kept, "native_available", lambda dtype: False)
     monkeypatch.setattr(native_banded_lu, "_off_cpu", off_cpu)
 
 
-def test_spsolve_and_its_derivatives_through_the_device_route(gpu_route):
+def test_spsolve_and_its_derivatives_through_the_device_route(gpu_route, monkeypatch):
     rng = np.random.default_rng(34)
     offsets = BANDS["tridiagonal"]
     dtype = jnp.float64
     data, matrix = _system(rng, offsets, dtype)
     A = js.DIAMatrix(jnp.asarray(data), offsets, (ROWS, ROWS))
     b = jnp.asarray(random_values(rng, (ROWS,), dtype))
-    program = str(jax.make_jaxpr(js.linalg.spsolve)(A, b))
-    assert "tridiagonal_solve" in program and "callback" not in program
     x = jax.jit(js.linalg.spsolve)(A, b)
     assert _relative_error(x, scipy.sparse.linalg.spsolve(matrix.tocsc(), as_float64(b))) < 1e-11
 
     def solve(values, b):
         return js.linalg.spsolve(A.with_data(values), b)
 
+    def loss(values, b):
+        return jnp.sum(solve(values, b) ** 2)
+
+    # Every program runs on the device alone: the solve, forward mode, and reverse mode in
+    # `b` and in the values, with the forward pass's factors kept and without (the route
+    # of large systems).
+    programs = [
+        lambda: jax.make_jaxpr(solve)(A.data, b),
+        lambda: jax.make_jaxpr(lambda v, b: jax.jvp(solve, (v, b), (v, b)))(A.data, b),
+        lambda: jax.make_jaxpr(jax.grad(loss, argnums=1))(A.data, b),
+        lambda: jax.make_jaxpr(jax.grad(loss, argnums=(0, 1)))(A.data, b),
+    ]
+    texts = [str(program()) for program in programs]
+    monkeypatch.setattr(_banded_one_pass, "KEPT_BYTES", 0)
+    texts += [str(program()) for program in programs[1:]]
+    for text in texts:
+        assert "tridiagonal_solve" in text and "callback" not in text
     check_grads(solve, (A.data, b), order=1, modes=("fwd", "rev"), atol=1e-6, rtol=1e-6)
 
     members = jnp.stack([A.data, A.data * 1.5])
@@ -171,10 +205,16 @@ def test_spsolve_and_its_derivatives_through_the_device_route(gpu_route):
         assert _relative_error(member, expected) < 1e-11
 
 
-def test_spsolve_exports_for_cuda_as_cusparse_calls_for_tridiagonal_bands_only():
-    """Exported for cuda, a tridiagonal solve's gradient is two cuSPARSE calls on the device
-    (the solve and the adjoint solve) and no host callback; a wider band's program holds
-    the host's callback and no tridiagonal solve."""
+@pytest.mark.parametrize("platform, target", [("cuda", "cusparse"), ("rocm", "hipsparse")])
+@pytest.mark.parametrize("kept_bytes", [_banded_one_pass.KEPT_BYTES, 0], ids=["kept", "values"])
+def test_spsolve_exports_for_gpus_as_sparse_library_calls_for_tridiagonal_bands_only(
+    platform, target, kept_bytes, monkeypatch
+):
+    """Exported for a GPU, a tridiagonal solve's gradient is two calls of the vendor's
+    `gtsv2` on the device (the solve and the adjoint solve) and no host callback, on both
+    routes of the derivatives (factors kept, or solved again from the values); a wider
+    band's program holds the host's callback and no tridiagonal solve."""
+    monkeypatch.setattr(_banded_one_pass, "KEPT_BYTES", kept_bytes)
 
     def gradient(offsets):
         def loss(values, b):
@@ -184,9 +224,13 @@ def test_spsolve_exports_for_cuda_as_cusparse_calls_for_tridiagonal_bands_only()
         return jax.grad(loss, argnums=(0, 1))
 
     avals = (jax.ShapeDtypeStruct((3, 64), jnp.float32), jax.ShapeDtypeStruct((64,), jnp.float32))
-    exported = jax.export.export(jax.jit(gradient((-1, 0, 1))), platforms=("cuda",))(*avals)
+    # jax.export vouches for cuSPARSE's target alone; hipSPARSE's is let through.
+    unchecked = [jax.export.DisabledSafetyCheck.custom_call(f"{target}_gtsv2_ffi")]
+    exported = jax.export.export(
+        jax.jit(gradient((-1, 0, 1))), platforms=(platform,), disabled_checks=unchecked
+    )(*avals)
     program = exported.mlir_module()
-    assert program.count("cusparse_gtsv2_ffi") == 2
+    assert program.count(f"{target}_gtsv2_ffi") == 2
     assert "callback" not in program
     wider = str(jax.make_jaxpr(gradient((-2, 0, 2)))(*avals))
     assert "callback" in wider and "tridiagonal_solve" not in wider

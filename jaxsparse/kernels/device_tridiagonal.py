@@ -1,13 +1,14 @@
 """Tridiagonal solves on the GPU itself: `jax.lax.linalg.tridiagonal_solve`, which lowers to
-cuSPARSE's (on ROCm hipSPARSE's) `gtsv2`, LU with partial pivoting, for a DIA band with at
-most one sub- and one superdiagonal (`covers`). What `native_banded_lu`'s one-pass solve and
+cuSPARSE's (on ROCm hipSPARSE's) `gtsv2`, which pivots, for a DIA band with at most one sub-
+and one superdiagonal (`covers`). What `native_banded_lu`'s one-pass solve and
 its adjoint run on CUDA and ROCm for such a band, where a wider band goes to LAPACK on the
 host with a copy each way.
 
 Values are DIA's `(..., ndiag, n)` (`data[d, j] == A[j - offsets[d], j]`), right-hand
 sides `(..., n, k)`; batches of matrices carry the same leading axes as their right-hand
-sides, one matrix may serve all of them. A solve that meets a zero pivot (a non-finite
-result) is `nan` everywhere, as the CPU's kernels give.
+sides, one matrix may serve all of them. A column whose solution is not finite is `nan`
+throughout: a zero pivot makes every column of its member so, which is `nan` everywhere as
+the CPU's kernels give, while a non-finite right-hand side spoils its own column alone.
 """
 
 import jax
@@ -16,9 +17,10 @@ import jax.numpy as jnp
 from .xla_dia import dia_sddmm_xla
 
 
-def covers(kl: int, ku: int) -> bool:
-    """Whether a band with `kl` sub- and `ku` superdiagonals is solved here on GPUs."""
-    return kl <= 1 and ku <= 1
+def covers(kl: int, ku: int, n: int) -> bool:
+    """Whether an `n x n` band with `kl` sub- and `ku` superdiagonals is solved here on GPUs:
+    a tridiagonal band of at least 3 rows (jaxlib solves fewer without pivoting)."""
+    return kl <= 1 and ku <= 1 and n >= 3
 
 
 def _diagonals(data, offsets):
@@ -84,8 +86,7 @@ def solve(data, b, *, offsets, op: str = "N"):
     lead = b.shape[:-2]
     diagonals = tuple(jnp.broadcast_to(v, (*lead, v.shape[-1])) for v in diagonals)
     x = _pivoting_solve(*diagonals, b)
-    finite = jnp.all(jnp.isfinite(x), axis=(-2, -1), keepdims=True)
-    return jnp.where(finite, x, jnp.nan).astype(b.dtype)
+    return jnp.where(jnp.all(jnp.isfinite(x), axis=-2, keepdims=True), x, jnp.nan)
 
 
 def adjoint(data, x, g, *, offsets):

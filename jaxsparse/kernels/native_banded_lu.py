@@ -218,11 +218,11 @@ def _solve_once_host(data, b, *, offsets, kl, ku, op):
     )
 
 
-def _off_cpu(device, host, kl: int, ku: int) -> dict:
+def _off_cpu(device, host, kl: int, ku: int, n: int) -> dict:
     """`jax.lax.platform_dependent`'s branches where the native kernels do not run: `device`
     on GPUs where `device_tridiagonal` covers the band, `host` everywhere else (the CPU
     included, for dtypes or builds without native kernels)."""
-    if device_tridiagonal.covers(kl, ku):
+    if device_tridiagonal.covers(kl, ku, n):
         return dict(cuda=device, rocm=device, default=host)
     return dict(default=host)
 
@@ -231,7 +231,7 @@ def solve_once_off_cpu(data, b, *, offsets, kl, ku, op):
     """The one-pass solve where the native kernels do not run (see `_off_cpu`)."""
     device = functools.partial(device_tridiagonal.solve, offsets=offsets, op=op)
     host = functools.partial(_solve_once_host, offsets=offsets, kl=kl, ku=ku, op=op)
-    return jax.lax.platform_dependent(data, b, **_off_cpu(device, host, kl, ku))
+    return jax.lax.platform_dependent(data, b, **_off_cpu(device, host, kl, ku, b.shape[-2]))
 
 
 def _solve_once_members(data, b, *, offsets, kl, ku, op, host):
@@ -324,7 +324,7 @@ def adjoint_off_cpu(data, x, g, *, offsets, kl, ku):
     """`banded_adjoint` where the native kernels do not run (see `_off_cpu`)."""
     device = functools.partial(device_tridiagonal.adjoint, offsets=offsets)
     host = functools.partial(_adjoint_host, offsets=offsets, kl=kl, ku=ku)
-    return jax.lax.platform_dependent(data, x, g, **_off_cpu(device, host, kl, ku))
+    return jax.lax.platform_dependent(data, x, g, **_off_cpu(device, host, kl, ku, x.shape[-2]))
 
 
 def banded_adjoint(data, x, g, *, offsets, host: bool = False):
