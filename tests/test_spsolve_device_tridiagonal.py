@@ -58,15 +58,19 @@ def test_solves_match_scipy(band, dtype):
     rng = np.random.default_rng(31)
     offsets = BANDS[band]
     data, matrix = _system(rng, offsets, dtype)
-    for op, system in (("N", matrix), ("T", matrix.T), ("H", matrix.conj().T)):
-        for columns in (1, 3):
-            b = random_values(rng, (ROWS, columns), dtype)
-            x = jax.jit(
-                lambda data, b, op=op: device_tridiagonal.solve(data, b, offsets=offsets, op=op)
-            )(jnp.asarray(data), jnp.asarray(b))
-            expected = np.linalg.solve(system.toarray(), as_float64(b))
-            assert x.dtype == dtype
-            assert _relative_error(x, expected) < TOLERANCES[dtype], (op, columns)
+    b = random_values(rng, (ROWS, 2), dtype)
+
+    def solves(data, b):
+        return [device_tridiagonal.solve(data, b, offsets=offsets, op=op) for op in "NTH"]
+
+    for x, system in zip(
+        jax.jit(solves)(jnp.asarray(data), jnp.asarray(b)),
+        (matrix, matrix.T, matrix.conj().T),
+        strict=True,
+    ):
+        expected = np.linalg.solve(system.toarray(), as_float64(b))
+        assert x.dtype == dtype
+        assert _relative_error(x, expected) < TOLERANCES[dtype]
 
 
 def _right_hand_sides_solved(jaxpr):
