@@ -4,6 +4,7 @@ scipy and the host path: `A`, `A^T`, `A^H`, every band it covers, batches, syste
 pivots, singular ones; `spsolve` with its derivatives and batches through that route; and
 what `spsolve` exports to for cuda."""
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -207,6 +208,54 @@ def test_spsolve_and_its_derivatives_through_the_device_route(gpu_route, monkeyp
         twin = scipy.sparse.dia_array((as_float64(values), offsets), shape=(ROWS, ROWS))
         expected = scipy.sparse.linalg.spsolve(twin.tocsc(), as_float64(b))
         assert _relative_error(member, expected) < 1e-11
+
+
+def test_factorized_solves_through_the_device_route(gpu_route):
+    """`factorized`'s solves (with `A`, `A^T`, `A^H`, their derivatives and batches) run on
+    the device from the values; only the factorization itself needs the host there."""
+    rng = np.random.default_rng(36)
+    offsets = BANDS["tridiagonal"]
+    data, matrix = _system(rng, offsets, jnp.complex128)
+    A = js.DIAMatrix(jnp.asarray(data), offsets, (ROWS, ROWS))
+    F = js.linalg.factorized(A)
+    b = jnp.asarray(random_values(rng, (ROWS, 2), jnp.complex128))
+    for trans, system in (("N", matrix), ("T", matrix.T), ("H", matrix.conj().T)):
+        x = jax.jit(lambda F, b, trans=trans: F.solve(b, trans))(F, b)
+        assert _relative_error(x, np.linalg.solve(system.toarray(), as_float64(b))) < 1e-11
+
+    def loss(arguments):
+        F, b = arguments
+        return jnp.sum(jnp.abs(jax.vmap(F.solve, in_axes=1, out_axes=1)(b)) ** 2)
+
+    for program in (
+        jax.make_jaxpr(lambda F, b: F.solve(b, "H"))(F, b),
+        jax.make_jaxpr(eqx.filter_grad(loss))((F, b)),
+    ):
+        assert "tridiagonal_solve" in str(program) and "callback" not in str(program)
+
+
+def test_factored_solve_exports_for_cuda_as_cusparse_calls():
+    """From factors made elsewhere, a tridiagonal band's solves export for cuda as cuSPARSE
+    calls on the device, with no host callback."""
+    offsets, kl, ku = (-1, 0, 1), 1, 1
+
+    def solves(band, pivots, data, b):
+        return [
+            native_banded_lu.banded_lu_solve(
+                band, pivots, data, b, offsets=offsets, kl=kl, ku=ku, op=op
+            )
+            for op in "NTH"
+        ]
+
+    avals = (
+        jax.ShapeDtypeStruct((4, 64), jnp.complex64),
+        jax.ShapeDtypeStruct((64,), jnp.int32),
+        jax.ShapeDtypeStruct((3, 64), jnp.complex64),
+        jax.ShapeDtypeStruct((64, 2), jnp.complex64),
+    )
+    program = jax.export.export(jax.jit(solves), platforms=("cuda",))(*avals).mlir_module()
+    assert program.count("cusparse_gtsv2_ffi") == 3
+    assert "callback" not in program
 
 
 @pytest.mark.parametrize("platform, target", [("cuda", "cusparse"), ("rocm", "hipsparse")])

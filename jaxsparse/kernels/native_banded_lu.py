@@ -137,17 +137,27 @@ def _solve_host(band, pivots, b, *, kl, ku, op):
     )
 
 
-def _solve_members(band, pivots, b, *, kl, ku, op, host):
+def _solve_members(band, pivots, data, b, *, offsets, kl, ku, op, host):
+    """The solve from the factors `(band, pivots)` of the values `data`: natively on CPU; on
+    GPUs for a tridiagonal band from `data` on the device; elsewhere on the host."""
     kwargs = dict(kl=kl, ku=ku, op=op)
-    if host or not native_available(b.dtype):
+
+    def on_host(band, pivots, data, b):
         return _solve_host(band, pivots, b, **kwargs)
-    return jax.lax.platform_dependent(
-        band,
-        pivots,
-        b,
-        cpu=functools.partial(_solve_native, **kwargs),
-        default=functools.partial(_solve_host, **kwargs),
-    )
+
+    if host:
+        return on_host(band, pivots, data, b)
+
+    def on_device(band, pivots, data, b):
+        return device_tridiagonal.solve(data, b, offsets=offsets, op=op)
+
+    def native(band, pivots, data, b):
+        return _solve_native(band, pivots, b, **kwargs)
+
+    branches = _off_cpu(on_device, on_host, kl, ku, b.shape[-2])
+    if native_available(b.dtype):
+        branches["cpu"] = native
+    return jax.lax.platform_dependent(band, pivots, data, b, **branches)
 
 
 def batch_as_columns(b):
@@ -164,33 +174,38 @@ def columns_as_batch(x, batch: int):
 
 
 @functools.cache
-def _solver(kl: int, ku: int, op: str, host: bool):
-    """`solve(band, pivots, b)` for one matrix and `b` of shape `(n, k)`, whose batching
-    rule turns right-hand sides batched over shared factors into columns."""
+def _solver(offsets: tuple, kl: int, ku: int, op: str, host: bool):
+    """`solve(band, pivots, data, b)` for one matrix and `b` of shape `(n, k)`, whose
+    batching rule turns right-hand sides batched over a shared matrix into columns."""
+    kwargs = dict(offsets=offsets, kl=kl, ku=ku, op=op, host=host)
 
     @jax.custom_batching.custom_vmap
-    def solve(band, pivots, b):
-        return _solve_members(band, pivots, b, kl=kl, ku=ku, op=op, host=host)
+    def solve(band, pivots, data, b):
+        return _solve_members(band, pivots, data, b, **kwargs)
 
     @solve.def_vmap
-    def _(axis_size, in_batched, band, pivots, b):
-        band_batched, pivots_batched, b_batched = in_batched
-        if not (band_batched or pivots_batched):
-            return columns_as_batch(solve(band, pivots, batch_as_columns(b)), axis_size), True
+    def _(axis_size, in_batched, band, pivots, data, b):
+        if not any(in_batched[:3]):
+            x = solve(band, pivots, data, batch_as_columns(b))
+            return columns_as_batch(x, axis_size), True
         batched = [
             value if is_batched else jnp.broadcast_to(value, (axis_size, *value.shape))
-            for value, is_batched in zip((band, pivots, b), in_batched, strict=True)
+            for value, is_batched in zip((band, pivots, data, b), in_batched, strict=True)
         ]
-        return _solve_members(*batched, kl=kl, ku=ku, op=op, host=host), True
+        return _solve_members(*batched, **kwargs), True
 
     return solve
 
 
-def banded_lu_solve(band, pivots, b, *, kl: int, ku: int, op: str = "N", host: bool = False):
+def banded_lu_solve(
+    band, pivots, data, b, *, offsets, kl: int, ku: int, op: str = "N", host: bool = False
+):
     """`x` with `A x = b` (`op="N"`), `A^T x = b` ("T") or `A^H x = b` ("H") from the factors
-    of `banded_lu`; `b` of shape `(n, k)`. No zero-pivot check: a singular factor gives
-    inf or nan."""
-    return _solver(kl, ku, op, host)(band, pivots, b)
+    `(band, pivots)` that `banded_lu` made of the DIA values `data` (static `offsets`); `b`
+    of shape `(n, k)`. On GPUs a tridiagonal band is solved again from `data` on the device
+    (`device_tridiagonal`), where the factors would need the host. No zero-pivot check: a
+    singular factor gives inf or nan."""
+    return _solver(tuple(offsets), kl, ku, op, host)(band, pivots, data, b)
 
 
 def _solve_once_native(data, b, *, offsets, op):

@@ -5,7 +5,8 @@ pivoting (LAPACK's `gbtrf`), into a fixed-size `(2 * kl + ku + 1, n)` array and 
 pivots: no handles, so a factorization made inside `jit` is an ordinary array that `vmap`
 batches and that is freed like any other. On CPU the native kernels factor and solve;
 on other platforms LAPACK runs on the host (`kernels/native_banded_lu.py`), except the
-one-pass solve of a tridiagonal band on GPUs (`kernels/device_tridiagonal.py`).
+solves of a tridiagonal band on GPUs, which run on the device from the values
+(`kernels/device_tridiagonal.py`).
 
 A band at least as tall as the matrix (`2 * kl + ku + 1 >= n`) stores more than the dense
 matrix, so such a matrix is factored densely (`jax.scipy.linalg.lu_factor`) instead.
@@ -44,8 +45,16 @@ class BandedLU(Factorization):
     ku: int = eqx.field(static=True)
 
     def _solve_columns(self, b, op):
+        values = jax.lax.stop_gradient(self.matrix.data)
         x = native_banded_lu.banded_lu_solve(
-            self.band, self.pivots, b, kl=self.kl, ku=self.ku, op=op
+            self.band,
+            self.pivots,
+            values,
+            b,
+            offsets=self.matrix.offsets,
+            kl=self.kl,
+            ku=self.ku,
+            op=op,
         )
         return jnp.where(self.info == 0, x, jnp.full_like(x, jnp.nan))
 

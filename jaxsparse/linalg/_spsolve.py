@@ -65,8 +65,8 @@ def factorized(A) -> Factorization:
 
     - `DIAMatrix`: `BandedLU`, LU with partial pivoting of the band (LAPACK's `gbtrf`),
       factors in a fixed-size `(2 * kl + ku + 1, n)` array; native kernels on CPU, LAPACK
-      on the host elsewhere. A band at least as tall as the matrix is factored densely
-      (`DenseLU`).
+      on the host elsewhere (on GPUs a tridiagonal band's solves run on the device). A
+      band at least as tall as the matrix is factored densely (`DenseLU`).
     - `CSRMatrix`: `SuperLU`, scipy's SuperLU on the host (COLAMD ordering, partial
       pivoting); the factors stay in a bounded host cache named by a handle.
 
