@@ -22,7 +22,7 @@ Sections, each result checked against scipy before it is timed, medians in ms:
 - host (not run by default; `make gpu-check` runs it): tridiagonal `spsolve` on JAX's
   default device (on a GPU cuSPARSE's `gtsv2`, `kernels/device_tridiagonal.py`) against the
   same solve on the host (LAPACK through a callback, a copy each way) and scipy, with the
-  gradient step on the device.
+  gradient step on the device, and a solve with `factorized`'s factors both ways.
 
 Single calls are jitted functions called from Python (compilation outside the timed
 region); "loop" is per solve inside one jitted `fori_loop` of 10 solves, each right-hand
@@ -389,11 +389,12 @@ def host_section(args, rng) -> list[str]:
     device = jax.devices()[0].device_kind
     lines = [
         f"tridiagonal spsolve, n = {args.rows}, on {device}: the host route (LAPACK through a "
-        "callback) / ours; gradient step / solve"
+        "callback) / ours; gradient step / solve; a solve with `factorized`'s factors, "
+        "made once, and the same solve on the host"
     ]
     lines.append(
         f"{'matrix':>14} {'scipy':>9} {'ours':>9} {'host':>9} {'host/ours':>10} "
-        f"{'gradient':>9} {'ratio':>6} error"
+        f"{'gradient':>9} {'ratio':>6} {'factored':>9} {'host':>9} error"
     )
     offsets = (-1, 0, 1)
     solve = jax.jit(js.linalg.spsolve)
@@ -401,6 +402,12 @@ def host_section(args, rng) -> list[str]:
         lambda A, b: native_banded_lu.banded_solve(A.data, b[:, None], offsets=offsets, host=True)
     )
     gradient = jax.jit(jax.grad(lambda A, b: jnp.sum(js.linalg.spsolve(A, b) ** 2), argnums=(0, 1)))
+    factored = jax.jit(lambda F, b: F.solve(b))
+    factored_on_host = jax.jit(
+        lambda F, b: native_banded_lu.banded_lu_solve(
+            F.band, F.pivots, F.matrix.data, b[:, None], offsets=offsets, kl=1, ku=1, host=True
+        )
+    )
     for name, dominant in (("dominant", True), ("not dominant", False)):
         A = banded_dia(args.rows, offsets, rng, dominant)
         b = jnp.asarray(rng.standard_normal(args.rows))
@@ -410,15 +417,21 @@ def host_section(args, rng) -> list[str]:
         error = _checked(solve(A, b), expected, name)
         _checked(on_host(A, b)[:, 0], expected, f"{name} on the host")
         jax.block_until_ready(gradient(A, b))
+        F = js.linalg.factorized(A)
+        _checked(factored(F, b), expected, f"{name}, factored")
+        _checked(factored_on_host(F, b)[:, 0], expected, f"{name}, factored on the host")
         scipy_ms = _ms(
             lambda ab=ab, b_host=b_host: scipy.linalg.solve_banded((1, 1), ab, b_host), args.quick
         )
         ours_ms = _ms(timing.blocking(solve, A, b), args.quick)
         host_ms = _ms(timing.blocking(on_host, A, b), args.quick)
         gradient_ms = _ms(timing.blocking(gradient, A, b), args.quick)
+        factored_ms = _ms(timing.blocking(factored, F, b), args.quick)
+        factored_host_ms = _ms(timing.blocking(factored_on_host, F, b), args.quick)
         lines.append(
             f"{name:>14} {scipy_ms:9.2f} {ours_ms:9.2f} {host_ms:9.2f} {host_ms / ours_ms:10.2f} "
-            f"{gradient_ms:9.2f} {gradient_ms / ours_ms:6.2f} {error:.1e}"
+            f"{gradient_ms:9.2f} {gradient_ms / ours_ms:6.2f} {factored_ms:9.2f} "
+            f"{factored_host_ms:9.2f} {error:.1e}"
         )
     return lines
 
