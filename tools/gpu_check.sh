@@ -41,15 +41,15 @@ phase install 180 "$python" -m pip install --quiet --no-index --disable-pip-vers
 phase benchmark "${GPU_CHECK_BENCHMARK_S:-200}" \
     "$python" benchmarks/gpu.py --out "$logs/gpu.json"
 # The fast suite: the `slow` sweeps repeat its code paths, and CI runs them on CPUs.
-phase gpu-tests "$(left 190)" env XLA_PYTHON_CLIENT_PREALLOCATE=false \
+phase gpu-tests "$(left 150)" env XLA_PYTHON_CLIENT_PREALLOCATE=false \
     "$python" -m pytest -q -n "$workers" -p no:cacheprovider -m "not on_cpu and not slow"
-phase cpu-tests "$(left 140)" env JAX_PLATFORMS=cpu \
+phase cpu-tests "$(left 100)" env JAX_PLATFORMS=cpu \
     "$python" -m pytest -q -n "$workers" -p no:cacheprovider -m "on_cpu and not slow"
 if [[ ${GPU_CHECK_SWEEP:-0} == 1 ]]; then
     phase csr-tiles 120 "$python" benchmarks/gpu_csr_tiles.py
 fi
 # Tridiagonal spsolve on the device (cuSPARSE) against the host route and scipy, 10^6 rows.
-phase solve 90 "$python" benchmarks/solve.py --sections host
+phase solve 60 "$python" benchmarks/solve.py --sections host
 # ILU(0)'s level-scheduled sweeps on the GPU against plain and Jacobi CG and the host
 # fallback (float64, 64^3 unknowns: a size that fits the budget).
 phase linalg "$(left 0)" "$python" benchmarks/eigen.py --only cg --cg-side 64
