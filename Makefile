@@ -21,14 +21,17 @@ $(STAMP): pyproject.toml setup.py $(wildcard jaxsparse/kernels/native/*)
 demo: $(STAMP)
 	$(BIN)/python examples/quickstart.py
 
-# The suite is mostly single-threaded XLA compilation: one pytest worker per core. The
+# The suite is mostly single-threaded XLA compilation: one pytest worker per core, and
+# XLA's LLVM passes at -O0 (the tests check results, which no LLVM optimization may
+# change, not the speed of XLA's code; the native kernels are built as always). The
 # exhaustive sweeps (marked `slow`) repeat paths the suite already covers: CI runs them
 # once, on the newest Python (`make test-slow`).
+TEST_XLA_FLAGS := XLA_FLAGS="--xla_backend_optimization_level=0 $(XLA_FLAGS)"
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n auto --dist worksteal -m "not slow" --durations=15
+	$(TEST_XLA_FLAGS) $(BIN)/python -m pytest -q -n auto --dist worksteal -m "not slow" --durations=15
 
 test-slow: $(STAMP)
-	$(BIN)/python -m pytest -q -n auto --dist worksteal -m slow
+	$(TEST_XLA_FLAGS) $(BIN)/python -m pytest -q -n auto --dist worksteal -m slow
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py
