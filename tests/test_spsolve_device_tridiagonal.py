@@ -92,7 +92,8 @@ def _right_hand_sides_solved(jaxpr):
 def test_batches_of_single_columns_are_solved_with_pivots():
     """Every member has a zero main diagonal, so only a pivoting solve succeeds; batches of
     single columns, explicit or from `vmap`, reach `tridiagonal_solve` with a second column
-    (jaxlib's batched call for single columns does not pivot), a shared matrix's as columns."""
+    (jaxlib's batched call for single columns does not pivot), a shared matrix's, explicit
+    or from `vmap`, as columns."""
     rng = np.random.default_rng(32)
     offsets = BANDS["no-main-diagonal"]
     data = jnp.asarray(random_values(rng, (5, 2, 40), jnp.float64))
@@ -103,6 +104,7 @@ def test_batches_of_single_columns_are_solved_with_pivots():
 
     for program, arguments in (
         (solve, (data, b)),
+        (solve, (data[0], b)),
         (jax.vmap(solve), (data, b)),
         (jax.vmap(solve, in_axes=(0, None)), (data, b[0])),
         (jax.vmap(solve, in_axes=(None, 0)), (data[0], b)),

@@ -3,12 +3,12 @@
 # place, the GPU benchmark, the suite with "auto" on the GPU, the CPU-behaviour tests with
 # JAX on the CPU, the CSR tile sweep if GPU_CHECK_SWEEP=1, the tridiagonal solve on the
 # device against the host route, preconditioned CG (ILU(0) on the GPU); the benchmark's
-# summary table prints last. The benchmark runs first because its
-# figures are what a short lease is for. Every phase runs even when one before it failed,
-# and each has a time limit (an interrupt, after which the benchmark keeps the cases it
-# timed and pytest prints its summary) so that the whole check ends within
-# GPU_CHECK_BUDGET_S seconds (480: a 15-minute lease's start, one check and a rerun). The
-# exit status says whether all passed. Logs and the benchmark's JSON go to $GPU_CHECK_LOGS.
+# summary table prints last. The benchmark runs first because its figures are what a short
+# lease is for. Every phase runs even when one before it failed, and each has a time limit
+# (an interrupt, after which the benchmark keeps the cases it timed and pytest prints its
+# summary) so that the whole check ends within GPU_CHECK_BUDGET_S seconds (480: a 15-minute
+# lease's start, one check and a rerun). The exit status says whether all passed. Logs and
+# the benchmark's JSON go to $GPU_CHECK_LOGS.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 python=${GPU_PYTHON:-python3}

@@ -1,14 +1,15 @@
 """Tridiagonal solves on the GPU itself: `jax.lax.linalg.tridiagonal_solve`, which lowers to
 cuSPARSE's (on ROCm hipSPARSE's) `gtsv2`, which pivots, for a DIA band with at most one sub-
-and one superdiagonal (`covers`). What `native_banded_lu`'s one-pass solve and
-its adjoint run on CUDA and ROCm for such a band, where a wider band goes to LAPACK on the
-host with a copy each way.
+and one superdiagonal (`covers`). What `native_banded_lu`'s solves and adjoint run on CUDA
+and ROCm for such a band, where a wider band goes to LAPACK on the host with a copy each
+way.
 
 Values are DIA's `(..., ndiag, n)` (`data[d, j] == A[j - offsets[d], j]`), right-hand
 sides `(..., n, k)`; batches of matrices carry the same leading axes as their right-hand
-sides, one matrix may serve all of them. A column whose solution is not finite is `nan`
-throughout: a zero pivot makes every column of its member so, which is `nan` everywhere as
-the CPU's kernels give, while a non-finite right-hand side spoils its own column alone.
+sides, or one matrix serves all of them (its batch solved as columns). A column whose
+solution is not finite is `nan` throughout: a zero pivot makes every column of its member
+so, which is `nan` everywhere as the CPU's kernels give, while a non-finite right-hand side
+spoils its own column alone.
 """
 
 import jax
@@ -83,9 +84,11 @@ def solve(data, b, *, offsets, op: str = "N"):
         diagonals = _transposed(*diagonals)
     if op == "H":
         diagonals = tuple(diagonal.conj() for diagonal in diagonals)
-    lead = b.shape[:-2]
-    diagonals = tuple(jnp.broadcast_to(v, (*lead, v.shape[-1])) for v in diagonals)
-    x = _pivoting_solve(*diagonals, b)
+    # One matrix for batched right-hand sides: `vmap`, whose rule solves them as columns.
+    solve_all = _pivoting_solve
+    for _ in range(b.ndim - 1 - diagonals[0].ndim):
+        solve_all = jax.vmap(solve_all, in_axes=(None, None, None, 0))
+    x = solve_all(*diagonals, b)
     return jnp.where(jnp.all(jnp.isfinite(x), axis=-2, keepdims=True), x, jnp.nan)
 
 
