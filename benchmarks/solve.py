@@ -123,6 +123,11 @@ def banded_dia(n: int, offsets, rng, dominant: bool = True) -> js.DIAMatrix:
     return js.DIAMatrix(jnp.asarray(data), offsets, (n, n))
 
 
+def scipy_band(A: js.DIAMatrix, kl: int, ku: int) -> np.ndarray:
+    """`A`'s diagonals as `scipy.linalg.solve_banded` takes them, the highest first."""
+    return np.asarray([np.asarray(A.data)[A.offsets.index(o)] for o in range(ku, -kl - 1, -1)])
+
+
 def laplacian_2d(side: int) -> scipy.sparse.csr_array:
     """The 5-point Laplacian on a side x side grid plus a small nonsymmetric drift."""
     line = scipy.sparse.diags_array([-1.0, 2.0, -1.0], offsets=[-1, 0, 1], shape=(side, side))
@@ -148,7 +153,7 @@ def banded_section(args, rng) -> list[str]:
         A = banded_dia(args.rows, offsets, rng, dominant)
         b = jnp.asarray(rng.standard_normal(args.rows))
         kl = ku = max(offsets)
-        ab = np.asarray([np.asarray(A.data)[A.offsets.index(o)] for o in range(ku, -kl - 1, -1)])
+        ab = scipy_band(A, kl, ku)
         b_host = np.asarray(b)
         expected = scipy.linalg.solve_banded((kl, ku), ab, b_host)
         error = _checked(solve(A, b), expected, name)
@@ -411,7 +416,7 @@ def host_section(args, rng) -> list[str]:
     for name, dominant in (("dominant", True), ("not dominant", False)):
         A = banded_dia(args.rows, offsets, rng, dominant)
         b = jnp.asarray(rng.standard_normal(args.rows))
-        ab = np.asarray([np.asarray(A.data)[A.offsets.index(o)] for o in (1, 0, -1)])
+        ab = scipy_band(A, 1, 1)
         b_host = np.asarray(b)
         expected = scipy.linalg.solve_banded((1, 1), ab, b_host)
         error = _checked(solve(A, b), expected, name)
