@@ -140,7 +140,7 @@ def _solve_on_host(handle, data, indices, indptr, b, *, n, op):
     lead = np.broadcast_shapes(factor_lead, b.shape[:-2])
     b = np.broadcast_to(b, (*lead, *b.shape[-2:]))
     if int(np.prod(factor_lead)) == 1:
-        members = [a.reshape(-1, a.shape[-1])[0] for a in structure]
+        members = [a.reshape(a.shape[-1]) for a in structure]
         factors = _member_factors(handle.reshape(-1)[0], *members, n)
         columns = np.moveaxis(b.reshape(-1, n, b.shape[-1]), 0, 1).reshape(n, -1)
         x = _solve_one(factors, columns, op).reshape(n, -1, b.shape[-1])
