@@ -151,8 +151,9 @@ def test_eigenvalue_gradient_is_v_v_on_the_pattern():
 
 def test_bad_arguments_raise():
     A, _ = hermitian("dia", jnp.float64)
-    with pytest.raises(TypeError, match="`sigma`"):
-        js.linalg.eigsh(A, 2, sigma=0.5j)
+    for sigma in (0.5j, True, jnp.ones(2), "0.5"):
+        with pytest.raises(TypeError, match="`sigma`"):
+            js.linalg.eigsh(A, 2, sigma=sigma)
     with pytest.raises(ValueError, match="`k`"):
         js.linalg.eigsh(A, A.shape[0])
     with pytest.raises(ValueError, match="`which`"):
@@ -225,6 +226,44 @@ def test_shift_invert_matches_scipy_under_jit(fmt, which):
     np.testing.assert_allclose(np.asarray(w), np.sort(expected), atol=1e-10)
     v = np.asarray(v)
     assert np.max(np.linalg.norm(twin @ v - v * np.asarray(w), axis=0)) < 1e-8
+
+
+def test_shifts_are_traced_values_so_a_sweep_compiles_once():
+    """`sigma` is a value, not part of the compiled program: a sweep over shifts (under
+    `jit`, `vmap`, or eager calls) reuses one compilation."""
+    twin = square_grid_laplacian(8)
+    A = js.DIAMatrix.from_scipy(twin.todia())
+    nearest = jax.jit(lambda A, sigma: js.linalg.eigsh(A, 2, sigma=sigma)[0])
+    sigmas = np.array([0.7, 2.9, 5.3])
+    for sigma in sigmas:
+        expected = scipy.sparse.linalg.eigsh(twin.tocsc(), 2, sigma=sigma)[0]
+        np.testing.assert_allclose(np.asarray(nearest(A, sigma)), np.sort(expected), atol=1e-10)
+    assert nearest._cache_size() == 1
+    batched = jax.vmap(nearest, in_axes=(None, 0))(A, jnp.asarray(sigmas))
+    np.testing.assert_allclose(
+        np.asarray(batched[1]), np.asarray(nearest(A, sigmas[1])), atol=1e-10
+    )
+    eager = js.linalg._eigsh._compiled_eigsh._cached  # the jitted function eager calls run
+    js.linalg.eigsh(A, 2, sigma=0.5)
+    size = eager._cache_size()
+    js.linalg.eigsh(A, 2, sigma=1.5)
+    assert eager._cache_size() == size
+
+
+@pytest.mark.parametrize("sigma", [None, 0.3])
+def test_convergence_is_judged_against_the_whole_spectrum(sigma):
+    """Wanted eigenvalues far below `||A||` converge: the residual test's scale is the
+    largest Ritz value, not the largest wanted one."""
+    if sigma is None:  # nine eigenvalues in [1, 2] and one at 1e4; the smallest wanted
+        basis, _ = np.linalg.qr(np.random.default_rng(0).standard_normal((10, 10)))
+        dense = (basis * np.r_[np.linspace(1, 2, 9), 1e4]) @ basis.T
+    else:  # (A - 0.3 I)^{-1} has norm about 250; the wanted value is about -0.8
+        dense = np.array([[0.1787, 0.0, 0.3796], [0.0, -1.0739, 0.0], [0.3796, 0.0, -0.8466]])
+    dense = (dense + dense.T) / 2
+    twin = scipy.sparse.csr_array(dense)
+    w = js.linalg.eigsh(js.CSRMatrix.from_scipy(twin), 1, sigma=sigma, which="SA")[0]
+    expected = scipy.sparse.linalg.eigsh(twin, 1, sigma=sigma, which="SA")[0]
+    np.testing.assert_allclose(np.asarray(w), expected, atol=1e-10)
 
 
 @pytest.mark.slow  # the derivative rules of the plain mode are tested in the fast suite

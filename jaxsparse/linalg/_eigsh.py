@@ -12,6 +12,7 @@ import dataclasses
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from .._base import SparseMatrix
@@ -30,7 +31,7 @@ class _Settings:
     which: str
     tol: float
     maxiter: int
-    sigma: float | None
+    shift_invert: bool
 
 
 def eigsh(
@@ -58,8 +59,9 @@ def eigsh(
     - `k`: how many eigenpairs, `1 <= k < n` (static).
     - `M`: the generalized problem is not supported; anything but `None` raises
       `ValueError`.
-    - `sigma`: a real Python number for shift-invert mode (scipy's `mode="normal"`): the
-      iteration runs on `(A - sigma I)^{-1}`, applied by solves with one
+    - `sigma`: a real number (a Python number or a real scalar array, traced under `jit`:
+      a sweep over shifts compiles once) for shift-invert mode (scipy's `mode="normal"`):
+      the iteration runs on `(A - sigma I)^{-1}`, applied by solves with one
       `js.linalg.factorized(A - sigma I)`, and `which` selects among its eigenvalues
       `1 / (lambda - sigma)`: `"LM"` gives the eigenvalues nearest `sigma`. The returned
       eigenvalues are `A`'s (Rayleigh quotients `v^H A v`).
@@ -87,23 +89,38 @@ def eigsh(
         raise TypeError(f"eigsh: `A` must be a jaxsparse matrix, got {type(A).__name__}.")
     if M is not None:
         raise ValueError("eigsh: the generalized problem (`M=`) is not supported.")
-    if sigma is not None:
-        if isinstance(sigma, (bool, complex)) or not isinstance(sigma, (int, float)):
-            raise TypeError(f"eigsh: `sigma` must be a real Python number, got {sigma!r}.")
-        sigma = float(sigma)
-    settings = _settings(A, k, which, ncv, maxiter, tol, sigma)
+    settings = _settings(A, k, which, ncv, maxiter, tol, sigma is not None)
     n = A.shape[0]
     dtype = working_dtype(A.dtype)
+    if sigma is not None:
+        sigma = _real_scalar(sigma, jnp.finfo(dtype).dtype)
     if v0 is not None:
         v0 = jnp.asarray(v0)
         if v0.shape != (n,):
             raise ValueError(f"eigsh: `v0` must have shape ({n},), got {v0.shape}.")
         v0 = v0.astype(dtype)
-    values, vectors = _compiled_eigsh(A.astype(dtype), v0, settings=settings)
+    values, vectors = _compiled_eigsh(A.astype(dtype), v0, sigma, settings=settings)
     return (values, vectors) if return_eigenvectors else values
 
 
-def _settings(A, k, which, ncv, maxiter, tol, sigma) -> _Settings:
+def _real_scalar(sigma, dtype) -> jax.Array:
+    """`sigma` as a scalar array of `dtype`: an array, not a Python float, so that
+    `filter_jit` traces it and a new shift reuses the compiled iteration."""
+    if isinstance(sigma, bool) or not isinstance(
+        sigma, (int, float, jax.Array, np.ndarray, np.number)
+    ):
+        raise TypeError(f"eigsh: `sigma` must be a real number, got {sigma!r}.")
+    sigma = jnp.asarray(sigma)
+    if sigma.shape != () or not jnp.issubdtype(sigma.dtype, jnp.number):
+        raise TypeError(
+            f"eigsh: `sigma` must be a real scalar, got {sigma.dtype}{list(sigma.shape)}."
+        )
+    if jnp.issubdtype(sigma.dtype, jnp.complexfloating):
+        raise TypeError(f"eigsh: `sigma` must be real, got {sigma.dtype}.")
+    return sigma.astype(dtype)
+
+
+def _settings(A, k, which, ncv, maxiter, tol, shift_invert: bool) -> _Settings:
     m, n = A.shape
     if m != n:
         raise ValueError(f"eigsh: `A` must be square, got shape {A.shape}.")
@@ -123,13 +140,13 @@ def _settings(A, k, which, ncv, maxiter, tol, sigma) -> _Settings:
         raise ValueError(f"eigsh: `tol` must be >= 0, got {tol!r}.")
     if tol == 0:
         tol = 100 * float(jnp.finfo(working_dtype(A.dtype)).eps)
-    return _Settings(k, ncv, which, float(tol), maxiter, sigma)
+    return _Settings(k, ncv, which, float(tol), maxiter, shift_invert)
 
 
 @eqx.filter_custom_jvp
-def _eigsh(A, v0, *, settings: _Settings):
+def _eigsh(A, v0, sigma, *, settings: _Settings):
     n = A.shape[0]
-    matvec = (lambda v: A @ v) if settings.sigma is None else inverse_operator(A, settings.sigma)
+    matvec = inverse_operator(A, sigma) if settings.shift_invert else (lambda v: A @ v)
     result = lanczos_with_copies(
         matvec,
         start_vector(v0, n, A.dtype),
@@ -140,7 +157,7 @@ def _eigsh(A, v0, *, settings: _Settings):
         maxiter=settings.maxiter,
     )
     values = result.values
-    if settings.sigma is not None:
+    if settings.shift_invert:
         values = jnp.real(jnp.sum(jnp.conj(result.vectors) * (A @ result.vectors), axis=0))
     order = jnp.argsort(values)
     values = eqx.error_if(
@@ -154,9 +171,9 @@ def _eigsh(A, v0, *, settings: _Settings):
 
 @_eigsh.def_jvp
 def _eigsh_jvp(primals, tangents, *, settings: _Settings):
-    A, v0 = primals
-    A_dot, _ = tangents
-    values, vectors = _eigsh(A, v0, settings=settings)
+    A, v0, sigma = primals
+    A_dot = tangents[0]
+    values, vectors = _eigsh(A, v0, sigma, settings=settings)
     if A_dot is None or A_dot.data is None:
         return (values, vectors), (jnp.zeros_like(values), jnp.zeros_like(vectors))
     dA_vectors = A.with_data(A_dot.data) @ vectors
@@ -165,14 +182,15 @@ def _eigsh_jvp(primals, tangents, *, settings: _Settings):
     gaps = (values[None, :] - values[:, None]).astype(vectors.dtype)  # [j, i]: lambda_i - lambda_j
     off_diagonal = ~jnp.eye(settings.k, dtype=bool)
     inside = jnp.where(off_diagonal, coupling / jnp.where(off_diagonal, gaps, 1), 0)
-    outside = _complement_solve(A, values, vectors, dA_vectors - vectors @ coupling, settings)
+    rhs = dA_vectors - vectors @ coupling
+    outside = _complement_solve(A, values, vectors, rhs, sigma, settings)
     return (values, vectors), (values_dot, vectors @ inside + outside)
 
 
 _compiled_eigsh = eqx.filter_jit(_eigsh)
 
 
-def _complement_solve(A, values, vectors, rhs, settings: _Settings):
+def _complement_solve(A, values, vectors, rhs, sigma, settings: _Settings):
     """`X` with `(I - V V^H)(A - lambda_i)(I - V V^H) x_i = -rhs_i` and `x_i` orthogonal to
     `V`, for every column `i`.
 
@@ -182,8 +200,8 @@ def _complement_solve(A, values, vectors, rhs, settings: _Settings):
     eigenvalues are inside the spectrum and the operator indefinite: GMRES solves it,
     preconditioned by `(A - sigma I)^{-1}` (which clusters the spectrum near 1).
     """
-    if settings.sigma is not None:
-        return _complement_solve_shifted(A, values, vectors, rhs, settings.sigma)
+    if settings.shift_invert:
+        return _complement_solve_shifted(A, values, vectors, rhs, sigma)
     sign = {"LA": -jnp.ones_like(values), "SA": jnp.ones_like(values)}.get(
         settings.which, -jnp.sign(values)
     ).astype(vectors.dtype)
@@ -209,9 +227,9 @@ def _complement_solve(A, values, vectors, rhs, settings: _Settings):
     return lax.custom_linear_solve(operator, b, solve, transpose_solve)
 
 
-def _complement_solve_shifted(A, values, vectors, rhs, sigma: float):
+def _complement_solve_shifted(A, values, vectors, rhs, sigma):
     shift = values.astype(vectors.dtype)
-    inverse = inverse_operator(lax.stop_gradient(A), sigma)
+    inverse = inverse_operator(lax.stop_gradient(A), lax.stop_gradient(sigma))
 
     def project(X):
         return X - vectors @ (jnp.conj(vectors).T @ X)
