@@ -295,7 +295,9 @@ def test_singular_matrix_gives_nan(name):
     if name == "dia-all-outside":
         matrix = js.DIAMatrix(jnp.ones((3, 10)), (10, -10, 25), (10, 10))
     elif name == "csr-no-entries":
-        matrix = js.CSRMatrix(jnp.zeros(0), jnp.zeros(0, jnp.int32), jnp.zeros(3, jnp.int32), (2, 2))
+        matrix = js.CSRMatrix(
+            jnp.zeros(0), jnp.zeros(0, jnp.int32), jnp.zeros(3, jnp.int32), (2, 2)
+        )
     else:
         dense = np.eye(6)
         dense[2] = 0.0
@@ -303,6 +305,21 @@ def test_singular_matrix_gives_nan(name):
     b = jnp.ones(matrix.shape[0])
     assert np.all(np.isnan(js.linalg.spsolve(matrix, b)))
     assert np.all(np.isnan(jax.jit(js.linalg.spsolve)(matrix, b)))
+
+
+@pytest.mark.parametrize("column", [2, 100_000, -1, -(2**31)])
+def test_invalid_structure_under_jit_gives_nan(column):
+    """Under `jit` nothing checks a CSR structure before the host factors it: an index out
+    of range must give nan, never reach scipy's unchecked conversions."""
+    indptr = jnp.array([0, 1, 2], jnp.int32)
+    solve = jax.jit(
+        lambda indices, indptr: js.linalg.spsolve(
+            js.CSRMatrix(jnp.ones(2), indices, indptr, (2, 2)), jnp.ones(2)
+        )
+    )
+    assert np.all(np.isnan(solve(jnp.array([0, column], jnp.int32), indptr)))
+    assert np.all(np.isnan(solve(jnp.array([0, 1], jnp.int32), jnp.array([0, 2, 1], jnp.int32))))
+    np.testing.assert_allclose(solve(jnp.array([0, 1], jnp.int32), indptr), [1.0, 1.0])
 
 
 def test_bad_input_is_a_clear_error():

@@ -90,25 +90,43 @@ def _on_superlu_thread(fn):
     return run
 
 
-def _splu(data, indices, indptr, n: int):
+def _valid_structure(indices, indptr, n: int) -> bool:
+    """Whether `(indices, indptr)` is a CSR structure of an `n x n` matrix: scipy's
+    conversions index with it unchecked, so a bad one would read and write out of bounds."""
+    steps = np.diff(indptr)
+    return bool(
+        indptr.shape == (n + 1,)
+        and indptr[0] == 0
+        and indptr[-1] == indices.shape[0]
+        and np.all(steps >= 0)
+        and np.all((indices >= 0) & (indices < n))
+    )
+
+
+def _splu_or_none(data, indices, indptr, n: int):
+    """SuperLU's factors, or None for a matrix it finds exactly singular or an invalid
+    structure (under `jit` nothing checked it): their solves return nan."""
+    if not _valid_structure(indices, indptr, n):
+        return None
     matrix = scipy.sparse.csr_array((data, indices, indptr), shape=(n, n)).tocsc()
     matrix.sum_duplicates()
-    return scipy.sparse.linalg.splu(matrix, permc_spec="COLAMD")
+    try:
+        return scipy.sparse.linalg.splu(matrix, permc_spec="COLAMD")
+    except RuntimeError:  # SuperLU: "Factor is exactly singular"
+        return None
 
 
 @_on_superlu_thread
 def _factor_on_host(data, indices, indptr, *, n):
-    """Factors every member of a batch; returns their handles (0 for a singular one,
-    whose solves return nan)."""
+    """Factors every member of a batch; returns their handles (0 for a singular one or an
+    invalid structure, whose solves return nan)."""
     data, indices, indptr = np.asarray(data), np.asarray(indices), np.asarray(indptr)
     lead = np.broadcast_shapes(data.shape[:-1], indices.shape[:-1], indptr.shape[:-1])
     handles = np.zeros(lead, np.int32)
     for index in np.ndindex(*lead):
         member = [np.broadcast_to(a, (*lead, a.shape[-1]))[index] for a in (data, indices, indptr)]
-        try:
-            handles[index] = CACHE.add(_splu(*member, n))
-        except RuntimeError:  # SuperLU: "Factor is exactly singular"
-            handles[index] = 0
+        factors = _splu_or_none(*member, n)
+        handles[index] = 0 if factors is None else CACHE.add(factors)
     return handles
 
 
@@ -122,11 +140,9 @@ def _member_factors(handle, data, indices, indptr, n):
     factors = CACHE.get(int(handle))
     if factors is not None or handle == 0:
         return factors
-    try:
-        factors = _splu(data, indices, indptr, n)
-    except RuntimeError:
-        return None
-    CACHE.add(factors)
+    factors = _splu_or_none(data, indices, indptr, n)
+    if factors is not None:
+        CACHE.add(factors)
     return factors
 
 
