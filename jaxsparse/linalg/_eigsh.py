@@ -16,6 +16,7 @@ import numpy as np
 from jax import lax
 
 from .._base import SparseMatrix
+from .._batching import refuse_batch
 from ._eigsh_copies import lanczos_with_copies
 from ._eigsh_lanczos import start_vector
 from ._eigsh_shift_invert import inverse_operator
@@ -89,6 +90,7 @@ def eigsh(
         raise TypeError(f"eigsh: `A` must be a jaxsparse matrix, got {type(A).__name__}.")
     if M is not None:
         raise ValueError("eigsh: the generalized problem (`M=`) is not supported.")
+    refuse_batch("`eigsh`", A)
     settings = _settings(A, k, which, ncv, maxiter, tol, sigma is not None)
     n = A.shape[0]
     dtype = working_dtype(A.dtype)

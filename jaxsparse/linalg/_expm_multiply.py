@@ -18,6 +18,7 @@ import scipy.sparse.linalg
 from jax import lax
 
 from .._base import SparseMatrix, is_concrete
+from .._batching import refuse_batch
 from .._dia import DIAMatrix
 from .._reductions import trace
 from ._working_dtype import working_dtype
@@ -124,6 +125,7 @@ def expm_multiply(
     """
     if not isinstance(A, SparseMatrix):
         raise TypeError(f"expm_multiply: `A` must be a jaxsparse matrix, got {type(A).__name__}.")
+    refuse_batch("`expm_multiply`", A)
     n = A.shape[0]
     if A.shape != (n, n):
         raise ValueError(f"expm_multiply: `A` must be square, got shape {A.shape}.")

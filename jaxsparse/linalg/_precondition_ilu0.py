@@ -14,6 +14,7 @@ import numpy as np
 from jax import lax
 
 from .._base import SparseMatrix
+from .._batching import refuse_batch
 from ..kernels.native_ilu0 import native_available
 from ._precondition import Preconditioner, check_square
 from ._precondition_ilu0_native import native_spilu0
@@ -81,6 +82,7 @@ def spilu0(A: SparseMatrix, *, method: str = "auto") -> Preconditioner:
     preconditioned by it never differentiate the factorization.
     """
     check_square(A, "spilu0")
+    refuse_batch("`spilu0`", A)
     if method not in _METHODS:
         raise ValueError(f"spilu0: `method` must be one of {_METHODS}, got {method!r}.")
     dtype = working_dtype(A.dtype)

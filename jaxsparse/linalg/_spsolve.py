@@ -12,6 +12,7 @@ import functools
 import jax.numpy as jnp
 import numpy as np
 
+from .._batching import refuse_batch
 from .._csr import CSRMatrix
 from .._dia import DIAMatrix
 from ._factor import Factorization, check_rhs
@@ -45,6 +46,7 @@ solve_once.register(DIAMatrix, solve_dia)
 def _check_matrix(A) -> None:
     if factorize.dispatch(type(A)) is _UNSUPPORTED:
         factorize(A)
+    refuse_batch("`spsolve` and `factorized`", A)
     m, n = A.shape
     if m != n:
         raise ValueError(f"`A` must be square, got shape {A.shape}.")

@@ -1,0 +1,37 @@
+"""`js.linalg` and batched matrices: each function works on one matrix, so a matrix with
+batch axes (from `jax.vmap`) is refused with a ValueError naming the batch, never answered
+for one member; inside `jax.vmap` each member is solved."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxsparse as js
+
+OPERATIONS = {
+    "spsolve": lambda A, b: js.linalg.spsolve(A, b),
+    "factorized": lambda A, b: js.linalg.factorized(A).solve(b),
+    "eigsh": lambda A, b: js.linalg.eigsh(A, 1)[0],
+    "expm_multiply": lambda A, b: js.linalg.expm_multiply(A, b, norm_bound=20.0),
+    "spilu0": lambda A, b: js.linalg.spilu0(A) @ b,
+}
+
+
+def _tridiagonal(n=6):
+    return js.diags([-1.0, 4.0, -1.0], [-1, 0, 1], shape=(n, n), dtype=jnp.float64)
+
+
+@pytest.mark.parametrize("fmt", ["dia", "csr"])
+@pytest.mark.parametrize("name", sorted(OPERATIONS))
+def test_a_batched_matrix_is_refused_and_vmap_solves_each_member(name, fmt):
+    A = _tridiagonal()
+    A = A if fmt == "dia" else A.tocsr()
+    scales = jnp.array([1.0, 2.0], jnp.float64)
+    batched = jax.vmap(lambda c: c * A)(scales)
+    b = jnp.ones(A.shape[0], jnp.float64)
+    with pytest.raises(ValueError, match=r"batch=\(2,\)"):
+        OPERATIONS[name](batched, b)
+    members = jax.vmap(lambda c: OPERATIONS[name](c * A, b))(scales)
+    for c, member in zip(scales, members, strict=True):
+        np.testing.assert_allclose(member, OPERATIONS[name](c * A, b), rtol=1e-10)
