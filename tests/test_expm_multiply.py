@@ -141,3 +141,16 @@ def test_bad_arguments_raise():
         js.linalg.expm_multiply(A, jnp.ones(30), start=0.0, stop=1.0, num=0)
     with pytest.raises(ValueError, match="norm bound"):
         js.linalg.expm_multiply(A, jnp.ones(30), norm_bound=float("nan"))
+    with pytest.raises(ValueError, match="either `t` or a grid"):
+        js.linalg.expm_multiply(A, jnp.ones(30), 5.0, start=0.0, stop=1.0, num=2)
+    with pytest.raises(ValueError, match="`stop`"):
+        js.linalg.expm_multiply(A, jnp.ones(30), start=0.0, stop=1j, num=3)
+    with pytest.raises(ValueError, match="not finite"):
+        js.linalg.expm_multiply(A.with_data(A.data.at[0, 3].set(jnp.nan)), jnp.ones(30))
+
+
+def test_an_empty_matrix_evolves_nothing():
+    empty = js.DIAMatrix(jnp.zeros((1, 0)), (0,), (0, 0))
+    assert js.linalg.expm_multiply(empty, jnp.zeros(0)).shape == (0,)
+    grid = js.linalg.expm_multiply(empty, jnp.zeros((0, 2)), start=0.0, stop=1.0, num=3)
+    assert grid.shape == (3, 0, 2)

@@ -89,7 +89,7 @@ def _shifted(A: SparseMatrix, mu: jax.Array):
 def expm_multiply(
     A: SparseMatrix,
     B,
-    t=1.0,
+    t=None,
     *,
     start=None,
     stop=None,
@@ -109,7 +109,7 @@ def expm_multiply(
     - `A`: a square `DIAMatrix` or `CSRMatrix` (for a Schrodinger evolution `exp(-i t H)`,
       pass `(-1j) * H`).
     - `B`: a dense `(n,)` or `(n, k)` array.
-    - `t`: a real scalar time.
+    - `t`: a real scalar time (default 1).
     - `start`, `stop`, `num`, `endpoint`: instead of `t`, a grid of `num` times from
       `start` to `stop` (as `numpy.linspace`): the result is stacked along a new first
       axis, stepping from each time to the next with the same static degree and steps.
@@ -139,12 +139,17 @@ def expm_multiply(
     if grid:
         if None in (start, stop, num):
             raise ValueError("expm_multiply: a grid needs all of `start`, `stop` and `num`.")
+        if t is not None:
+            raise ValueError("expm_multiply: give either `t` or a grid (`start`, `stop`, `num`).")
         if not isinstance(num, int) or num < 1:
             raise ValueError(f"expm_multiply: `num` must be a positive int, got {num!r}.")
         intervals = num - 1 if endpoint else num
-        t = (jnp.asarray(stop, real) - jnp.asarray(start, real)) / max(intervals, 1)
+        span = _real_scalar(stop, real, "stop") - _real_scalar(start, real, "start")
+        t = span / max(intervals, 1)
     else:
-        t = _real_scalar(t, real, "t")
+        t = _real_scalar(1.0 if t is None else t, real, "t")
+    if n == 0:  # nothing to evolve; the norm below would reduce over no entries
+        return jnp.broadcast_to(B, (num, *B.shape)) if grid else B
     degree, steps = _static_schedule(A, t, norm_bound)
     tol = float(jnp.finfo(dtype).eps) / 2
     mu = (trace(A) / n).astype(dtype)
@@ -176,6 +181,8 @@ def _static_schedule(A, t, norm_bound) -> tuple[int, int]:
                 ">= ||t (A - trace(A)/n I)||_1 (2 |t| ||A||_1 always is one)."
             )
         norm_bound = abs(float(t)) * shifted_one_norm(A)
+        if not math.isfinite(norm_bound):
+            raise ValueError("expm_multiply: `A` or `t` holds a value that is not finite.")
     if isinstance(norm_bound, jax.core.Tracer):
         raise TypeError("expm_multiply: `norm_bound` must be a Python float, not traced.")
     return taylor_degree_and_steps(float(norm_bound))
