@@ -166,6 +166,21 @@ def test_bad_arguments_raise():
         js.linalg.eigsh(js.DIAMatrix(jnp.ones((1, 4)), (0,), (3, 4)), 1)
     with pytest.raises(TypeError, match="jaxsparse matrix"):
         js.linalg.eigsh(np.eye(4), 1)
+    n = A.shape[0]
+    with pytest.raises(ValueError, match="`v0` must not be zero"):
+        js.linalg.eigsh(A, 2, v0=jnp.zeros(n))
+    with pytest.raises(TypeError, match="`v0` is complex"):
+        js.linalg.eigsh(A, 2, v0=jnp.ones(n, jnp.complex128))
+    with pytest.raises(ValueError, match="`k`"):
+        js.linalg.eigsh(A, True)
+
+
+def test_numpy_integers_are_counts():
+    """`k`, `ncv` and `maxiter` take numpy's integers too, as scipy's `eigsh` does."""
+    A, twin = hermitian("dia", jnp.float64)
+    w = js.linalg.eigsh(A, np.int64(2), ncv=np.int32(12), maxiter=np.int64(500))[0]
+    expected = scipy.sparse.linalg.eigsh(twin, 2)[0]
+    np.testing.assert_allclose(np.asarray(w), np.sort(expected), atol=1e-8)
 
 
 def test_no_convergence_is_an_error():

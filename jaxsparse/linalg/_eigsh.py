@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .._base import SparseMatrix
+from .._base import SparseMatrix, is_concrete
 from .._batching import refuse_batch
 from ._eigsh_copies import lanczos_with_copies
 from ._eigsh_lanczos import start_vector
@@ -100,6 +100,10 @@ def eigsh(
         v0 = jnp.asarray(v0)
         if v0.shape != (n,):
             raise ValueError(f"eigsh: `v0` must have shape ({n},), got {v0.shape}.")
+        if jnp.iscomplexobj(v0) and not jnp.issubdtype(A.dtype, jnp.complexfloating):
+            raise TypeError(f"eigsh: `v0` is complex ({v0.dtype}) but `A` is real ({A.dtype}).")
+        if is_concrete(v0) and not jnp.any(v0 != 0):
+            raise ValueError("eigsh: `v0` must not be zero.")
         v0 = v0.astype(dtype)
     values, vectors = _compiled_eigsh(A.astype(dtype), v0, sigma, settings=settings)
     return (values, vectors) if return_eigenvectors else values
@@ -122,21 +126,30 @@ def _real_scalar(sigma, dtype) -> jax.Array:
     return sigma.astype(dtype)
 
 
+def _integer(value):
+    """A Python int for an integer of Python's or numpy's (not a bool); other values as
+    they are, for the checks to name."""
+    if isinstance(value, np.integer) or (isinstance(value, int) and not isinstance(value, bool)):
+        return int(value)
+    return value
+
+
 def _settings(A, k, which, ncv, maxiter, tol, shift_invert: bool) -> _Settings:
     m, n = A.shape
     if m != n:
         raise ValueError(f"eigsh: `A` must be square, got shape {A.shape}.")
-    if not isinstance(k, int) or not 1 <= k < n:
+    k, ncv, maxiter = (_integer(value) for value in (k, ncv, maxiter))
+    if type(k) is not int or not 1 <= k < n:
         raise ValueError(f"eigsh: `k` must be an int with 1 <= k < n = {n}, got {k!r}.")
     if which not in _WHICH:
         raise ValueError(f"eigsh: `which` must be one of {_WHICH}, got {which!r}.")
     if ncv is None:
         ncv = min(n, max(2 * k + 1, 40))
-    if not isinstance(ncv, int) or not k < ncv <= n:
+    if type(ncv) is not int or not k < ncv <= n:
         raise ValueError(f"eigsh: `ncv` must be an int with k < ncv <= n = {n}, got {ncv!r}.")
     if maxiter is None:
         maxiter = 10 * n
-    if not isinstance(maxiter, int) or maxiter < 1:
+    if type(maxiter) is not int or maxiter < 1:
         raise ValueError(f"eigsh: `maxiter` must be a positive int, got {maxiter!r}.")
     if not tol >= 0:
         raise ValueError(f"eigsh: `tol` must be >= 0, got {tol!r}.")
