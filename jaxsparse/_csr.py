@@ -160,7 +160,8 @@ class CSRMatrix(SparseMatrix, SparseOperators):
                 "and depend on the structure. Convert outside `jit`, or build the matrix with "
                 "known offsets: `DIAMatrix.fromdense(A.todense(), offsets=...)`."
             )
-        return format_class("dia").from_scipy(self.to_scipy())
+        # The host copy widens half precision and booleans; narrowing back is exact.
+        return format_class("dia").from_scipy(self.to_scipy()).astype(self.dtype)
 
     @over_batch
     def check(self) -> "CSRMatrix":
@@ -251,7 +252,7 @@ class CSRMatrix(SparseMatrix, SparseOperators):
             raise ValueError(f"`nnz` must be 0 for an empty matrix of shape {(m, n)}, got {nnz=}.")
         rows, cols = jnp.nonzero(dense, size=nnz, fill_value=(max(m - 1, 0), 0))
         found = jnp.count_nonzero(dense)
-        values = jnp.where(jnp.arange(nnz) < found, dense[rows, cols], 0)
+        values = jnp.where(jnp.arange(nnz) < found, dense[rows, cols], jnp.zeros((), dense.dtype))
         indptr = indptr_from_counts(jnp.bincount(rows, length=m).astype(index_dtype))
         return cls(values.astype(dense.dtype), cols.astype(index_dtype), indptr, (m, n))
 

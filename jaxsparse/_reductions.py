@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._base import is_concrete, register_for_format
+from ._base import SparseMatrix, is_concrete, register_for_format
 from ._batching import over_batch, refuse_batch
 from ._coordinates import distinct_entries, entries
 
@@ -87,7 +87,7 @@ def mean(matrix, axis=None) -> jax.Array:
     sums = total(matrix, axis)
     if not jnp.issubdtype(sums.dtype, jnp.inexact):
         sums = sums.astype(jax.dtypes.canonicalize_dtype(np.float64))
-    return sums / np.asarray(count, np.finfo(sums.dtype).dtype)
+    return sums / np.asarray(count, jnp.finfo(sums.dtype).dtype)
 
 
 @over_batch
@@ -124,8 +124,11 @@ def extreme(matrix, axis, *, largest: bool) -> jax.Array:
         return extreme(numbers, axis, largest=largest).astype(bool)
     m, n = matrix.shape
     axis = _axis(axis)
-    if m * n == 0:
-        raise ValueError(f"`max`/`min` of an empty matrix of shape {matrix.shape}.")
+    reduced = {None: m * n, 0: m, 1: n}[axis]
+    if reduced == 0:
+        raise ValueError(f"`max`/`min` over an empty axis of a matrix of shape {matrix.shape}.")
+    if m * n == 0:  # no result either: one per empty row (axis 1) or column (axis 0)
+        return jnp.zeros((0,), matrix.dtype)
     rows, cols, values, valid = distinct_entries(matrix)
     neutral = -jnp.inf if largest else jnp.inf
     values = jnp.where(valid, values, neutral).astype(matrix.dtype)
@@ -143,19 +146,27 @@ def extreme(matrix, axis, *, largest: bool) -> jax.Array:
     return jnp.where(counts < full, pick(stored, 0), stored).astype(matrix.dtype)
 
 
-@over_batch
-@functools.partial(jax.jit, static_argnames="ord")
 def norm(matrix, ord=None) -> jax.Array:
     """The matrix norm of `matrix`, as `scipy.sparse.linalg.norm` (no vector norms).
 
     **Arguments:**
 
-    - `matrix`: a `DIAMatrix` or `CSRMatrix`.
+    - `matrix`: a `DIAMatrix` or `CSRMatrix` (boolean values count as 0 and 1).
     - `ord`: `None` or `"fro"` (Frobenius), `1` / `-1` (largest / smallest absolute column
       sum), `jnp.inf` / `-jnp.inf` (largest / smallest absolute row sum).
 
     **Returns:** a real scalar (jit-able, differentiable in the values).
     """
+    if not isinstance(matrix, SparseMatrix):
+        raise TypeError(f"`matrix` must be a jaxsparse matrix, got {type(matrix).__name__}.")
+    if matrix.dtype == jnp.bool_:
+        matrix = matrix.astype(jnp.float32)
+    return _norm(matrix, ord=ord)
+
+
+@over_batch
+@functools.partial(jax.jit, static_argnames="ord")
+def _norm(matrix, ord=None) -> jax.Array:
     rows, cols, values, _ = distinct_entries(matrix)
     magnitude = jnp.abs(values)
     if ord is None or ord == "fro":

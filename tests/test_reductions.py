@@ -97,12 +97,47 @@ def test_reductions_match_scipy(case, dtype):
 def test_max_min_errors():
     with pytest.raises(TypeError, match="complex"):
         js.DIAMatrix(jnp.ones((1, 3), jnp.complex64), (0,), (3, 3)).max()
-    with pytest.raises(ValueError, match="empty matrix"):
+    with pytest.raises(ValueError, match="empty axis"):
         js.CSRMatrix.fromdense(jnp.zeros((0, 3))).min()
+    with pytest.raises(ValueError, match="empty axis"):
+        js.CSRMatrix.fromdense(jnp.zeros((0, 3))).max(axis=0)
+    with pytest.raises(TypeError, match="jaxsparse matrix"):
+        js.linalg.norm(np.eye(3))
     with pytest.raises(ValueError, match="`ord` must be"):
         js.linalg.norm(js.CSRMatrix.fromdense(jnp.eye(2)), 2)
     with pytest.raises(ValueError, match="`axis` must be"):
         js.CSRMatrix.fromdense(jnp.eye(2)).sum(axis=2)
+
+
+@pytest.mark.parametrize("fmt", ["dia", "csr"])
+@pytest.mark.parametrize("shape", [(0, 3), (3, 0)])
+def test_max_min_along_a_full_axis_of_an_empty_matrix(fmt, shape):
+    """As scipy: one result per row (or column), none here, when only the other axis is
+    empty."""
+    twin = scipy.sparse.csr_array(shape, dtype=np.float32)
+    matrix = js.CSRMatrix.from_scipy(twin)
+    matrix = matrix.todia() if fmt == "dia" else matrix
+    axis = 1 if shape[0] == 0 else 0
+    for name in ("max", "min"):
+        expected = getattr(twin, name)(axis=axis)
+        got = getattr(matrix, name)(axis=axis)
+        assert got.shape == expected.shape == (0,)
+        assert got.dtype == jnp.float32
+
+
+@pytest.mark.parametrize("fmt", ["dia", "csr"])
+def test_half_and_boolean_values_reduce(fmt):
+    """`mean` of bfloat16 values and `js.linalg.norm` of booleans, against numpy."""
+    dense = np.array([[1.0, 2.0, 0.0], [0.0, 3.0, 4.0]], np.float32)
+    matrix = js.CSRMatrix.fromdense(jnp.asarray(dense, jnp.bfloat16))
+    matrix = matrix.todia() if fmt == "dia" else matrix
+    mean = matrix.mean()
+    assert mean.dtype == jnp.bfloat16
+    np.testing.assert_allclose(float(mean), dense.mean(), rtol=1e-2)
+    np.testing.assert_allclose(matrix.mean(axis=0).astype(np.float32), dense.mean(0), rtol=1e-2)
+    flags = js.CSRMatrix.fromdense(jnp.asarray(dense > 1))
+    np.testing.assert_allclose(js.linalg.norm(flags), np.sqrt(3.0), rtol=1e-6)
+    np.testing.assert_allclose(js.linalg.norm(flags, 1), 2.0)
 
 
 @pytest.mark.parametrize("fmt", ["dia", "csr"])
