@@ -32,7 +32,8 @@ from ._coordinates import entries, entries_to_csr, lookup, select_entries, store
 
 
 def _is_scalar(value) -> bool:
-    if isinstance(value, numbers.Number) and not isinstance(value, bool):
+    # Python bools too: scipy takes `A * True` as it takes `A * np.True_`.
+    if isinstance(value, numbers.Number):
         return True
     return isinstance(value, (jax.Array, np.ndarray, np.generic)) and jnp.ndim(value) == 0
 
