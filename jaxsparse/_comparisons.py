@@ -11,7 +11,8 @@ zeros gives `False`:
   boolean matrix on the stored structure when `0 op s` is false (`A != 0`, `A > 0`,
   `A == 2`), else the dense boolean array; with a traced scalar (a JAX array under `jit`,
   where `0 op s` is unknown) the dense boolean array.
-- Sparse with a dense array: the dense boolean array, as scipy.
+- Sparse with a dense array: the dense boolean array, as scipy. A batched matrix pairs a
+  dense operand of shape `(*batch, m, n)` with its members (`docs/batching.md`).
 
 Repeated CSR entries are summed before they are compared. Sparse boolean results hold
 `bool` values: `sum()` counts them, `todense()` gives a boolean array, and products promote
@@ -27,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._base import SparseMatrix, is_concrete, register_for_format
-from ._batching import is_batched, map_over_batch
+from ._batching import batch_shape, is_batched, map_over_batch, pair_dense_with_batch
 from ._coordinates import entries, entries_to_csr, lookup
 
 OPERATORS = {
@@ -45,6 +46,7 @@ FLIPPED = {"==": "==", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
 def compare(matrix, other, op: str):
     """`matrix op other` elementwise (see the module docstring)."""
     if is_batched(matrix) or is_batched(other):
+        other = pair_dense_with_batch(other, batch_shape(matrix), op)
         return map_over_batch(lambda x, y: compare(x, y, op), matrix, other)
     function = OPERATORS[op]
     if other is None or isinstance(other, (str, bytes)):
