@@ -15,7 +15,7 @@
   stored values (scipy sums repeated CSR entries first; call `sum_duplicates()` before
   `abs` or `**` on a matrix holding repeats).
 - Batched matrices (`docs/batching.md`) combine member by member with operands of the same
-  batch or with unbatched ones shared by the batch.
+  batch (a dense one of shape `(*batch, m, n)`) or with unbatched ones shared by the batch.
 """
 
 import functools
@@ -27,12 +27,20 @@ import numpy as np
 import scipy.sparse
 
 from ._base import SparseMatrix, _as_scalar, is_concrete, register_for_format
-from ._batching import is_batched, map_over_batch, refuse_batch, structure_per_member
+from ._batching import (
+    batch_shape,
+    is_batched,
+    map_over_batch,
+    pair_dense_with_batch,
+    refuse_batch,
+    structure_per_member,
+)
 from ._coordinates import entries, entries_to_csr, lookup, select_entries, stored_on_host
 
 
 def _is_scalar(value) -> bool:
-    if isinstance(value, numbers.Number) and not isinstance(value, bool):
+    # Python bools too: scipy takes `A * True` as it takes `A * np.True_`.
+    if isinstance(value, numbers.Number):
         return True
     return isinstance(value, (jax.Array, np.ndarray, np.generic)) and jnp.ndim(value) == 0
 
@@ -89,6 +97,8 @@ def _add(a, b, *, sign: int, nnz, operator: str):
                 a,
                 b,
             )
+        batch = batch_shape(a if is_batched(a) else b)
+        a, b = (pair_dense_with_batch(value, batch, operator) for value in (a, b))
         return map_over_batch(functools.partial(_add, sign=sign, nnz=nnz, operator=operator), a, b)
     a_sparse, b_sparse = isinstance(a, SparseMatrix), isinstance(b, SparseMatrix)
     if not (a_sparse and b_sparse):
@@ -186,7 +196,7 @@ def multiply(a, b):
     module docstring for `jit`).
     """
     if is_batched(a) or is_batched(b):
-        return map_over_batch(multiply, a, b)
+        return map_over_batch(multiply, a, pair_dense_with_batch(b, batch_shape(a), "*"))
     if isinstance(b, SparseMatrix):
         _check_same_shape(a, b, "*")
         return _multiply_sparse(a, b)

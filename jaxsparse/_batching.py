@@ -12,6 +12,8 @@ import functools
 
 import equinox as eqx
 import jax
+import jax.numpy as jnp
+import numpy as np
 
 
 class PerMember(eqx.Module):
@@ -98,6 +100,21 @@ def over_batch(method):
         return map_over_batch(lambda member: method(member, *args, **kwargs), matrix)
 
     return mapped
+
+
+def pair_dense_with_batch(value, batch: tuple[int, ...], operation: str):
+    """A dense operand of an elementwise `operation` with a matrix of batch `batch`: one of
+    shape `batch + (rows, columns)` pairs up with the members (a `PerMember`); one of rank 2
+    or less is shared by the batch; other values are returned as they are."""
+    if not isinstance(value, (jax.Array, np.ndarray)) or value.ndim <= 2:
+        return value
+    if value.ndim != len(batch) + 2 or tuple(value.shape[: len(batch)]) != batch:
+        raise ValueError(
+            f"`{operation}`: a dense operand of shape {tuple(value.shape)} does not fit a "
+            f"batched matrix (batch={batch}): pass one of rank 2 or less, shared by the batch, "
+            f"or one of shape {batch} + (rows, columns), one per member."
+        )
+    return PerMember(jnp.asarray(value), 2)
 
 
 def refuse_batch(operation: str, *operands) -> None:

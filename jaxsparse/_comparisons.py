@@ -7,10 +7,12 @@ zeros gives `False`:
   both structures (DIA for two DIA matrices, jit-able; else CSR, which needs concrete
   indices: outside `jit`). `==`, `<=`, `>=` are true wherever both are zero, so they give
   a dense boolean array (scipy returns a filled sparse matrix and warns).
-- Sparse with a concrete scalar `s`: a sparse boolean matrix on the stored structure when
-  `0 op s` is false (`A != 0`, `A > 0`, `A == 2`), else the dense boolean array; with a
-  traced scalar (under `jit`, where `0 op s` is unknown) the dense boolean array.
-- Sparse with a dense array: the dense boolean array, as scipy.
+- Sparse with a concrete scalar `s` (a Python or numpy scalar, under `jit` too): a sparse
+  boolean matrix on the stored structure when `0 op s` is false (`A != 0`, `A > 0`,
+  `A == 2`), else the dense boolean array; with a traced scalar (a JAX array under `jit`,
+  where `0 op s` is unknown) the dense boolean array.
+- Sparse with a dense array: the dense boolean array, as scipy. A batched matrix pairs a
+  dense operand of shape `(*batch, m, n)` with its members (`docs/batching.md`).
 
 Repeated CSR entries are summed before they are compared. Sparse boolean results hold
 `bool` values: `sum()` counts them, `todense()` gives a boolean array, and products promote
@@ -18,6 +20,7 @@ them to the other operand's dtype.
 """
 
 import functools
+import numbers
 import operator
 
 import jax
@@ -25,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._base import SparseMatrix, is_concrete, register_for_format
-from ._batching import is_batched, map_over_batch
+from ._batching import batch_shape, is_batched, map_over_batch, pair_dense_with_batch
 from ._coordinates import entries, entries_to_csr, lookup
 
 OPERATORS = {
@@ -43,6 +46,7 @@ FLIPPED = {"==": "==", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
 def compare(matrix, other, op: str):
     """`matrix op other` elementwise (see the module docstring)."""
     if is_batched(matrix) or is_batched(other):
+        other = pair_dense_with_batch(other, batch_shape(matrix), op)
         return map_over_batch(lambda x, y: compare(x, y, op), matrix, other)
     function = OPERATORS[op]
     if other is None or isinstance(other, (str, bytes)):
@@ -59,10 +63,18 @@ def compare(matrix, other, op: str):
         raise TypeError(
             f"`{op}` between a sparse matrix and {type(other).__name__} is not supported."
         ) from None
-    if dense.ndim == 0 and is_concrete(dense) and not function(0, dense.item()):
+    if dense.ndim == 0 and _zero_compares_false(other, dense, function):
         summed = _distinct(matrix)
         return summed.with_data(function(summed.data, dense).astype(bool))
     return function(matrix.todense(), dense)
+
+
+def _zero_compares_false(other, dense, function) -> bool:
+    """Whether `0 op other` is known to be false, so that the result is sparse. Python and
+    numpy scalars are known under `jit` too, where `jnp.asarray` has made `dense` a tracer."""
+    if isinstance(other, (numbers.Number, np.generic, np.ndarray)):
+        return not function(0, np.asarray(other).item())
+    return is_concrete(dense) and not function(0, dense.item())
 
 
 @functools.singledispatch

@@ -174,6 +174,22 @@ def test_times_dense_keeps_sparsity(fmt, dtype):
             assert_close(result.to_scipy().toarray(), twin.toarray() * as_float64(factor), dtype)
 
 
+@pytest.mark.parametrize("fmt", ["dia", "csr"])
+def test_python_bools_are_scalars(fmt):
+    """`True` and `False` act as the numbers 1 and 0, as `np.bool_` does (scipy's too)."""
+    a, twin = partner(np.random.default_rng(11), fmt, (7, 5), jnp.float64)
+    dense = twin.toarray()
+    # A bool with float values promotes as in `jnp`: not under the tests' strict promotion.
+    with jax.numpy_dtype_promotion("standard"):
+        checks = [(a * True, dense), (True * a, dense), (a * False, 0 * dense), (a**True, dense)]
+        checks += [(a + False, dense), (a - False, dense)]
+        for result, expected in checks:
+            assert result.format == fmt and result.nnz == a.nnz and result.dtype == a.dtype
+            assert_close(result.todense(), expected, jnp.float64)
+        with pytest.raises(TypeError, match="nonzero scalar"):
+            a + True
+
+
 @pytest.mark.parametrize("dtype", FEW_DTYPES, ids=dtype_id)
 @pytest.mark.parametrize("case", cases([ARITHMETIC_CASES[1], ARITHMETIC_CASES[4]]))
 def test_unary_operations_match_scipy(case, dtype):

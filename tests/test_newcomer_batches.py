@@ -116,6 +116,31 @@ def test_arithmetic_per_member(case):
     assert_close((-batched).todense(), -expected, jnp.float64)
 
 
+def test_dense_operands_pair_up_with_members(case):
+    """A dense operand with the batch's axes in front gives each member its own; one of
+    rank 2 is shared; other leading axes are a ValueError naming the batch."""
+    base, batched = case
+    m, n = base.shape
+    expected = dense_members(base)
+    per_member = jnp.arange(3.0 * m * n).reshape(3, m, n) - 10.0
+    assert_close(batched + per_member, expected + per_member, jnp.float64)
+    assert_close(per_member - batched, per_member - expected, jnp.float64)
+    product = batched * per_member
+    assert product.batch_shape == (3,) and product.format == base.format
+    assert_close(product.todense(), expected * per_member, jnp.float64)
+    rows = per_member[:, :, :1]  # each member's own row scaling
+    assert_close(batched.multiply(rows).todense(), expected * rows, jnp.float64)
+    np.testing.assert_array_equal(batched < per_member, expected < per_member)
+    np.testing.assert_array_equal(batched == np.asarray(per_member), expected == per_member)
+    traced = jax.jit(lambda a, d: (a * d).todense())(batched, per_member)
+    assert_close(traced, expected * per_member, jnp.float64)
+    assert_close((batched * per_member[0]).todense(), expected * per_member[0], jnp.float64)
+    for operation in (lambda d: batched + d, lambda d: batched * d, lambda d: batched > d):
+        for shape in ((2, m, n), (1, 3, m, n)):
+            with pytest.raises(ValueError, match=r"batch=\(3,\)"):
+                operation(jnp.ones(shape))
+
+
 def test_member_and_refusals(case):
     base, batched = case
     member = batched.batch_member(1)

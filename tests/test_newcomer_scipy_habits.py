@@ -61,6 +61,18 @@ def test_sparse_against_scalar(pair, op, scalar):
         assert int(result.sum()) == int(expected.sum())
 
 
+@pytest.mark.parametrize("op", OPERATORS)
+def test_literal_scalars_keep_their_result_under_jit(pair, op):
+    """A Python or numpy scalar is known under `jit` too: the same result type as outside."""
+    a, _ = pair
+    for scalar in (0, 2.0, np.float64(-1.0)):
+        eager = compare(a, scalar, op)
+        traced = jax.jit(lambda m, scalar=scalar: compare(m, scalar, op))(a)
+        assert type(traced) is type(eager)
+        assert isinstance(traced, js.SparseMatrix) == (not compare(0.0, scalar, op))
+        np.testing.assert_array_equal(as_dense_bool(traced), compare(LEFT, scalar, op))
+
+
 def test_counts_and_dense_operands(pair):
     a, b = pair
     assert int((a != 0).sum()) == np.count_nonzero(LEFT)
