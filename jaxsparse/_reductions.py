@@ -87,7 +87,8 @@ def mean(matrix, axis=None) -> jax.Array:
     sums = total(matrix, axis)
     if not jnp.issubdtype(sums.dtype, jnp.inexact):
         sums = sums.astype(jax.dtypes.canonicalize_dtype(np.float64))
-    return sums / np.asarray(count, np.finfo(sums.dtype).dtype)
+    # jnp.finfo: numpy's rejects bfloat16.
+    return sums / np.asarray(count, jnp.finfo(sums.dtype).dtype)
 
 
 @over_batch
@@ -124,8 +125,12 @@ def extreme(matrix, axis, *, largest: bool) -> jax.Array:
         return extreme(numbers, axis, largest=largest).astype(bool)
     m, n = matrix.shape
     axis = _axis(axis)
-    if m * n == 0:
+    # Only an empty reduced axis has no extreme; an empty other axis gives an empty result.
+    reduced = m * n if axis is None else (m if axis == 0 else n)
+    if reduced == 0:
         raise ValueError(f"`max`/`min` of an empty matrix of shape {matrix.shape}.")
+    if m * n == 0:
+        return jnp.zeros((n if axis == 0 else m,), matrix.dtype)
     rows, cols, values, valid = distinct_entries(matrix)
     neutral = -jnp.inf if largest else jnp.inf
     values = jnp.where(valid, values, neutral).astype(matrix.dtype)

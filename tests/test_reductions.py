@@ -106,6 +106,28 @@ def test_max_min_errors():
 
 
 @pytest.mark.parametrize("fmt", ["dia", "csr"])
+def test_mean_bfloat16(fmt):
+    dense = np.array([[1.0, 2.0, 0.0], [0.0, 3.0, 4.0]], np.float32)
+    matrix = js.CSRMatrix if fmt == "csr" else js.DIAMatrix
+    A = matrix.fromdense(jnp.asarray(dense, jnp.bfloat16))
+    assert A.mean().dtype == jnp.bfloat16
+    np.testing.assert_allclose(np.float32(A.mean()), dense.mean(), rtol=1e-2)
+    np.testing.assert_allclose(np.float32(A.mean(axis=0)), dense.mean(axis=0), rtol=1e-2)
+
+
+@pytest.mark.parametrize("fmt", ["dia", "csr"])
+def test_max_min_along_nonempty_axis_of_empty_matrix(fmt):
+    matrix = js.CSRMatrix if fmt == "csr" else js.DIAMatrix
+    for shape, axis in (((0, 3), 1), ((3, 0), 0)):
+        A = matrix.from_scipy(scipy.sparse.csr_array(shape, dtype=np.float32))
+        expected = np.zeros(shape, np.float32).max(axis=axis)
+        for result in (A.max(axis=axis), A.min(axis=axis)):
+            assert result.shape == expected.shape and result.dtype == np.float32
+    with pytest.raises(ValueError, match="empty matrix"):
+        matrix.from_scipy(scipy.sparse.csr_array((0, 3), dtype=np.float32)).max(axis=0)
+
+
+@pytest.mark.parametrize("fmt", ["dia", "csr"])
 def test_reduction_gradients(fmt):
     rng = np.random.default_rng(1)
     if fmt == "dia":
