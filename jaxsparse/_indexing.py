@@ -78,14 +78,19 @@ def _select(matrix, rows_key, cols_key):
     """`matrix[rows, :]` or `matrix[:, cols]` for a list of rows or columns: a `CSRMatrix`
     holding them in the order given (host-side: the entries depend on the index values)."""
     m, n = matrix.shape
-    if _selects_rows(rows_key, m) and cols_key == slice(None):
+    if _selects_rows(rows_key, m) and _is_colon(cols_key):
         return _select_rows(matrix.tocsr(), _host_list(rows_key, m, "row"))
-    if rows_key == slice(None) and _selects_rows(cols_key, n):
+    if _is_colon(rows_key) and _selects_rows(cols_key, n):
         return _select_rows(matrix.T.tocsr(), _host_list(cols_key, n, "column")).T
     raise IndexError(
         "a list or stepped slice of rows takes `:` for the columns, and one of columns `:` "
         "for the rows (`A[[i, j]]`, `A[::2]`, `A[:, [k, l]]`)."
     )
+
+
+def _is_colon(key) -> bool:
+    # `==` on an array key would compare elementwise.
+    return isinstance(key, slice) and key == slice(None)
 
 
 def _host_list(key, size: int, what: str) -> np.ndarray:

@@ -187,6 +187,14 @@ def test_indexing_matches_scipy(case):
     np.testing.assert_allclose(matrix[::2].todense(), dense[::2], atol=1e-12)
 
 
+@pytest.mark.parametrize("fmt", ["dia", "csr"])
+def test_two_index_arrays_raise_index_error(fmt):
+    # Lists of rows take `:` for the columns (docs/scipy.md); pairs of arrays are refused.
+    matrix = (js.CSRMatrix if fmt == "csr" else js.DIAMatrix).fromdense(jnp.eye(4))
+    with pytest.raises(IndexError, match="takes `:` for the columns"):
+        matrix[np.array([0, 1]), np.array([2, 3])]
+
+
 def test_csr_slices_under_jit_raise():
     matrix, _ = random_csr(np.random.default_rng(3), (6, 5), dtype=jnp.float32)
     with pytest.raises(TypeError, match="slice outside `jit`"):
