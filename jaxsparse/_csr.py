@@ -160,7 +160,8 @@ class CSRMatrix(SparseMatrix, SparseOperators):
                 "and depend on the structure. Convert outside `jit`, or build the matrix with "
                 "known offsets: `DIAMatrix.fromdense(A.todense(), offsets=...)`."
             )
-        return format_class("dia").from_scipy(self.to_scipy())
+        # scipy holds half precision and booleans as float32; casting back is exact.
+        return format_class("dia").from_scipy(self.to_scipy()).astype(self.dtype)
 
     @over_batch
     def check(self) -> "CSRMatrix":

@@ -85,6 +85,18 @@ def test_eliminate_zeros():
         jax.jit(lambda a: a.eliminate_zeros())(zeroed)
 
 
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16, jnp.bool_])
+def test_csr_todia_keeps_dtype(dtype):
+    dense = np.array([[1.0, 2.0, 0.0], [0.0, 3.0, 4.0]], np.float32)
+    if dtype == jnp.bool_:
+        csr = js.CSRMatrix.fromdense(jnp.asarray(dense)) > 1
+    else:
+        csr = js.CSRMatrix.fromdense(jnp.asarray(dense, dtype))
+    for dia in (csr.todia(), csr.asformat("dia")):
+        assert dia.dtype == dtype
+        np.testing.assert_array_equal(np.asarray(dia.todense()), np.asarray(csr.todense()))
+
+
 def test_dot_asformat_and_conversions():
     rng = np.random.default_rng(4)
     dia, twin = random_dia(rng, (6, 6), (-1, 0, 2), jnp.float64)
