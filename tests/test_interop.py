@@ -49,6 +49,19 @@ def test_from_jax_experimental_sparse_own_matrices():
         js.from_bcoo(dense)
 
 
+def test_from_bcsr_with_padding_slots():
+    dense = jnp.array([[1.0, 0, 2], [0, 0, 3], [4, 5, 0]])
+    padded = jsparse.BCSR.fromdense(dense, nse=7)
+    x = jnp.arange(1.0, 4.0)
+    for matrix in (js.from_bcsr(padded), jax.jit(js.from_bcsr)(padded)):
+        matrix.check()
+        np.testing.assert_array_equal(matrix.todense(), dense)
+        np.testing.assert_allclose(matrix @ x, np.asarray(dense) @ np.asarray(x))
+    with pytest.raises(ValueError, match="nse=2"):
+        empty = (jnp.zeros(2), jnp.zeros(2, jnp.int32), jnp.zeros(1, jnp.int32))
+        js.from_bcsr(jsparse.BCSR(empty, shape=(0, 3)))
+
+
 def test_sum_duplicates_and_sort_indices_match_scipy():
     rng = np.random.default_rng(2)
     matrix, twin = random_csr(
