@@ -251,6 +251,7 @@ def _triangle(A, k: int, *, lower: bool):
         keep = [d for d, off in enumerate(A.offsets) if (off <= k if lower else off >= k)]
         data = A.data[..., np.asarray(keep, np.int64), :]
         return DIAMatrix(data, tuple(A.offsets[d] for d in keep), A.shape)
+    refuse_batch("`js.tril`/`js.triu` of a `CSRMatrix`", A)
     rows, cols, _ = entries(A)
     if lower:
         inside = cols.astype(np.int64) - rows <= k

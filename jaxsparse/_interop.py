@@ -159,6 +159,7 @@ def from_coordinates(data, row, col, shape, nnz):
 def tocoo(matrix):
     """`(data, row, col)`: every stored entry and its position (DIA: every slot inside the
     matrix, zeros included; CSR: storage order, repeats included), jit-able."""
+    refuse_batch("`tocoo()`", matrix)
     rows, cols, values = entries(matrix)
     return values, jnp.asarray(rows), jnp.asarray(cols)
 
