@@ -135,6 +135,9 @@ def _summed_values(values, slots, nnz: int):
 
 def _empty_csr(rows, cols, values, shape, nnz, index_dtype):
     m, n = shape
+    # No position to pad at: a CSR with stored entries needs a row and a column.
+    if m * n == 0 and nnz:
+        raise ValueError(f"`nnz` must be 0 for an empty matrix of shape {shape}, got {nnz=}.")
     keys = host_keys(rows, cols, shape)
     if keys is not None and keys.size and nnz == 0:
         raise ValueError("`nnz`=0 is smaller than the number of entries of the result.")
