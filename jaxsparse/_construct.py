@@ -541,7 +541,7 @@ def _kron_csr(A: CSRMatrix, B: CSRMatrix) -> CSRMatrix:
     nnz = A.nnz * B.nnz
     dtype = jnp.result_type(A.dtype, B.dtype)
     index_dtype = np.promote_types(
-        index_dtype_for(shape, nnz), np.promote_types(A.indices.dtype, B.indices.dtype)
+        _csr_index_dtype(shape, nnz), np.promote_types(A.indices.dtype, B.indices.dtype)
     )
     lengths_a = jnp.diff(A.indptr).astype(index_dtype)
     lengths_b = jnp.diff(B.indptr).astype(index_dtype)
@@ -589,13 +589,25 @@ def _block_diag_dia(blocks) -> DIAMatrix:
     return DIAMatrix(data, offsets, shape)
 
 
+def _csr_index_dtype(shape, nnz: int):
+    """The index dtype of a CSR result; 64-bit indices without `jax_enable_x64` would wrap
+    silently, so they are a ValueError."""
+    index_dtype = index_dtype_for(shape, nnz)
+    if np.dtype(index_dtype) != jax.dtypes.canonicalize_dtype(index_dtype):
+        raise ValueError(
+            f"a `CSRMatrix` of shape {shape} with {nnz=} needs 64-bit indices: enable "
+            "`jax_enable_x64`."
+        )
+    return index_dtype
+
+
 def _joined_layout(blocks, shape):
     """The value dtype, index dtype and entry count of a CSR matrix of `shape` holding the
     entries of all the CSR `blocks`."""
     nnz = sum(block.nnz for block in blocks)
     dtype = jnp.result_type(*(block.dtype for block in blocks))
     index_dtype = np.promote_types(
-        index_dtype_for(shape, nnz), np.result_type(*(block.indices.dtype for block in blocks))
+        _csr_index_dtype(shape, nnz), np.result_type(*(block.indices.dtype for block in blocks))
     )
     return dtype, index_dtype, nnz
 

@@ -328,6 +328,21 @@ def test_construct_errors():
         js.hstack([A, js.eye(2, 4)])
 
 
+def test_csr_results_past_int32_need_x64():
+    indices, indptr = np.array([49_999], np.int32), np.array([0, 1], np.int32)
+    one = js.CSRMatrix(np.ones(1, np.float32), indices, indptr, (1, 50_000))
+    expected = scipy.sparse.kron(one.to_scipy(), one.to_scipy(), format="csr")
+    np.testing.assert_array_equal(js.kron(one, one).indices, expected.indices)
+    with jax.enable_x64(False):
+        for build in (
+            lambda: js.kron(one, one),
+            lambda: js.hstack([one] * 50_000),
+            lambda: js.block_diag([one] * 50_000),
+        ):
+            with pytest.raises(ValueError, match="needs 64-bit indices"):
+                build()
+
+
 @pytest.mark.parametrize("dtype", [None, jnp.bfloat16, jnp.complex64])
 def test_random_matches_scipy_counts(dtype):
     m, n, density = 30, 20, 0.15
