@@ -100,7 +100,7 @@ def mean(matrix, axis=None) -> jax.Array:
 def count_nonzero(matrix) -> jax.Array:
     """The number of nonzero entries, repeated CSR entries summed first."""
     _, _, values, valid = distinct_entries(matrix)
-    return jnp.sum(valid & (values != 0), dtype=jnp.int32)
+    return jnp.sum(valid & (values != jnp.zeros((), values.dtype)), dtype=jnp.int32)
 
 
 def nonzero(matrix) -> tuple[np.ndarray, np.ndarray]:
