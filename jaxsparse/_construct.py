@@ -527,6 +527,9 @@ def _kron_dia_square(A: DIAMatrix, B: DIAMatrix, dtype) -> DIAMatrix:
         # Distinct offsets (the rule when `B` has no two diagonals `s` apart): a reordering.
         order = np.argsort(pair_offsets)
         data = pairs if np.all(order[1:] > order[:-1]) else pairs[order]
+    elif dtype == jnp.bool_:
+        # Boolean diagonals that meet combine by `or` (XLA has no bool add).
+        data = jax.ops.segment_max(pairs, slot.ravel(), num_segments=offsets.size)
     else:
         data = jax.ops.segment_sum(pairs, slot.ravel(), num_segments=offsets.size)
     return DIAMatrix(data, tuple(int(off) for off in offsets), (p * s, q * s))

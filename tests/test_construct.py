@@ -403,3 +403,11 @@ def test_redrawing_repeats_is_uniform_and_distinct():
 def test_random_errors(kwargs, error, message):
     with pytest.raises(error, match=message):
         js.random(4, 4, **{"key": jax.random.key(0), **kwargs})
+
+
+def test_kron_of_boolean_dia_matches_numpy():
+    values = np.array([[1.0, -2.0, 0.0], [0.0, 3.0, 4.0], [5.0, 0.0, -1.0]], np.float32)
+    booleans = js.DIAMatrix.fromdense(jnp.asarray(values)) > 0
+    result = js.kron(booleans, booleans)
+    assert result.dtype == np.bool_
+    np.testing.assert_array_equal(result.todense(), np.kron(values > 0, values > 0))
