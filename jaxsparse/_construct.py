@@ -251,6 +251,7 @@ def _triangle(A, k: int, *, lower: bool):
         keep = [d for d, off in enumerate(A.offsets) if (off <= k if lower else off >= k)]
         data = A.data[..., np.asarray(keep, np.int64), :]
         return DIAMatrix(data, tuple(A.offsets[d] for d in keep), A.shape)
+    refuse_batch("`js.tril`/`js.triu` of a `CSRMatrix`", A)
     rows, cols, _ = entries(A)
     if lower:
         inside = cols.astype(np.int64) - rows <= k
@@ -526,6 +527,9 @@ def _kron_dia_square(A: DIAMatrix, B: DIAMatrix, dtype) -> DIAMatrix:
         # Distinct offsets (the rule when `B` has no two diagonals `s` apart): a reordering.
         order = np.argsort(pair_offsets)
         data = pairs if np.all(order[1:] > order[:-1]) else pairs[order]
+    elif dtype == jnp.bool_:
+        # Boolean diagonals that meet combine by `or` (XLA has no bool add).
+        data = jax.ops.segment_max(pairs, slot.ravel(), num_segments=offsets.size)
     else:
         data = jax.ops.segment_sum(pairs, slot.ravel(), num_segments=offsets.size)
     return DIAMatrix(data, tuple(int(off) for off in offsets), (p * s, q * s))
@@ -540,7 +544,7 @@ def _kron_csr(A: CSRMatrix, B: CSRMatrix) -> CSRMatrix:
     nnz = A.nnz * B.nnz
     dtype = jnp.result_type(A.dtype, B.dtype)
     index_dtype = np.promote_types(
-        index_dtype_for(shape, nnz), np.promote_types(A.indices.dtype, B.indices.dtype)
+        _csr_index_dtype(shape, nnz), np.promote_types(A.indices.dtype, B.indices.dtype)
     )
     lengths_a = jnp.diff(A.indptr).astype(index_dtype)
     lengths_b = jnp.diff(B.indptr).astype(index_dtype)
@@ -588,13 +592,25 @@ def _block_diag_dia(blocks) -> DIAMatrix:
     return DIAMatrix(data, offsets, shape)
 
 
+def _csr_index_dtype(shape, nnz: int):
+    """The index dtype of a CSR result; 64-bit indices without `jax_enable_x64` would wrap
+    silently, so they are a ValueError."""
+    index_dtype = index_dtype_for(shape, nnz)
+    if np.dtype(index_dtype) != jax.dtypes.canonicalize_dtype(index_dtype):
+        raise ValueError(
+            f"a `CSRMatrix` of shape {shape} with {nnz=} needs 64-bit indices: enable "
+            "`jax_enable_x64`."
+        )
+    return index_dtype
+
+
 def _joined_layout(blocks, shape):
     """The value dtype, index dtype and entry count of a CSR matrix of `shape` holding the
     entries of all the CSR `blocks`."""
     nnz = sum(block.nnz for block in blocks)
     dtype = jnp.result_type(*(block.dtype for block in blocks))
     index_dtype = np.promote_types(
-        index_dtype_for(shape, nnz), np.result_type(*(block.indices.dtype for block in blocks))
+        _csr_index_dtype(shape, nnz), np.result_type(*(block.indices.dtype for block in blocks))
     )
     return dtype, index_dtype, nnz
 

@@ -128,13 +128,25 @@ def csr_from_entries(rows, cols, values, shape: tuple[int, int], nnz: int):
     )
 
 
+def _segment_total(values, segments, num_segments: int):
+    """`jax.ops.segment_sum`, with booleans combined by `or` (numpy's bool sum; XLA has no
+    bool add)."""
+    if values.dtype == jnp.bool_:
+        counts = jax.ops.segment_sum(values.astype(jnp.int32), segments, num_segments=num_segments)
+        return counts != 0
+    return jax.ops.segment_sum(values, segments, num_segments=num_segments)
+
+
 @functools.partial(jax.jit, static_argnums=2)
 def _summed_values(values, slots, nnz: int):
-    return jax.ops.segment_sum(values, slots, num_segments=nnz)
+    return _segment_total(values, slots, num_segments=nnz)
 
 
 def _empty_csr(rows, cols, values, shape, nnz, index_dtype):
     m, n = shape
+    # No position to pad at: a CSR with stored entries needs a row and a column.
+    if m * n == 0 and nnz:
+        raise ValueError(f"`nnz` must be 0 for an empty matrix of shape {shape}, got {nnz=}.")
     keys = host_keys(rows, cols, shape)
     if keys is not None and keys.size and nnz == 0:
         raise ValueError("`nnz`=0 is smaller than the number of entries of the result.")
@@ -154,7 +166,7 @@ def _csr_from_traced_entries(rows, cols, values, shape: tuple[int, int], nnz: in
     unique_rows, unique_cols, inverse, found = sorted_distinct(
         rows.astype(index_dtype), cols.astype(index_dtype), nnz, (m - 1, n - 1)
     )
-    summed = jax.ops.segment_sum(values, inverse, num_segments=nnz)
+    summed = _segment_total(values, inverse, num_segments=nnz)
     summed = eqx.error_if(
         summed, found > nnz, f"`nnz`={nnz} is smaller than the number of entries of the result"
     )
@@ -185,11 +197,11 @@ def _lookup(matrix, rows, cols):
     unique_rows, unique_cols, inverse, _ = sorted_distinct(
         stored_rows, stored_cols, matrix.nnz, (m, 0)
     )
-    summed = jax.ops.segment_sum(stored_values, inverse, num_segments=matrix.nnz)
+    summed = _segment_total(stored_values, inverse, num_segments=matrix.nnz)
     position = _search_pairs(unique_rows, unique_cols, rows, cols)
     position = jnp.clip(position, 0, matrix.nnz - 1)
     stored = (unique_rows[position] == rows) & (unique_cols[position] == cols)
-    return jnp.where(stored, summed[position], 0), stored
+    return jnp.where(stored, summed[position], jnp.zeros((), summed.dtype)), stored
 
 
 @register_for_format("dia", _lookup)
@@ -279,7 +291,7 @@ def _distinct_entries(matrix):
     rows, cols, values = entries(matrix)
     m = matrix.shape[0]
     unique_rows, unique_cols, inverse, found = sorted_distinct(rows, cols, matrix.nnz, (m, 0))
-    summed = jax.ops.segment_sum(values, inverse, num_segments=matrix.nnz)
+    summed = _segment_total(values, inverse, num_segments=matrix.nnz)
     valid = jnp.arange(matrix.nnz, dtype=jnp.int32) < found
     return unique_rows, unique_cols, summed, valid
 

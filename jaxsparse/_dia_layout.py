@@ -58,7 +58,8 @@ def inside_slots(data, offsets: tuple[int, ...], shape: tuple[int, int], index) 
     inside = (columns >= picked_offsets) & (columns - picked_offsets < m)
     # Every diagonal in order is the common case: a plain use of `data`, not a gather.
     every = tuple(index) == tuple(range(len(offsets)))
-    return jnp.where(inside, data if every else data[np.asarray(index)], 0)
+    picked = data if every else data[np.asarray(index)]
+    return jnp.where(inside, picked, jnp.zeros((), data.dtype))
 
 
 def diagonal_lengths(offsets: tuple[int, ...], shape: tuple[int, int]) -> list[int]:

@@ -50,18 +50,26 @@ def getitem(matrix, key):
     rows, cols, values = entries(matrix)
     if not rows_slice and not cols_slice:
         i, j = _index(rows_key, m, "row"), _index(cols_key, n, "column")
-        return jnp.sum(jnp.where((rows == i) & (cols == j), values, 0))
+        picked = jnp.where((rows == i) & (cols == j), values, jnp.zeros((), values.dtype))
+        return jnp.any(picked) if values.dtype == jnp.bool_ else jnp.sum(picked)
     if cols_slice:
         if cols_key != slice(None):
             raise IndexError("a row of a sparse matrix takes only `:` for its columns.")
         i = _index(rows_key, m, "row")
-        return (
-            jnp.zeros((n,), matrix.dtype).at[jnp.where(rows == i, cols, n)].add(values, mode="drop")
-        )
+        return _scatter(n, jnp.where(rows == i, cols, n), values)
     if rows_key != slice(None):
         raise IndexError("a column of a sparse matrix takes only `:` for its rows.")
     j = _index(cols_key, n, "column")
-    return jnp.zeros((m,), matrix.dtype).at[jnp.where(cols == j, rows, m)].add(values, mode="drop")
+    return _scatter(m, jnp.where(cols == j, rows, m), values)
+
+
+def _scatter(size: int, positions, values):
+    """The dense vector of `values` summed at `positions` (those at `size` dropped)."""
+    slots = jnp.zeros((size,), values.dtype).at[positions]
+    # Repeated boolean entries combine by `or`, as numpy's bool sums do (no bool scatter-add).
+    if values.dtype == jnp.bool_:
+        return slots.max(values, mode="drop")
+    return slots.add(values, mode="drop")
 
 
 def _selects_rows(key, size: int) -> bool:
@@ -78,14 +86,19 @@ def _select(matrix, rows_key, cols_key):
     """`matrix[rows, :]` or `matrix[:, cols]` for a list of rows or columns: a `CSRMatrix`
     holding them in the order given (host-side: the entries depend on the index values)."""
     m, n = matrix.shape
-    if _selects_rows(rows_key, m) and cols_key == slice(None):
+    if _selects_rows(rows_key, m) and _is_colon(cols_key):
         return _select_rows(matrix.tocsr(), _host_list(rows_key, m, "row"))
-    if rows_key == slice(None) and _selects_rows(cols_key, n):
+    if _is_colon(rows_key) and _selects_rows(cols_key, n):
         return _select_rows(matrix.T.tocsr(), _host_list(cols_key, n, "column")).T
     raise IndexError(
         "a list or stepped slice of rows takes `:` for the columns, and one of columns `:` "
         "for the rows (`A[[i, j]]`, `A[::2]`, `A[:, [k, l]]`)."
     )
+
+
+def _is_colon(key) -> bool:
+    # `==` on an array key would compare elementwise.
+    return isinstance(key, slice) and key == slice(None)
 
 
 def _host_list(key, size: int, what: str) -> np.ndarray:

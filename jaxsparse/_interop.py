@@ -74,15 +74,26 @@ def from_bcoo(matrix: jsparse.BCOO):
 
 
 def from_bcsr(matrix: jsparse.BCSR):
-    """A `CSRMatrix` from a 2-D `BCSR` (no batch or dense dimensions), jit-able."""
+    """A `CSRMatrix` from a 2-D `BCSR` (no batch or dense dimensions), jit-able.
+
+    BCSR's padding slots (past `indptr[-1]`) become explicit zeros in the last row.
+    """
     if not isinstance(matrix, jsparse.BCSR):
         raise TypeError(f"`matrix` must be a BCSR, got {type(matrix).__name__}.")
     _check_plain(matrix)
+    m, n = matrix.shape
+    if matrix.nse and m * n == 0:
+        raise ValueError(
+            f"`matrix` has nse={matrix.nse} slots but shape {matrix.shape}: an empty "
+            "CSRMatrix holds no entries."
+        )
     index_dtype = jnp.promote_types(matrix.indices.dtype, matrix.indptr.dtype)
+    stored = jnp.arange(matrix.nse, dtype=matrix.indptr.dtype) < matrix.indptr[-1]
+    indptr = matrix.indptr.astype(index_dtype)
     return format_class("csr")(
-        matrix.data,
-        matrix.indices.astype(index_dtype),
-        matrix.indptr.astype(index_dtype),
+        jnp.where(stored, matrix.data, 0),
+        jnp.where(stored, matrix.indices, 0).astype(index_dtype),
+        indptr.at[-1].set(matrix.nse),
         matrix.shape,
     )
 
@@ -148,6 +159,7 @@ def from_coordinates(data, row, col, shape, nnz):
 def tocoo(matrix):
     """`(data, row, col)`: every stored entry and its position (DIA: every slot inside the
     matrix, zeros included; CSR: storage order, repeats included), jit-able."""
+    refuse_batch("`tocoo()`", matrix)
     rows, cols, values = entries(matrix)
     return values, jnp.asarray(rows), jnp.asarray(cols)
 

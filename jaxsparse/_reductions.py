@@ -45,7 +45,11 @@ def _diagonal(matrix, k: int, length: int) -> jax.Array:
     rows, cols, values = entries(matrix)
     on_diagonal = (cols - rows) == k
     position = jnp.where(on_diagonal, rows - max(-k, 0), length)
-    return jnp.zeros((length,), matrix.dtype).at[position].add(values, mode="drop")
+    slots = jnp.zeros((length,), matrix.dtype).at[position]
+    # Repeated boolean entries combine by `or`, as numpy's bool sums do (no bool scatter-add).
+    if matrix.dtype == jnp.bool_:
+        return slots.max(values, mode="drop")
+    return slots.add(values, mode="drop")
 
 
 @register_for_format("dia", _diagonal)
@@ -95,7 +99,7 @@ def mean(matrix, axis=None) -> jax.Array:
 def count_nonzero(matrix) -> jax.Array:
     """The number of nonzero entries, repeated CSR entries summed first."""
     _, _, values, valid = distinct_entries(matrix)
-    return jnp.sum(valid & (values != 0), dtype=jnp.int32)
+    return jnp.sum(valid & (values != jnp.zeros((), values.dtype)), dtype=jnp.int32)
 
 
 def nonzero(matrix) -> tuple[np.ndarray, np.ndarray]:

@@ -107,3 +107,15 @@ def test_readme_differences_from_scipy_hold():
     converted = js.DIAMatrix.from_scipy(narrow)
     assert (narrow.nnz, converted.nnz) == (5, 9)
     np.testing.assert_array_equal(converted.todense(), narrow.toarray())
+
+
+def test_boolean_csr_entries_combine_by_or():
+    values = np.array([[1.0, -2.0, 0.0], [0.0, 3.0, 4.0]], np.float32)
+    matrix = js.CSRMatrix.fromdense(jnp.asarray(values))
+    booleans, dense = matrix > 0, values > 0
+    twin = scipy.sparse.csr_array(dense)
+    assert int(booleans.count_nonzero()) == twin.count_nonzero()
+    product = booleans @ booleans.T
+    assert product.dtype == (twin @ twin.T).dtype == np.bool_
+    np.testing.assert_array_equal(product.todense(), (twin @ twin.T).toarray())
+    np.testing.assert_allclose(js.linalg.norm(booleans), np.linalg.norm(dense), rtol=1e-6)

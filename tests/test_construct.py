@@ -328,6 +328,21 @@ def test_construct_errors():
         js.hstack([A, js.eye(2, 4)])
 
 
+def test_csr_results_past_int32_need_x64():
+    indices, indptr = np.array([49_999], np.int32), np.array([0, 1], np.int32)
+    one = js.CSRMatrix(np.ones(1, np.float32), indices, indptr, (1, 50_000))
+    expected = scipy.sparse.kron(one.to_scipy(), one.to_scipy(), format="csr")
+    np.testing.assert_array_equal(js.kron(one, one).indices, expected.indices)
+    with jax.enable_x64(False):
+        for build in (
+            lambda: js.kron(one, one),
+            lambda: js.hstack([one] * 50_000),
+            lambda: js.block_diag([one] * 50_000),
+        ):
+            with pytest.raises(ValueError, match="needs 64-bit indices"):
+                build()
+
+
 @pytest.mark.parametrize("dtype", [None, jnp.bfloat16, jnp.complex64])
 def test_random_matches_scipy_counts(dtype):
     m, n, density = 30, 20, 0.15
@@ -388,3 +403,11 @@ def test_redrawing_repeats_is_uniform_and_distinct():
 def test_random_errors(kwargs, error, message):
     with pytest.raises(error, match=message):
         js.random(4, 4, **{"key": jax.random.key(0), **kwargs})
+
+
+def test_kron_of_boolean_dia_matches_numpy():
+    values = np.array([[1.0, -2.0, 0.0], [0.0, 3.0, 4.0], [5.0, 0.0, -1.0]], np.float32)
+    booleans = js.DIAMatrix.fromdense(jnp.asarray(values)) > 0
+    result = js.kron(booleans, booleans)
+    assert result.dtype == np.bool_
+    np.testing.assert_array_equal(result.todense(), np.kron(values > 0, values > 0))

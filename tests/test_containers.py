@@ -139,6 +139,22 @@ def test_csr_fromdense_host_and_static_nnz_under_jit():
     np.testing.assert_allclose(padded @ x, dense @ x, atol=1e-12)
 
 
+def test_empty_shape_with_entries_is_a_value_error():
+    values, positions = np.zeros(0, np.float32), np.zeros(0, np.int32)
+    empty = js.CSRMatrix.fromdense(np.ones((0, 3), np.float32))
+    factor = js.CSRMatrix.fromdense(np.ones((3, 2), np.float32))
+    for build in (
+        lambda: js.CSRMatrix.from_coo(values, positions, positions, (3, 0), nnz=2),
+        lambda: jax.jit(lambda v, r, c: js.CSRMatrix.from_coo(v, r, c, (3, 0), nnz=2))(
+            values, positions, positions
+        ),
+        lambda: jax.jit(lambda a, b: js.matmul(a, b, nnz=2))(empty, factor),
+    ):
+        with pytest.raises(ValueError, match="`nnz` must be 0 for an empty matrix"):
+            build()
+    assert js.matmul(empty, factor).shape == (0, 2)
+
+
 def test_dia_tocsr_under_jit_matches_scipy():
     rng = np.random.default_rng(6)
     matrix, twin = random_dia(rng, (7, 5), (3, -1, 0, -9), jnp.float64)

@@ -49,6 +49,19 @@ def test_from_jax_experimental_sparse_own_matrices():
         js.from_bcoo(dense)
 
 
+def test_from_bcsr_with_padding_slots():
+    dense = jnp.array([[1.0, 0, 2], [0, 0, 3], [4, 5, 0]])
+    padded = jsparse.BCSR.fromdense(dense, nse=7)
+    x = jnp.arange(1.0, 4.0)
+    for matrix in (js.from_bcsr(padded), jax.jit(js.from_bcsr)(padded)):
+        matrix.check()
+        np.testing.assert_array_equal(matrix.todense(), dense)
+        np.testing.assert_allclose(matrix @ x, np.asarray(dense) @ np.asarray(x))
+    with pytest.raises(ValueError, match="nse=2"):
+        empty = (jnp.zeros(2), jnp.zeros(2, jnp.int32), jnp.zeros(1, jnp.int32))
+        js.from_bcsr(jsparse.BCSR(empty, shape=(0, 3)))
+
+
 def test_sum_duplicates_and_sort_indices_match_scipy():
     rng = np.random.default_rng(2)
     matrix, twin = random_csr(
@@ -83,6 +96,18 @@ def test_eliminate_zeros():
     np.testing.assert_array_equal(result.to_scipy().toarray(), expected.toarray())
     with pytest.raises(TypeError, match="call it outside `jit`"):
         jax.jit(lambda a: a.eliminate_zeros())(zeroed)
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16, jnp.bool_])
+def test_csr_todia_keeps_dtype(dtype):
+    dense = np.array([[1.0, 2.0, 0.0], [0.0, 3.0, 4.0]], np.float32)
+    if dtype == jnp.bool_:
+        csr = js.CSRMatrix.fromdense(jnp.asarray(dense)) > 1
+    else:
+        csr = js.CSRMatrix.fromdense(jnp.asarray(dense, dtype))
+    for dia in (csr.todia(), csr.asformat("dia")):
+        assert dia.dtype == dtype
+        np.testing.assert_array_equal(np.asarray(dia.todense()), np.asarray(csr.todense()))
 
 
 def test_dot_asformat_and_conversions():

@@ -159,6 +159,19 @@ def test_member_and_refusals(case):
         base.batch_member(0)
 
 
+def test_tocoo_and_triangles_per_member_or_refused(case):
+    base, batched = case
+    with pytest.raises(ValueError, match=r"batch=\(3,\)"):
+        batched.tocoo()
+    expected = dense_members(base)
+    for triangle, dense_triangle in ((js.tril, jnp.tril), (js.triu, jnp.triu)):
+        if base.format == "csr":
+            with pytest.raises(ValueError, match=r"batch=\(3,\)"):
+                triangle(batched)
+        else:
+            assert_close(triangle(batched).todense(), dense_triangle(expected), jnp.float64)
+
+
 def test_gradient_through_a_batched_product():
     base, _ = batched_dia()
     x = jnp.arange(1.0, 5.0)

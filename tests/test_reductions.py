@@ -200,6 +200,27 @@ def test_indexing_matches_scipy(case):
     np.testing.assert_allclose(matrix[::2].todense(), dense[::2], atol=1e-12)
 
 
+@pytest.mark.parametrize("fmt", ["dia", "csr"])
+def test_two_index_arrays_raise_index_error(fmt):
+    # Lists of rows take `:` for the columns (docs/scipy.md); pairs of arrays are refused.
+    matrix = (js.CSRMatrix if fmt == "csr" else js.DIAMatrix).fromdense(jnp.eye(4))
+    with pytest.raises(IndexError, match="takes `:` for the columns"):
+        matrix[np.array([0, 1]), np.array([2, 3])]
+
+
+@pytest.mark.parametrize("fmt", ["dia", "csr"])
+def test_boolean_rows_entries_and_diagonals_match_numpy(fmt):
+    values = np.array([[1.0, -2.0, 0.0], [0.0, 3.0, 4.0], [5.0, 0.0, -1.0]], np.float32)
+    matrix = (js.CSRMatrix if fmt == "csr" else js.DIAMatrix).fromdense(jnp.asarray(values))
+    booleans, dense = matrix > 0, values > 0
+    np.testing.assert_array_equal(booleans[1], dense[1])
+    np.testing.assert_array_equal(booleans[:, 2], dense[:, 2])
+    assert booleans[1, 2] == dense[1, 2] and booleans[0, 1] == dense[0, 1]
+    np.testing.assert_array_equal(booleans.diagonal(), dense.diagonal())
+    np.testing.assert_array_equal(booleans.diagonal(1), dense.diagonal(1))
+    assert booleans.trace() == dense.trace()
+
+
 def test_csr_slices_under_jit_raise():
     matrix, _ = random_csr(np.random.default_rng(3), (6, 5), dtype=jnp.float32)
     with pytest.raises(TypeError, match="slice outside `jit`"):
