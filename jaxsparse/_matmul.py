@@ -178,13 +178,25 @@ def _as_columns(dense):
     return dense, lambda out: out
 
 
+def _counted(product, matrix, data, dense, backend: str):
+    """A boolean product (an or of ands, as numpy's) as a sum of the true terms in
+    float32, exact for the test: the kernels add, and bool has no addition; a sum of
+    zeros and ones is positive exactly when one term is."""
+    sums = product(matrix.with_data(data.astype(jnp.float32)), dense.astype(jnp.float32), backend)
+    return sums != 0
+
+
 def _sparse_at_dense(matrix, dense, backend: str):
     data, dense = _promote(matrix, dense)
+    if data.dtype == jnp.bool_:
+        return _counted(_sparse_at_dense, matrix, data, dense, backend)
     columns, restore = _as_columns(dense)
     return restore(sparse_times_dense(matrix, data, columns, transposed=False, backend=backend))
 
 
 def _dense_at_sparse(dense, matrix, backend: str):
     data, dense = _promote(matrix, dense)
+    if data.dtype == jnp.bool_:
+        return _counted(lambda m, d, b: _dense_at_sparse(d, m, b), matrix, data, dense, backend)
     columns, restore = _as_columns(dense.T)
     return restore(sparse_times_dense(matrix, data, columns, transposed=True, backend=backend)).T

@@ -119,3 +119,19 @@ def test_boolean_csr_entries_combine_by_or():
     assert product.dtype == (twin @ twin.T).dtype == np.bool_
     np.testing.assert_array_equal(product.todense(), (twin @ twin.T).toarray())
     np.testing.assert_allclose(js.linalg.norm(booleans), np.linalg.norm(dense), rtol=1e-6)
+
+
+@pytest.mark.parametrize("fmt", ["dia", "csr"])
+def test_boolean_products_are_ors_of_ands(fmt):
+    """`B @ x` and `x @ B` with booleans: numpy's or of ands, in bool, eager and under jit."""
+    dense = np.array([[1.0, -2.0, 0.0], [0.0, 3.0, 4.0]], np.float32)
+    flags = js.CSRMatrix.fromdense(jnp.asarray(dense)) > 0
+    flags = flags.todia() if fmt == "dia" else flags
+    expected = dense > 0
+    for x in (np.array([True, False, True]), np.ones((3, 2), bool)):
+        for product in (lambda B, x: B @ x, jax.jit(lambda B, x: B @ x)):
+            got = product(flags, x)
+            assert got.dtype == jnp.bool_
+            np.testing.assert_array_equal(got, expected @ x)
+    y = np.array([False, True])
+    np.testing.assert_array_equal(y @ flags, y @ expected)
