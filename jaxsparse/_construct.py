@@ -21,7 +21,7 @@ from jax import lax
 
 from ._base import SparseMatrix, index_dtype_for, is_concrete, validate_shape
 from ._batching import refuse_batch
-from ._coordinates import entries, select_entries
+from ._coordinates import entries, segment_total, select_entries
 from ._csr import CSRMatrix
 from ._csr_layout import indptr_from_counts, row_ids
 from ._dia import DIAMatrix, _validate_offsets
@@ -527,11 +527,8 @@ def _kron_dia_square(A: DIAMatrix, B: DIAMatrix, dtype) -> DIAMatrix:
         # Distinct offsets (the rule when `B` has no two diagonals `s` apart): a reordering.
         order = np.argsort(pair_offsets)
         data = pairs if np.all(order[1:] > order[:-1]) else pairs[order]
-    elif dtype == jnp.bool_:
-        # Boolean diagonals that meet combine by `or` (XLA has no bool add).
-        data = jax.ops.segment_max(pairs, slot.ravel(), num_segments=offsets.size)
     else:
-        data = jax.ops.segment_sum(pairs, slot.ravel(), num_segments=offsets.size)
+        data = segment_total(pairs, slot.ravel(), num_segments=offsets.size)
     return DIAMatrix(data, tuple(int(off) for off in offsets), (p * s, q * s))
 
 

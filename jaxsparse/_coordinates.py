@@ -128,7 +128,7 @@ def csr_from_entries(rows, cols, values, shape: tuple[int, int], nnz: int):
     )
 
 
-def _segment_total(values, segments, num_segments: int):
+def segment_total(values, segments, num_segments: int):
     """`jax.ops.segment_sum`, with booleans combined by `or` (numpy's bool sum; XLA has no
     bool add)."""
     if values.dtype == jnp.bool_:
@@ -137,9 +137,18 @@ def _segment_total(values, segments, num_segments: int):
     return jax.ops.segment_sum(values, segments, num_segments=num_segments)
 
 
+def scatter_total(size: int, positions, values):
+    """The dense `(size,)` vector of `values` summed at `positions` (those at `size`
+    dropped), booleans combined by `or` as in `segment_total`."""
+    slots = jnp.zeros((size,), values.dtype).at[positions]
+    if values.dtype == jnp.bool_:
+        return slots.max(values, mode="drop")
+    return slots.add(values, mode="drop")
+
+
 @functools.partial(jax.jit, static_argnums=2)
 def _summed_values(values, slots, nnz: int):
-    return _segment_total(values, slots, num_segments=nnz)
+    return segment_total(values, slots, num_segments=nnz)
 
 
 def _empty_csr(rows, cols, values, shape, nnz, index_dtype):
@@ -166,7 +175,7 @@ def _csr_from_traced_entries(rows, cols, values, shape: tuple[int, int], nnz: in
     unique_rows, unique_cols, inverse, found = sorted_distinct(
         rows.astype(index_dtype), cols.astype(index_dtype), nnz, (m - 1, n - 1)
     )
-    summed = _segment_total(values, inverse, num_segments=nnz)
+    summed = segment_total(values, inverse, num_segments=nnz)
     summed = eqx.error_if(
         summed, found > nnz, f"`nnz`={nnz} is smaller than the number of entries of the result"
     )
@@ -197,7 +206,7 @@ def _lookup(matrix, rows, cols):
     unique_rows, unique_cols, inverse, _ = sorted_distinct(
         stored_rows, stored_cols, matrix.nnz, (m, 0)
     )
-    summed = _segment_total(stored_values, inverse, num_segments=matrix.nnz)
+    summed = segment_total(stored_values, inverse, num_segments=matrix.nnz)
     position = _search_pairs(unique_rows, unique_cols, rows, cols)
     position = jnp.clip(position, 0, matrix.nnz - 1)
     stored = (unique_rows[position] == rows) & (unique_cols[position] == cols)
@@ -291,7 +300,7 @@ def _distinct_entries(matrix):
     rows, cols, values = entries(matrix)
     m = matrix.shape[0]
     unique_rows, unique_cols, inverse, found = sorted_distinct(rows, cols, matrix.nnz, (m, 0))
-    summed = _segment_total(values, inverse, num_segments=matrix.nnz)
+    summed = segment_total(values, inverse, num_segments=matrix.nnz)
     valid = jnp.arange(matrix.nnz, dtype=jnp.int32) < found
     return unique_rows, unique_cols, summed, valid
 

@@ -104,7 +104,7 @@ class CSRMatrix(SparseMatrix, SparseOperators):
             host_indptr = np.asarray(indptr).reshape(-1, shape[0] + 1)
             host_indices = np.asarray(indices).reshape(host_indptr.shape[0], -1)
             for member_indices, member_indptr in zip(host_indices, host_indptr, strict=True):
-                _check_structure_on_host(member_indices, member_indptr, shape)
+                check_structure_on_host(member_indices, member_indptr, shape)
         self.data = data
         self.indices = indices
         self.indptr = indptr
@@ -362,7 +362,7 @@ def _as_index_array(values, name: str) -> jax.Array:
     return array
 
 
-def _check_structure_on_host(indices: np.ndarray, indptr: np.ndarray, shape) -> None:
+def check_structure_on_host(indices: np.ndarray, indptr: np.ndarray, shape) -> None:
     """scipy's structure checks on concrete index arrays, as ValueErrors."""
     m, n = shape
     if indptr[0] != 0:

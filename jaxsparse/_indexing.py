@@ -26,7 +26,7 @@ import numpy as np
 
 from ._base import format_class, is_concrete, register_for_format
 from ._batching import is_batched, refuse_batch
-from ._coordinates import entries, select_entries
+from ._coordinates import entries, scatter_total, select_entries
 
 
 def getitem(matrix, key):
@@ -56,20 +56,11 @@ def getitem(matrix, key):
         if cols_key != slice(None):
             raise IndexError("a row of a sparse matrix takes only `:` for its columns.")
         i = _index(rows_key, m, "row")
-        return _scatter(n, jnp.where(rows == i, cols, n), values)
+        return scatter_total(n, jnp.where(rows == i, cols, n), values)
     if rows_key != slice(None):
         raise IndexError("a column of a sparse matrix takes only `:` for its rows.")
     j = _index(cols_key, n, "column")
-    return _scatter(m, jnp.where(cols == j, rows, m), values)
-
-
-def _scatter(size: int, positions, values):
-    """The dense vector of `values` summed at `positions` (those at `size` dropped)."""
-    slots = jnp.zeros((size,), values.dtype).at[positions]
-    # Repeated boolean entries combine by `or`, as numpy's bool sums do (no bool scatter-add).
-    if values.dtype == jnp.bool_:
-        return slots.max(values, mode="drop")
-    return slots.add(values, mode="drop")
+    return scatter_total(m, jnp.where(cols == j, rows, m), values)
 
 
 def _selects_rows(key, size: int) -> bool:

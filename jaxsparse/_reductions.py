@@ -16,7 +16,7 @@ import numpy as np
 
 from ._base import SparseMatrix, is_concrete, register_for_format
 from ._batching import over_batch, refuse_batch
-from ._coordinates import distinct_entries, entries
+from ._coordinates import distinct_entries, entries, scatter_total
 
 
 def diagonal_length(shape: tuple[int, int], k: int) -> int:
@@ -45,11 +45,7 @@ def _diagonal(matrix, k: int, length: int) -> jax.Array:
     rows, cols, values = entries(matrix)
     on_diagonal = (cols - rows) == k
     position = jnp.where(on_diagonal, rows - max(-k, 0), length)
-    slots = jnp.zeros((length,), matrix.dtype).at[position]
-    # Repeated boolean entries combine by `or`, as numpy's bool sums do (no bool scatter-add).
-    if matrix.dtype == jnp.bool_:
-        return slots.max(values, mode="drop")
-    return slots.add(values, mode="drop")
+    return scatter_total(length, position, values)
 
 
 @register_for_format("dia", _diagonal)

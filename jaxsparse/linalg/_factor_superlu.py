@@ -26,7 +26,7 @@ import scipy.sparse
 import scipy.sparse.linalg
 from jaxtyping import Array, Int
 
-from .._csr import CSRMatrix
+from .._csr import CSRMatrix, check_structure_on_host
 from ._factor import Factorization
 
 # The cache keeps the most recently used factors, at most CACHE_ENTRIES of them and
@@ -90,23 +90,14 @@ def _on_superlu_thread(fn):
     return run
 
 
-def _valid_structure(indices, indptr, n: int) -> bool:
-    """Whether `(indices, indptr)` is a CSR structure of an `n x n` matrix: scipy's
-    conversions index with it unchecked, so a bad one would read and write out of bounds."""
-    steps = np.diff(indptr)
-    return bool(
-        indptr.shape == (n + 1,)
-        and indptr[0] == 0
-        and indptr[-1] == indices.shape[0]
-        and np.all(steps >= 0)
-        and np.all((indices >= 0) & (indices < n))
-    )
-
-
 def _splu_or_none(data, indices, indptr, n: int):
     """SuperLU's factors, or None for a matrix it finds exactly singular or an invalid
     structure (under `jit` nothing checked it): their solves return nan."""
-    if not _valid_structure(indices, indptr, n):
+    # scipy's conversions index with the structure unchecked: a bad one would read and
+    # write out of bounds.
+    try:
+        check_structure_on_host(indices, indptr, (n, n))
+    except ValueError:
         return None
     matrix = scipy.sparse.csr_array((data, indices, indptr), shape=(n, n)).tocsc()
     matrix.sum_duplicates()
