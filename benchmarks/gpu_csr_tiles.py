@@ -47,10 +47,13 @@ def variants(default: BlockSizes, k: int) -> dict[str, BlockSizes]:
             "lanes /2, rows x2": change(
                 lanes=max(default.lanes // 2, 1), block_rows=default.block_rows * 2
             ),
+            # One or two entries of each row a step, as in a gather per row and step;
+            # the row cap stays at 64 entries.
+            "1 lane x 128 rows": change(lanes=1, block_rows=128, row_steps=64),
+            "1 lane x 256 rows": change(lanes=1, block_rows=256, row_steps=64),
+            "2 lanes x 256 rows": change(lanes=2, block_rows=256, row_steps=32),
             "row steps /2": change(row_steps=max(default.row_steps // 2, 1)),
-            "row steps x2": change(row_steps=default.row_steps * 2),
             "long lanes /4": change(long_lanes=max(default.long_lanes // 4, 16)),
-            "long programs x4": change(long_programs=default.long_programs * 4),
             "long programs /4": change(long_programs=max(default.long_programs // 4, 1)),
         }
     return found
