@@ -338,3 +338,35 @@ def test_kernels_take_the_batch_axis(family, case, shared):
         expected = jax.grad(lambda d, x=xb, g=gb: jnp.sum((matrix.with_data(d).todense() @ x) * g))
         got = gradients if shared else gradients[b]
         assert_close(got, expected(jnp.asarray(values[b], jnp.float64)), jnp.float32)
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["shared-operand", "batched-operand"])
+@pytest.mark.parametrize(
+    ("family", "case"),
+    [
+        ("mosaic_tpu-dia", "dia-tall-beyond-matrix"),
+        ("triton-dia", "dia-many-diagonals"),
+        ("triton", "csr-power-law"),
+        ("mosaic_tpu", "csr-empty-rows"),
+    ],
+)
+def test_kernels_take_an_empty_batch(family, case, shared):
+    """A batch of no matrices (`jax.vmap` over zero members) gives empty results of the
+    batch's shapes, as `jnp` does, from every kernel family."""
+    matrix, _ = next(c for c in MATRICES if c.name == case).make(np.random.default_rng(7))
+    m, n = matrix.shape
+    values = jnp.zeros((0, *matrix.data.shape), jnp.float32)
+    x, g = jnp.ones((n, 3), jnp.float32), jnp.ones((m, 3), jnp.float32)
+    if not shared:
+        x, g = x[None][:0], g[None][:0]
+    if isinstance(matrix, js.DIAMatrix):
+        structure, params = (), dict(offsets=matrix.offsets, shape=matrix.shape)
+    else:
+        structure, params = (matrix.indices, matrix.indptr), dict(shape=matrix.shape)
+    matmul, matmul_t, sddmm = (
+        functools.partial(kernel, interpret=True, **params) for kernel in _KERNELS[family]
+    )
+    assert matmul(values, x, *structure).shape == (0, m, 3)
+    assert matmul_t(values, g, *structure).shape == (0, n, 3)
+    batched_g = g[None][:0] if shared else g  # sddmm's batch comes from its operands
+    assert sddmm(batched_g, x, *structure).shape == values.shape

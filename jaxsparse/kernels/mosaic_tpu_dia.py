@@ -194,7 +194,7 @@ def dia_matmul_mosaic_tpu(
     lead = check_product(data, x, "x", offsets, shape, n)
     k = x.shape[-1]
     active_index, active_offsets = active_diagonals(offsets, shape)
-    if k == 0 or not active_index:
+    if k == 0 or not active_index or 0 in lead:
         return jnp.zeros((*lead, m, k), x.dtype)
 
     _pallas.resolve_platform(platform, interpret, _PLATFORMS)
@@ -304,6 +304,8 @@ def dia_matmul_t_mosaic_tpu(
     """
     m, n = shape
     lead = check_product(data, g, "g", offsets, shape, m)
+    if g.shape[-1] == 0 or 0 in lead:
+        return jnp.zeros((*lead, n, g.shape[-1]), g.dtype)
     if unrolls_diagonals(offsets, shape):
         return dia_matmul_mosaic_tpu(
             _each(transpose_data, data, offsets=offsets, shape=shape),
@@ -315,8 +317,6 @@ def dia_matmul_t_mosaic_tpu(
             block_sizes=block_sizes,
         )
     active_index, active_offsets = active_diagonals(offsets, shape)
-    if g.shape[-1] == 0:
-        return jnp.zeros((*lead, n, 0), g.dtype)
     _pallas.resolve_platform(platform, interpret, _PLATFORMS)
     block_rows, block_cols = _tiles(block_sizes, n, g.shape[-1])
     # Slot (d, j) is inside the matrix where its row j - offsets[d] is; index arrays built
@@ -420,7 +420,7 @@ def dia_sddmm_mosaic_tpu(
     lead = g.shape[:-2] or x.shape[:-2]
     k = x.shape[-1]
     active_index, active_offsets = active_diagonals(offsets, shape)
-    if k == 0 or not active_index:
+    if k == 0 or not active_index or 0 in lead:
         return jnp.zeros((*lead, len(offsets), n), x.dtype)
 
     _pallas.resolve_platform(platform, interpret, _PLATFORMS)

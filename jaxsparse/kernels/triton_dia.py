@@ -195,7 +195,7 @@ def _rows_product(data, operand, *, offsets, shape, transposed, interpret, platf
     check_product(data, operand, "g" if transposed else "x", offsets, shape, in_rows)
     lead = data.shape[:-2]
     k = operand.shape[-1]
-    if k == 0 or out_rows == 0 or not active_diagonals(offsets, shape)[0]:
+    if k == 0 or out_rows == 0 or not active_diagonals(offsets, shape)[0] or 0 in lead:
         return jnp.zeros((*lead, out_rows, k), operand.dtype)
     block_rows, block_cols, params = _tiles(
         "matmul", platform, interpret, block_sizes, k, operand.dtype.itemsize
@@ -392,7 +392,7 @@ def dia_sddmm_triton(
     k = x.shape[-1]
     ndiag = len(offsets)
     batch = lead[0] if lead else 1
-    if k == 0 or n == 0 or not active_diagonals(offsets, shape)[0]:
+    if k == 0 or n == 0 or not active_diagonals(offsets, shape)[0] or 0 in lead:
         return jnp.zeros((*lead, ndiag, n), x.dtype)
     block_rows, block_cols, params = _tiles(
         "sddmm", platform, interpret, block_sizes, k, x.dtype.itemsize
