@@ -102,7 +102,7 @@ class CSRMatrix(SparseMatrix, SparseOperators):
             )
         if is_concrete(indices, indptr):
             host_indptr = np.asarray(indptr).reshape(-1, shape[0] + 1)
-            host_indices = np.asarray(indices).reshape(host_indptr.shape[0], -1)
+            host_indices = np.asarray(indices).reshape(host_indptr.shape[0], indices.shape[-1])
             for member_indices, member_indptr in zip(host_indices, host_indptr, strict=True):
                 check_structure_on_host(member_indices, member_indptr, shape)
         self.data = data

@@ -17,9 +17,10 @@ the `native` family computes in one pass over the entries (`csr_matmul_pullback_
 Every family takes the batch axis of the product contract; the `native` family
 (`kernels/native_csr.py`, C++) runs a whole batch in one call that reads the structure
 once. A batch of structures (`vmap` over whole matrices) is one block-diagonal matrix
-(`_block_diagonal`).
+(`_block_diagonal`); a member whose structure is invalid gets NaN in all of its result.
 """
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -35,18 +36,30 @@ def _block_diagonal(primitive, args, dims, *, shape, **params):
     """The batching rule for a batch of `B` structures: one product with the block-diagonal
     matrix of the `B` matrices, of shape `(B * m, B * n)`. Values stack their entries and
     dense operands their rows (after any leading batch axis of their own); a shared one is
-    repeated."""
+    repeated.
+
+    Each member's structure is checked here, because one member's bad index would land in
+    another member's block. An invalid member gets NaN in all of its result, not an error:
+    `vmap` of a `cond` runs the branch not taken with zero-filled structures and discards
+    what it computes."""
     first, second, indices, indptr = args
     size = next(a.shape[d] for a, d in zip(args, dims, strict=True) if d is not None)
     (m, n), nnz = shape, indices.shape[-1]
+    if size == 0:
+        return _empty_batch(primitive, args, dims, shape=shape, **params)
     if size * max(m, n, nnz) > np.iinfo(indices.dtype).max:
         raise ValueError(
             f"{primitive.name}: a batch of {size} structures of shape {shape} with {nnz} "
             f"entries overflows {indices.dtype} indices; use int64 indices."
         )
+    indices, indptr = _repeated(indices, dims[2], size), _repeated(indptr, dims[3], size)
+    valid = _valid_members(indices, indptr, shape)
+    indices = jnp.where(valid[:, None], indices, 0)
+    # An invalid member's stand-in: every entry in row 0, column 0.
+    indptr = jnp.where(valid[:, None] | (jnp.arange(m + 1) == 0), indptr, nnz)
     block = jnp.arange(size, dtype=indices.dtype)[:, None]
-    indices = (_repeated(indices, dims[2], size) + block * n).reshape(-1)
-    indptr = _repeated(indptr, dims[3], size) + block * nnz
+    indices = (indices + block * n).reshape(-1)
+    indptr = indptr + block * nnz
     indptr = jnp.concatenate([indptr[:, :-1].reshape(-1), indptr[-1, -1:]])
     sddmm = primitive.name.endswith("_sddmm")
     axes = (-2, -2) if sddmm else (-1, -2)
@@ -56,7 +69,28 @@ def _block_diagonal(primitive, args, dims, *, shape, **params):
     )
     out = primitive.bind(first, second, indices, indptr, shape=(size * m, size * n), **params)
     axis = out.ndim + (-1 if sddmm else -2)
-    return out.reshape(*out.shape[:axis], size, -1, *out.shape[axis + 1 :]), axis
+    out = out.reshape(*out.shape[:axis], size, -1, *out.shape[axis + 1 :])
+    valid = valid.reshape(size, *(1,) * (out.ndim - axis - 1))
+    return jnp.where(valid, out, jnp.nan), axis
+
+
+def _valid_members(indices, indptr, shape):
+    """`(B,)`: whether each member's `(nnz,)` indices and `(m + 1,)` index pointer form a
+    valid structure of `shape` (the checks of `CSRMatrix.check`)."""
+    nnz = indices.shape[-1]
+    bounds = (indptr[:, 0] == 0) & (indptr[:, -1] == nnz)
+    bounds &= jnp.all(indptr[:, 1:] >= indptr[:, :-1], axis=1)
+    return bounds & jnp.all((indices >= 0) & (indices < shape[1]), axis=1)
+
+
+def _empty_batch(primitive, args, dims, *, shape, **params):
+    """A batch of no structures: the results of one member, with no member."""
+    member = [
+        jax.ShapeDtypeStruct(a.shape if d is None else a.shape[:d] + a.shape[d + 1 :], a.dtype)
+        for a, d in zip(args, dims, strict=True)
+    ]
+    out = jax.eval_shape(lambda *a: primitive.bind(*a, shape=shape, **params), *member)
+    return jnp.zeros((0, *out.shape), out.dtype), 0
 
 
 def _repeated(array, dim, size):

@@ -204,6 +204,66 @@ def test_too_many_structures_for_int32_indices_is_a_clear_error():
         jax.eval_shape(jax.vmap(lambda a, x: a @ x, in_axes=(0, None)), batch, x)
 
 
+def _two_structures():
+    """A batch of two 4 x 5 CSR matrices with different structures, 3 entries each."""
+    members = [
+        js.CSRMatrix.from_scipy(scipy.sparse.csr_array(dense))
+        for dense in (
+            np.array([[1.0, 0, 2, 0, 0], [0] * 5, [0, 3, 0, 0, 0], [0] * 5], np.float32),
+            np.array([[0] * 5, [4.0, 0, 0, 0, 5], [0] * 5, [0, 0, 6, 0, 0]], np.float32),
+        )
+    ]
+    return members, jax.tree.map(lambda *leaves: jnp.stack(leaves), *members)
+
+
+@pytest.mark.parametrize("backend", ["xla", "auto"])
+@pytest.mark.parametrize("fault", ["column-past-the-end", "decreasing-indptr"])
+def test_an_invalid_member_of_a_batch_of_structures_is_nan_and_spares_the_others(backend, fault):
+    """Member 0's bad structure would otherwise reach into member 1's block."""
+    members, batch = _two_structures()
+    indices, indptr = np.array(batch.indices), np.array(batch.indptr)
+    if fault == "column-past-the-end":
+        indices[0, 2] = 5 + 1  # member 1's column 1 in the block-diagonal matrix
+    else:
+        indptr[0, 1:3] = (3, 1)  # [0, 2, 2, 3, 3] becomes [0, 3, 1, 3, 3]
+    x = jnp.arange(1.0, 6.0, dtype=jnp.float32)
+
+    @jax.jit
+    @jax.vmap
+    def product(data, indices, indptr):
+        return js.matmul(js.CSRMatrix(data, indices, indptr, (4, 5)), x, backend=backend)
+
+    out = product(batch.data, jnp.asarray(indices), jnp.asarray(indptr))
+    assert np.all(np.isnan(out[0]))
+    assert_close(out[1], members[1].to_scipy() @ np.asarray(x), jnp.float32)
+
+
+def test_vmap_over_no_structures_gives_empty_results():
+    members, batch = _two_structures()
+    empty = js.CSRMatrix(batch.data[:0], batch.indices[:0], batch.indptr[:0], (4, 5))
+    assert jax.vmap(lambda a: a @ jnp.ones(5, jnp.float32))(empty).shape == (0, 4)
+    ones = jnp.ones(5, jnp.float32)
+    gradient = jax.vmap(jax.grad(lambda d: jnp.sum(members[0].with_data(d) @ ones)))
+    assert gradient(batch.data[:0]).shape == (0, 3)
+
+
+def test_vmap_of_grad_through_a_cond_with_a_product_of_a_traced_structure():
+    """`vmap` of a batched `cond` runs both branches; the one not taken sees zero-filled
+    structures (JAX 0.10), whose NaN the `cond` then discards."""
+    members, batch = _two_structures()
+    x = jnp.arange(1.0, 6.0, dtype=jnp.float32)
+
+    @jax.jit
+    def loss(matrix, p):
+        return jnp.sum(jax.lax.cond(p > 0, lambda a: a @ x, lambda a: x[:4], matrix) ** 2)
+
+    data, p = jnp.stack([members[0].data, 2 * members[0].data]), jnp.array([1.0, -1.0])
+    got = jax.vmap(jax.grad(lambda d, p: loss(members[0].with_data(d), p)))(data, p)
+    for b in range(2):
+        expected = jax.grad(lambda d, b=b: loss(members[0].with_data(d), p[b]))(data[b])
+        assert_close(got[b], expected, jnp.float32)
+
+
 # The issue's batch: 5-point DIA and 8-per-row CSR at 2^16 rows, 64 matrices, k = 1 and 8
 # (lowered only; `benchmarks/batches.py` times them).
 _SIDE = 256
