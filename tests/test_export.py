@@ -38,6 +38,8 @@ def small_matrix(fmt, rng, dtype=F64, index_dtype=np.int32):
     """A matrix and its scipy twin, with slots outside the matrix (DIA) or repeats (CSR)."""
     if fmt == "dia":
         return random_dia(rng, (7, 5), (-2, 0, 1, 6), dtype)
+    if fmt == "dia-many-diagonals":  # past the unrolled diagonals: the looped XLA path
+        return random_dia(rng, (40, 40), tuple(range(-20, 20)), dtype)
     return random_csr(
         rng, (7, 5), density=0.5, dtype=dtype, index_dtype=index_dtype, repeat_columns=True
     )
@@ -220,8 +222,15 @@ def test_pallas_on_gpu_exports_only_with_disabled_checks(fmt):
     assert restored.disabled_safety_checks == (export.DisabledSafetyCheck.custom_call(triton),)
 
 
-@pytest.mark.parametrize("side", ["A@X", "X@A"])
-@pytest.mark.parametrize("fmt", ["dia", "csr"])
+@pytest.mark.parametrize(
+    ("fmt", "side"),
+    [
+        (fmt, side)
+        for fmt in ("dia", "csr", "dia-many-diagonals")
+        for side in ("A@X", "X@A")
+        if fmt != "dia-many-diagonals" or side == "A@X"
+    ],
+)
 def test_symbolic_column_count(fmt, side):
     rng = np.random.default_rng(6)
     matrix, twin = small_matrix(fmt, rng)

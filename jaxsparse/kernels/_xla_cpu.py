@@ -12,9 +12,10 @@ UNROLLED_COLUMNS = 64
 
 
 def sum_over_columns(products):
-    """`products.sum(axis=1)` for a `(p, k)` array, as unrolled adds when `k` is small."""
+    """`products.sum(axis=1)` for a `(p, k)` array, as unrolled adds when `k` is small
+    (and known: a symbolic `k` of `jax.export` stays a reduction)."""
     k = products.shape[1]
-    if k == 0 or k > UNROLLED_COLUMNS:
+    if not isinstance(k, int) or k == 0 or k > UNROLLED_COLUMNS:
         return jnp.sum(products, axis=1)
     total = products[:, 0]
     for c in range(1, k):
