@@ -349,10 +349,11 @@ def _transpose(matrix: CSRMatrix) -> CSRMatrix:
 def _as_index_array(values, name: str) -> jax.Array:
     """`values` as an int32 or int64 JAX array (1-D, or with batch axes in front); plain
     sequences become int32."""
-    if isinstance(values, (jax.Array, np.ndarray)):
-        array = jnp.asarray(values)
-    else:
-        array = jnp.asarray(values, dtype=jnp.int32)
+    dtype = None if isinstance(values, (jax.Array, np.ndarray)) else jnp.int32
+    # Known values stay a concrete array even inside a trace (traced ones stay traced), so
+    # a structure built on the host stays known to the next host-side operation.
+    with jax.ensure_compile_time_eval():
+        array = jnp.asarray(values, dtype=dtype)
     if not jnp.issubdtype(array.dtype, jnp.integer):
         raise TypeError(f"`{name}` must have an integer dtype, got {array.dtype}.")
     if np.dtype(array.dtype) not in INDEX_DTYPES:
