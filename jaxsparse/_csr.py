@@ -19,6 +19,7 @@ from ._base import (
     validate_shape,
 )
 from ._batching import over_batch, refuse_batch
+from ._coordinates import entries, scatter_total
 from ._csr_layout import indptr_from_counts, row_ids, transposed_structure
 from ._csr_ops import csr_matmul_p, csr_matmul_t_p
 from ._interop import (
@@ -151,17 +152,27 @@ class CSRMatrix(SparseMatrix, SparseOperators):
         return self
 
     def todia(self):
-        """The same matrix as a `DIAMatrix`, on the host: its offsets are static and found
-        from the structure, so the index arrays must be concrete (not under `jit`)."""
+        """The same matrix as a `DIAMatrix` with a diagonal for each offset holding a stored
+        entry (explicit zeros included; repeats add up, booleans by `or`), as scipy's.
+
+        The offsets are static and found on the host from the structure, so the index
+        arrays must be concrete; the values may be traced (under `jit`, `grad`).
+        """
         refuse_batch("`todia()`", self)
         if not is_concrete(self.indices, self.indptr):
             raise TypeError(
-                "`CSRMatrix.todia()` needs concrete index arrays: the DIA offsets are static "
-                "and depend on the structure. Convert outside `jit`, or build the matrix with "
-                "known offsets: `DIAMatrix.fromdense(A.todense(), offsets=...)`."
+                "`CSRMatrix.todia()` needs concrete index arrays, but `indices` and `indptr` "
+                "are traced (under `jax.jit`): the DIA offsets are static and depend on the "
+                "structure. Convert outside `jit`, trace only the values of a concrete matrix "
+                "(`A.with_data(values).todia()` with `A` closed over), or build the matrix "
+                "with known offsets: `DIAMatrix.fromdense(A.todense(), offsets=...)`."
             )
-        # The host copy widens half precision and booleans; narrowing back is exact.
-        return format_class("dia").from_scipy(self.to_scipy()).astype(self.dtype)
+        rows, cols, values = entries(self)
+        n = self.shape[1]
+        offsets, diagonal = np.unique(cols.astype(np.int64) - rows, return_inverse=True)
+        slots = diagonal * n + cols
+        data = scatter_total(len(offsets) * n, slots, values).reshape(len(offsets), n)
+        return format_class("dia")(data, tuple(offsets.tolist()), self.shape)
 
     @over_batch
     def check(self) -> "CSRMatrix":
@@ -349,10 +360,11 @@ def _transpose(matrix: CSRMatrix) -> CSRMatrix:
 def _as_index_array(values, name: str) -> jax.Array:
     """`values` as an int32 or int64 JAX array (1-D, or with batch axes in front); plain
     sequences become int32."""
-    if isinstance(values, (jax.Array, np.ndarray)):
-        array = jnp.asarray(values)
-    else:
-        array = jnp.asarray(values, dtype=jnp.int32)
+    dtype = None if isinstance(values, (jax.Array, np.ndarray)) else jnp.int32
+    # Known values stay a concrete array even inside a trace (traced ones stay traced), so
+    # a structure built on the host stays known to the next host-side operation.
+    with jax.ensure_compile_time_eval():
+        array = jnp.asarray(values, dtype=dtype)
     if not jnp.issubdtype(array.dtype, jnp.integer):
         raise TypeError(f"`{name}` must have an integer dtype, got {array.dtype}.")
     if np.dtype(array.dtype) not in INDEX_DTYPES:

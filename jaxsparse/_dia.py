@@ -107,7 +107,9 @@ class DIAMatrix(SparseMatrix, SparseOperators):
     def todense(self) -> jax.Array:
         diagonals, rows, cols = stored_positions(self.offsets, self.shape)
         dense = jnp.zeros(self.shape, self.dtype)
-        return dense.at[rows, cols].set(self.data[diagonals, cols])
+        # Offsets are distinct (checked on construction): each slot has its own position,
+        # which `jax.linear_transpose` needs to transpose the scatter.
+        return dense.at[rows, cols].set(self.data[diagonals, cols], unique_indices=True)
 
     @over_batch
     def tocsr(self):
@@ -229,7 +231,9 @@ class DIAMatrix(SparseMatrix, SparseOperators):
         shape = (int(dense.shape[0]), int(dense.shape[1]))
         diagonals, rows, cols = stored_positions(offsets, shape)
         data = jnp.zeros((len(offsets), shape[1]), dense.dtype)
-        return cls(data.at[diagonals, cols].set(dense[rows, cols]), offsets, shape)
+        # Each slot `(diagonal, column)` is written once, so the scatter transposes.
+        data = data.at[diagonals, cols].set(dense[rows, cols], unique_indices=True)
+        return cls(data, offsets, shape)
 
     def _repr_fields(self) -> dict:
         return {**super()._repr_fields(), "offsets": self.offsets}

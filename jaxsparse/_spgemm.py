@@ -24,8 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._base import SparseMatrix, is_concrete, register_for_format
-from ._coordinates import csr_from_entries, host_keys, static_nnz
-from ._csr_layout import row_ids
+from ._coordinates import csr_from_entries, entries, host_keys, static_nnz
 from ._dia_layout import active_diagonals, diagonal_lengths, inside_slots
 from ._matmul import matmul, sparse_times_sparse
 
@@ -113,7 +112,7 @@ def _csr_times_csr_on_host(a, b, nnz):
     """Phase one on the host (every pair of entries and its position), phase two traced."""
     m, k = a.shape[0], b.shape[1]
     a_indices, b_indptr = np.asarray(a.indices, np.int64), np.asarray(b.indptr, np.int64)
-    a_rows = np.asarray(row_ids(a.indptr, a.nnz), np.int64)
+    a_rows = np.asarray(entries(a)[0], np.int64)
     starts = b_indptr[a_indices]
     lengths = b_indptr[a_indices + 1] - starts
     left = np.repeat(np.arange(a.nnz), lengths)

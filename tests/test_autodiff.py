@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import scipy.sparse
 from helpers import random_csr, random_dia, random_values, slow_unless, small_matrix
 from jax.test_util import check_grads
 
@@ -227,3 +228,27 @@ def test_structure_gets_no_gradient(fmt):
     if fmt == "csr":
         assert filtered.indices is None and filtered.indptr is None
         assert with_ints.indices.dtype == jax.dtypes.float0
+
+
+def test_dia_todense_and_fromdense_transpose():
+    """`jax.linear_transpose` through the scatters of `todense` and `fromdense`: each is
+    the other's transpose, slots outside the matrix dropping out."""
+    rng = np.random.default_rng(13)
+    offsets, (m, n) = (-1, 0, 2, 7), (4, 5)
+    data = jnp.asarray(random_values(rng, (len(offsets), n), jnp.float64))
+    dense = jnp.asarray(random_values(rng, (m, n), jnp.float64))
+
+    def to_dense(values):
+        return js.DIAMatrix(values, offsets, (m, n)).todense()
+
+    def from_dense(matrix):
+        return js.DIAMatrix.fromdense(matrix, offsets=offsets).data
+
+    (data_t,) = jax.linear_transpose(to_dense, data)(dense)
+    (dense_t,) = jax.linear_transpose(from_dense, dense)(data)
+    rows = np.arange(n)[None, :] - np.asarray(offsets)[:, None]
+    inside = (rows >= 0) & (rows < m)
+    expected = np.where(inside, np.asarray(dense)[np.clip(rows, 0, m - 1), np.arange(n)], 0)
+    np.testing.assert_allclose(data_t, expected, atol=1e-12)
+    twin = scipy.sparse.dia_array((np.asarray(data), np.asarray(offsets)), shape=(m, n))
+    np.testing.assert_allclose(dense_t, twin.toarray(), atol=1e-12)

@@ -171,6 +171,40 @@ def test_dia_tocsr_under_jit_matches_scipy():
     np.testing.assert_array_equal(back.todense(), twin.toarray())
 
 
+def test_structure_known_on_the_host_stays_known_under_jit():
+    """Results built on the host from a known structure (transposes, slices, selections,
+    DIA conversions) keep concrete index arrays inside `jit`, so host-side operations on
+    them need no `nnz` there."""
+    rng = np.random.default_rng(11)
+    csr, csr_twin = random_csr(rng, (6, 6), density=0.4, dtype=jnp.float64, repeat_columns=True)
+    dia, dia_twin = random_dia(rng, (6, 6), (-1, 0, 2), jnp.float64)
+
+    def results(csr_values, dia_values):
+        C, A = csr.with_data(csr_values), dia.with_data(dia_values)
+        assert not isinstance(C.T.indices, jax.core.Tracer)
+        return C[1:3], C + C.T, C[:, [0, 5]], C @ C.T, A[::2], A[:, [0, 5, 5]]
+
+    expected = (
+        csr_twin[1:3],
+        csr_twin + csr_twin.T,
+        csr_twin[:, [0, 5]],
+        csr_twin @ csr_twin.T,
+        dia_twin.tocsr()[::2],
+        dia_twin.tocsr()[:, [0, 5, 5]],
+    )
+    for result, twin in zip(jax.jit(results)(csr.data, dia.data), expected, strict=True):
+        np.testing.assert_allclose(result.todense(), twin.toarray(), atol=1e-12)
+    weights = rng.standard_normal((6, 6))
+
+    def loss(values):
+        symmetric = csr.with_data(values) + csr.with_data(values).T
+        return jnp.sum(weights * symmetric.todense())
+
+    grad = jax.jit(jax.grad(loss))(csr.data)
+    rows = np.repeat(np.arange(6), np.diff(csr_twin.indptr))
+    np.testing.assert_allclose(grad, (weights + weights.T)[rows, csr_twin.indices], atol=1e-12)
+
+
 def test_scalar_arithmetic_and_dia_addition():
     rng = np.random.default_rng(7)
     a, a_twin = random_dia(rng, (5, 6), (-1, 0, 2), jnp.float64)

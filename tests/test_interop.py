@@ -110,6 +110,24 @@ def test_csr_todia_keeps_dtype(dtype):
         np.testing.assert_array_equal(np.asarray(dia.todense()), np.asarray(csr.todense()))
 
 
+def test_csr_todia_under_jit_and_grad_with_a_concrete_structure():
+    rng = np.random.default_rng(12)
+    csr, twin = random_csr(rng, (5, 7), density=0.4, dtype=jnp.float64, repeat_columns=True)
+    expected = scipy.sparse.dia_array(twin)
+    dia = jax.jit(lambda values: csr.with_data(values).todia())(csr.data)
+    assert dia.offsets == tuple(expected.offsets.tolist())
+    np.testing.assert_allclose(dia.todense(), twin.toarray(), atol=1e-12)
+    weights = rng.standard_normal((5, 7))
+
+    def loss(values):
+        return jnp.sum(weights * csr.with_data(values).todia().todense())
+
+    rows = np.repeat(np.arange(5), np.diff(twin.indptr))
+    np.testing.assert_allclose(jax.grad(loss)(csr.data), weights[rows, twin.indices], atol=1e-12)
+    with pytest.raises(TypeError, match="`indices` and `indptr` are traced"):
+        jax.jit(lambda a: a.todia())(csr)
+
+
 def test_dot_asformat_and_conversions():
     rng = np.random.default_rng(4)
     dia, twin = random_dia(rng, (6, 6), (-1, 0, 2), jnp.float64)
