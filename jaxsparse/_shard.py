@@ -482,7 +482,10 @@ def _shard_csr(matrix: CSRMatrix, mesh: jax.sharding.Mesh, axis: str) -> Sharded
         indices.tobytes(), indptr.tobytes(), indices.dtype.str, matrix.shape, devices
     )
     source = arrays.entry_source.reshape(-1)
-    values = jnp.where(source >= 0, matrix.data[np.maximum(source, 0)], 0).astype(matrix.dtype)
+    # Padding slots (source -1) read a zero appended past the entries, which also serves a
+    # matrix with no entries.
+    with_zero = jnp.concatenate([matrix.data, jnp.zeros(1, matrix.dtype)])
+    values = with_zero[np.where(source >= 0, source, matrix.nnz)]
     place = functools.partial(jax.device_put, device=NamedSharding(mesh, P(axis)))
     index_dtype = matrix.index_dtype
     return ShardedCSRMatrix(

@@ -450,6 +450,20 @@ def check_errors() -> None:
     print("ok   bad input raises, naming the argument")
 
 
+def check_matrices_with_no_entries() -> None:
+    """No diagonal inside the matrix, or no CSR entry: zero products, as unsharded."""
+    for A in (
+        js.DIAMatrix(jnp.zeros((0, 6)), (), (6, 6)),
+        js.DIAMatrix(jnp.ones((1, 6)), (10,), (6, 6)),
+        js.CSRMatrix(jnp.zeros(0), jnp.zeros(0, jnp.int32), jnp.zeros(7, jnp.int32), (6, 6)),
+    ):
+        for devices in (1, 4):
+            S = js.shard(A, mesh_of(devices), axis="x")
+            assert np.array_equal(np.asarray(S @ jnp.ones(6)), np.zeros(6))
+            assert np.array_equal(np.asarray(jnp.ones(6) @ S), np.zeros(6))
+    print("ok   matrices with no entries")
+
+
 # The checks in parts, each run in its own process, so that test workers share them.
 SURFACES = tuple(
     f"surface-{axis}-{format}" for axis in ("explicit", "auto") for format in ("dia", "csr")
@@ -467,6 +481,8 @@ def main(argv: list[str]) -> None:
         for case in CASES:
             for devices in case.meshes if part == "cases" else case.more_meshes:
                 check_case(case, devices, rng)
+        if part == "cases":
+            check_matrices_with_no_entries()
     elif part == "bytes-and-gradients":
         check_exchanged_bytes(rng)
         check_gradients_stay_sharded(rng)
