@@ -72,35 +72,6 @@ def test_second_order(fmt):
     check_grads(loss, (matrix.data, b), order=2, modes=("rev",), eps=1e-5)
 
 
-@pytest.mark.parametrize("route", ["kept-factors", "from-values"])
-def test_hessians_and_nested_vmaps_match_dense(route, monkeypatch):
-    """`jax.hessian` and `vmap` of `vmap` of a gradient hand the banded solve's native
-    calls arguments with two batch axes, on both derivative routes."""
-    if route == "from-values":
-        monkeypatch.setattr(js.linalg._banded_one_pass, "KEPT_BYTES", 0)
-    rng = np.random.default_rng(13)
-    matrix = _system("dia", rng, jnp.float64)
-    b = jnp.asarray(random_values(rng, (matrix.shape[0],), jnp.float64))
-
-    def loss_with(solve):
-        return lambda data, b: jnp.sum(solve(matrix.with_data(data), b) ** 2)
-
-    ours = loss_with(js.linalg.spsolve)
-    dense = loss_with(lambda a, b: jnp.linalg.solve(a.todense(), b))
-    datas = jnp.stack([matrix.data * scale for scale in (1.0, 1.1, 0.9, 1.2)]).reshape(
-        2, 2, *matrix.data.shape
-    )
-    bs = jnp.asarray(random_values(rng, (2, 2, matrix.shape[0]), jnp.float64))
-    for derivative, args in (
-        (lambda f: jax.hessian(f, (0, 1)), (matrix.data, b)),
-        (lambda f: jax.jacrev(jax.jacrev(f)), (matrix.data, b)),
-        (lambda f: jax.vmap(jax.vmap(jax.grad(f, (0, 1)))), (datas, bs)),
-    ):
-        got, want = jax.jit(derivative(ours))(*args), derivative(dense)(*args)
-        for got_leaf, want_leaf in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
-            np.testing.assert_allclose(got_leaf, want_leaf, rtol=1e-9, atol=1e-12)
-
-
 @pytest.mark.parametrize("dtype", DTYPES, ids=dtype_id)
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_gradients_match_dense_solve(fmt, dtype):

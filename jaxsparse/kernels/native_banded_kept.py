@@ -22,7 +22,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._leading_axes import over_leading_axes
 from .native_banded_lu import (
     SOLVE_OPS,
     _adjoint_host,
@@ -44,9 +43,6 @@ class Kept(NamedTuple):
     lower: jax.Array
     pivots: jax.Array
     status: jax.Array
-
-
-_KEPT_RANKS = Kept(2, 2, 1, 0)  # for one matrix
 
 
 def _kept_shapes(b, kl: int, ku: int) -> Kept:
@@ -100,15 +96,14 @@ def _keeping_solver(offsets: tuple, kl: int, ku: int, host: bool):
 
     @solve.def_vmap
     def _(axis_size, in_batched, data, b):
-        data_batched, _ = in_batched
+        data_batched, b_batched = in_batched
         if not data_batched:
             x, kept = solve(data, batch_as_columns(b))
             return (columns_as_batch(x, axis_size), kept), (True, Kept(False, False, False, False))
-        return per_member(data, b), (True, Kept(True, True, True, True))
+        if not b_batched:
+            b = jnp.broadcast_to(b, (axis_size, *b.shape))
+        return _keeping_members(data, b, **kwargs), (True, Kept(True, True, True, True))
 
-    per_member = over_leading_axes(
-        functools.partial(_keeping_members, **kwargs), ranks=(2, 2), shared=(False, False)
-    )
     return solve
 
 
@@ -121,10 +116,27 @@ def solve_keeping(data, b, *, offsets, host: bool = False):
     return _keeping_solver(tuple(offsets), kl, ku, host)(data, b)
 
 
+def _flat(value, rank: int):
+    """`value` with its leading axes beyond `rank` as one (none if it has none)."""
+    if value.ndim <= rank:
+        return value
+    return value.reshape(-1, *value.shape[value.ndim - rank :])
+
+
+def _flat_kept(kept: Kept) -> Kept:
+    return Kept(*(_flat(value, rank) for value, rank in zip(kept, (2, 2, 1, 0), strict=True)))
+
+
 def _kept_solve_native(data, kept, b, *, offsets, op):
     out = jax.ShapeDtypeStruct(b.shape, b.dtype)
     call = jax.ffi.ffi_call("jaxsparse_dia_banded_factored_solve", out, vmap_method="broadcast_all")
-    return call(*kept, b, offsets=np.asarray(offsets, np.int64), op=np.int64(SOLVE_OPS[op]))
+    flat = call(
+        *_flat_kept(kept),
+        _flat(b, 2),
+        offsets=np.asarray(offsets, np.int64),
+        op=np.int64(SOLVE_OPS[op]),
+    )
+    return flat.reshape(b.shape)
 
 
 def _kept_solve_elsewhere(data, kept, b, *, offsets, op, host):
@@ -133,65 +145,40 @@ def _kept_solve_elsewhere(data, kept, b, *, offsets, op, host):
     return solve(data, b, offsets=offsets, kl=kl, ku=ku, op=op)
 
 
-@functools.cache
-def _kept_solver(offsets: tuple, op: str, host: bool):
-    kwargs = dict(offsets=offsets, op=op)
-
-    def solve(data, kept, b):
-        if host or not native_available(b.dtype):
-            return _kept_solve_elsewhere(data, kept, b, **kwargs, host=host)
-        return jax.lax.platform_dependent(
-            data,
-            kept,
-            b,
-            cpu=functools.partial(_kept_solve_native, **kwargs),
-            default=functools.partial(_kept_solve_elsewhere, **kwargs, host=False),
-        )
-
-    return over_leading_axes(solve, ranks=(2, _KEPT_RANKS, 2), shared=(True, True, False))
-
-
 def kept_solve(data, kept: Kept, b, *, offsets, op: str = "N", host: bool = False):
     """`x` with `A x = b` (`op="N"`) or `A^T x = b` ("T") from the factors that
     `solve_keeping(data, ...)` kept, `b` `(..., n, k)`; `data` and the factors are one
     matrix's or have `b`'s leading axes. On CPU one native call; elsewhere (or with
     `host`) `data` is factored again. A singular matrix gives nan."""
-    return _kept_solver(tuple(offsets), op, host)(data, kept, b)
+    kwargs = dict(offsets=tuple(offsets), op=op)
+    if host or not native_available(b.dtype):
+        return _kept_solve_elsewhere(data, kept, b, **kwargs, host=host)
+    return jax.lax.platform_dependent(
+        data,
+        kept,
+        b,
+        cpu=functools.partial(_kept_solve_native, **kwargs),
+        default=functools.partial(_kept_solve_elsewhere, **kwargs, host=False),
+    )
 
 
 def _kept_adjoint_native(data, kept, x, g, *, offsets):
+    flat_x = _flat(x, 2)
     call = jax.ffi.ffi_call(
         "jaxsparse_dia_banded_factored_adjoint",
-        _adjoint_shapes(data, x),
+        _adjoint_shapes(data, flat_x),
         vmap_method="broadcast_all",
     )
-    return tuple(call(*kept, x, g, offsets=np.asarray(offsets, np.int64)))
+    adjoint, dvalues = call(
+        *_flat_kept(kept), flat_x, _flat(g, 2), offsets=np.asarray(offsets, np.int64)
+    )
+    return adjoint.reshape(x.shape), dvalues.reshape(*x.shape[:-2], *data.shape[-2:])
 
 
 def _kept_adjoint_elsewhere(data, kept, x, g, *, offsets, host):
     kl, ku = bandwidths(offsets, data.shape[-1])
     adjoint = _adjoint_host if host else adjoint_off_cpu
     return adjoint(data, x, g, offsets=offsets, kl=kl, ku=ku)
-
-
-@functools.cache
-def _kept_adjointer(offsets: tuple, host: bool):
-    kwargs = dict(offsets=offsets)
-
-    def adjoint(data, kept, x, g):
-        if host or not native_available(x.dtype):
-            return _kept_adjoint_elsewhere(data, kept, x, g, **kwargs, host=host)
-        return jax.lax.platform_dependent(
-            data,
-            kept,
-            x,
-            g,
-            cpu=functools.partial(_kept_adjoint_native, **kwargs),
-            default=functools.partial(_kept_adjoint_elsewhere, **kwargs, host=False),
-        )
-
-    ranks, shared = (2, _KEPT_RANKS, 2, 2), (True, True, False, False)
-    return over_leading_axes(adjoint, ranks=ranks, shared=shared)
 
 
 def kept_adjoint(data, kept: Kept, x, g, *, offsets, host: bool = False):
@@ -204,4 +191,14 @@ def kept_adjoint(data, kept: Kept, x, g, *, offsets, host: bool = False):
 
     `x` and `g` are `(..., n, k)` with the same leading axes; `data` and the factors are
     one matrix's or have those leading axes too."""
-    return _kept_adjointer(tuple(offsets), host)(data, kept, x, g)
+    kwargs = dict(offsets=tuple(offsets))
+    if host or not native_available(x.dtype):
+        return _kept_adjoint_elsewhere(data, kept, x, g, **kwargs, host=host)
+    return jax.lax.platform_dependent(
+        data,
+        kept,
+        x,
+        g,
+        cpu=functools.partial(_kept_adjoint_native, **kwargs),
+        default=functools.partial(_kept_adjoint_elsewhere, **kwargs, host=False),
+    )

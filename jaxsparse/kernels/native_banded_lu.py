@@ -22,7 +22,6 @@ import numpy as np
 import scipy.linalg.lapack
 
 from . import _native_library, device_tridiagonal
-from ._leading_axes import over_leading_axes
 
 SOLVE_OPS = {"N": 0, "T": 1, "H": 2}
 _VALUE_DTYPES = tuple(np.dtype(t) for t in (np.float32, np.float64, np.complex64, np.complex128))
@@ -343,26 +342,6 @@ def adjoint_off_cpu(data, x, g, *, offsets, kl, ku):
     return jax.lax.platform_dependent(data, x, g, **_off_cpu(device, host, kl, ku, x.shape[-2]))
 
 
-@functools.cache
-def _adjointer(offsets: tuple, kl: int, ku: int, host: bool):
-    kwargs = dict(offsets=offsets, kl=kl, ku=ku)
-
-    def adjoint(data, x, g):
-        if host:
-            return _adjoint_host(data, x, g, **kwargs)
-        if not native_available(x.dtype):
-            return adjoint_off_cpu(data, x, g, **kwargs)
-        return jax.lax.platform_dependent(
-            data,
-            x,
-            g,
-            cpu=functools.partial(_adjoint_native, offsets=offsets),
-            default=functools.partial(adjoint_off_cpu, **kwargs),
-        )
-
-    return over_leading_axes(adjoint, ranks=(2, 2, 2), shared=(True, False, False))
-
-
 def banded_adjoint(data, x, g, *, offsets, host: bool = False):
     """The reverse-mode step of `x = banded_solve(data, b)`: `(lambda, dvalues)` with
     `lambda = A^{-T} g` (`b`'s cotangent) and `dvalues[..., d, j] = -lambda[j - offsets[d]]
@@ -372,6 +351,17 @@ def banded_adjoint(data, x, g, *, offsets, host: bool = False):
     elsewhere on the host.
 
     `x` and `g` are `(..., n, k)` with the same leading axes; `data` is `(ndiag, n)` or has
-    those leading axes too."""
+    those leading axes too; `vmap` broadcasts every argument."""
     kl, ku = bandwidths(offsets, data.shape[-1])
-    return _adjointer(tuple(offsets), kl, ku, host)(data, x, g)
+    kwargs = dict(offsets=tuple(offsets), kl=kl, ku=ku)
+    if host:
+        return _adjoint_host(data, x, g, **kwargs)
+    if not native_available(x.dtype):
+        return adjoint_off_cpu(data, x, g, **kwargs)
+    return jax.lax.platform_dependent(
+        data,
+        x,
+        g,
+        cpu=functools.partial(_adjoint_native, offsets=tuple(offsets)),
+        default=functools.partial(adjoint_off_cpu, **kwargs),
+    )
