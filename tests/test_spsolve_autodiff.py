@@ -9,6 +9,7 @@ from helpers import dtype_id, ignored_slots, random_csr, random_dia, random_valu
 from jax.test_util import check_grads
 
 import jaxsparse as js
+from jaxsparse.linalg import _banded_one_pass
 
 
 def _system(fmt, rng, dtype):
@@ -128,3 +129,50 @@ def test_gradient_under_vmap_over_values():
         rtol=1e-9,
         atol=1e-11,
     )
+
+
+@pytest.mark.parametrize("kept_bytes", [_banded_one_pass.KEPT_BYTES, 0], ids=["kept", "values"])
+def test_nested_derivatives_and_vmaps_match_dense_solve(kept_bytes, monkeypatch):
+    """Derivatives of the DIA solve (from the kept factors, or from the values) under two and
+    three levels of `vmap`: `jax.hessian` and `jacrev(jacrev)` (each a batch of batches),
+    `vmap(vmap(grad))` over right-hand sides and over values and right-hand sides, and
+    `vmap(hessian)`; against dense `jnp` math."""
+    monkeypatch.setattr(_banded_one_pass, "KEPT_BYTES", kept_bytes)
+    rng = np.random.default_rng(15)
+    matrix = _system("dia", rng, jnp.float64)
+    n = matrix.shape[0]
+    b = jnp.asarray(random_values(rng, (n,), jnp.float64))
+    bs = jnp.asarray(random_values(rng, (2, 3, n), jnp.float64))
+    values = jnp.stack([matrix.data, 1.1 * matrix.data])
+
+    def loss(solve):
+        return lambda data, b: jnp.sum(solve(matrix.with_data(data), b) ** 2)
+
+    def grad(loss):
+        return jax.grad(loss, argnums=(0, 1))
+
+    cases = {
+        "hessian in the values": lambda loss: jax.hessian(loss)(matrix.data, b),
+        "hessian in b": lambda loss: jax.hessian(loss, 1)(matrix.data, b),
+        "jacrev(jacrev)": lambda loss: jax.jacrev(jax.jacrev(loss))(matrix.data, b),
+        "vmap(vmap(grad)) over b": lambda loss: jax.vmap(
+            jax.vmap(grad(loss), (None, 0)), (None, 0)
+        )(matrix.data, bs),
+        "vmap(vmap(grad)) over the values, then b": lambda loss: jax.vmap(
+            jax.vmap(grad(loss), (None, 0)), (0, None)
+        )(values, bs[0]),
+        "vmap(hessian) over the values": lambda loss: jax.vmap(jax.hessian(loss), (0, None))(
+            values, b
+        ),
+    }
+    sparse, dense = loss(js.linalg.spsolve), loss(lambda A, b: jnp.linalg.solve(A.todense(), b))
+
+    def every_case(loss):  # one compilation for all the cases
+        return jax.jit(lambda: {name: case(loss) for name, case in cases.items()})()
+
+    actual, expected = every_case(sparse), every_case(dense)
+    for name in cases:
+        for a, e in zip(
+            jax.tree.leaves(actual[name]), jax.tree.leaves(expected[name]), strict=True
+        ):
+            np.testing.assert_allclose(a, e, rtol=1e-9, atol=1e-11, err_msg=name)

@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._folded_batch import fold_batch
 from .native_banded_lu import (
     SOLVE_OPS,
     _adjoint_host,
@@ -45,6 +46,10 @@ class Kept(NamedTuple):
     status: jax.Array
 
 
+# The ranks of `Kept`'s arrays for one matrix.
+KEPT_RANKS = (2, 2, 1, 0)
+
+
 def _kept_shapes(b, kl: int, ku: int) -> Kept:
     lead, n = b.shape[:-2], b.shape[-2]
     return Kept(
@@ -56,12 +61,14 @@ def _kept_shapes(b, kl: int, ku: int) -> Kept:
 
 
 def _keeping_native(data, b, *, offsets, kl, ku):
-    shapes = (jax.ShapeDtypeStruct(b.shape, b.dtype), *_kept_shapes(b, kl, ku))
-    call = jax.ffi.ffi_call(
-        "jaxsparse_dia_banded_solve_keeping", shapes, vmap_method="broadcast_all"
-    )
-    x, *kept = call(data, b, offsets=np.asarray(offsets, np.int64))
-    return x, Kept(*kept)
+    def call(data, b):
+        shapes = (jax.ShapeDtypeStruct(b.shape, b.dtype), *_kept_shapes(b, kl, ku))
+        keeping = jax.ffi.ffi_call("jaxsparse_dia_banded_solve_keeping", shapes)
+        x, *kept = keeping(data, b, offsets=np.asarray(offsets, np.int64))
+        return x, Kept(*kept)
+
+    # The kernel keeps one set of factors per member of b's batch: the values get that batch.
+    return fold_batch(call, (data, b), (2, 2))
 
 
 def _keeping_elsewhere(data, b, *, offsets, kl, ku, host):
@@ -116,27 +123,22 @@ def solve_keeping(data, b, *, offsets, host: bool = False):
     return _keeping_solver(tuple(offsets), kl, ku, host)(data, b)
 
 
-def _flat(value, rank: int):
-    """`value` with its leading axes beyond `rank` as one (none if it has none)."""
-    if value.ndim <= rank:
-        return value
-    return value.reshape(-1, *value.shape[value.ndim - rank :])
-
-
-def _flat_kept(kept: Kept) -> Kept:
-    return Kept(*(_flat(value, rank) for value, rank in zip(kept, (2, 2, 1, 0), strict=True)))
-
-
 def _kept_solve_native(data, kept, b, *, offsets, op):
-    out = jax.ShapeDtypeStruct(b.shape, b.dtype)
-    call = jax.ffi.ffi_call("jaxsparse_dia_banded_factored_solve", out, vmap_method="broadcast_all")
-    flat = call(
-        *_flat_kept(kept),
-        _flat(b, 2),
-        offsets=np.asarray(offsets, np.int64),
-        op=np.int64(SOLVE_OPS[op]),
-    )
-    return flat.reshape(b.shape)
+    def call(u, lower, pivots, status, b):
+        out = jax.ShapeDtypeStruct(b.shape, b.dtype)
+        solve = jax.ffi.ffi_call("jaxsparse_dia_banded_factored_solve", out)
+        return solve(
+            u,
+            lower,
+            pivots,
+            status,
+            b,
+            offsets=np.asarray(offsets, np.int64),
+            op=np.int64(SOLVE_OPS[op]),
+        )
+
+    shared = (True,) * len(KEPT_RANKS) + (False,)
+    return fold_batch(call, (*kept, b), (*KEPT_RANKS, 2), shared)
 
 
 def _kept_solve_elsewhere(data, kept, b, *, offsets, op, host):
@@ -163,16 +165,15 @@ def kept_solve(data, kept: Kept, b, *, offsets, op: str = "N", host: bool = Fals
 
 
 def _kept_adjoint_native(data, kept, x, g, *, offsets):
-    flat_x = _flat(x, 2)
-    call = jax.ffi.ffi_call(
-        "jaxsparse_dia_banded_factored_adjoint",
-        _adjoint_shapes(data, flat_x),
-        vmap_method="broadcast_all",
-    )
-    adjoint, dvalues = call(
-        *_flat_kept(kept), flat_x, _flat(g, 2), offsets=np.asarray(offsets, np.int64)
-    )
-    return adjoint.reshape(x.shape), dvalues.reshape(*x.shape[:-2], *data.shape[-2:])
+    values = jax.ShapeDtypeStruct(data.shape[-2:], data.dtype)
+
+    def call(u, lower, pivots, status, x, g):
+        shapes = _adjoint_shapes(values, x)
+        adjoint = jax.ffi.ffi_call("jaxsparse_dia_banded_factored_adjoint", shapes)
+        return tuple(adjoint(u, lower, pivots, status, x, g, offsets=np.asarray(offsets, np.int64)))
+
+    shared = (True,) * len(KEPT_RANKS) + (False, False)
+    return fold_batch(call, (*kept, x, g), (*KEPT_RANKS, 2, 2), shared)
 
 
 def _kept_adjoint_elsewhere(data, kept, x, g, *, offsets, host):

@@ -12,6 +12,8 @@ pytree leaves that `jit`, `vmap` and `eqx.filter_*` carry like any other.
 Batches: the factorization of values `(..., ndiag, n)` is one call over every member.
 A solve with shared factors and batched right-hand sides puts the batch into columns, one
 multi-column solve; batched factors solve member by member in one call (threads on CPU).
+Every native and host call takes its batch, whatever its axes and depth of `vmap`, folded
+into one leading axis (`_folded_batch.fold_batch`).
 """
 
 import functools
@@ -22,6 +24,7 @@ import numpy as np
 import scipy.linalg.lapack
 
 from . import _native_library, device_tridiagonal
+from ._folded_batch import fold_batch
 
 SOLVE_OPS = {"N": 0, "T": 1, "H": 2}
 _VALUE_DTYPES = tuple(np.dtype(t) for t in (np.float32, np.float64, np.complex64, np.complex128))
@@ -49,10 +52,11 @@ def _factor_shapes(data, kl, ku):
 
 
 def _factor_native(data, *, offsets, kl, ku):
-    call = jax.ffi.ffi_call(
-        "jaxsparse_dia_banded_lu", _factor_shapes(data, kl, ku), vmap_method="broadcast_all"
-    )
-    return tuple(call(data, offsets=np.asarray(offsets, np.int64)))
+    def call(data):
+        factor = jax.ffi.ffi_call("jaxsparse_dia_banded_lu", _factor_shapes(data, kl, ku))
+        return tuple(factor(data, offsets=np.asarray(offsets, np.int64)))
+
+    return fold_batch(call, (data,), (2,))
 
 
 def _band_on_host(data: np.ndarray, offsets, kl: int, ku: int) -> np.ndarray:
@@ -87,12 +91,12 @@ def _factor_on_host(data, *, offsets, kl, ku):
 
 
 def _factor_host(data, *, offsets, kl, ku):
-    return jax.pure_callback(
-        functools.partial(_factor_on_host, offsets=tuple(offsets), kl=kl, ku=ku),
-        _factor_shapes(data, kl, ku),
-        data,
-        vmap_method="broadcast_all",
-    )
+    factor = functools.partial(_factor_on_host, offsets=tuple(offsets), kl=kl, ku=ku)
+
+    def call(data):
+        return jax.pure_callback(factor, _factor_shapes(data, kl, ku), data)
+
+    return fold_batch(call, (data,), (2,))
 
 
 def banded_lu(data, *, offsets, kl: int, ku: int, host: bool = False):
@@ -111,10 +115,20 @@ def banded_lu(data, *, offsets, kl: int, ku: int, host: bool = False):
     )
 
 
+# The solves' arrays: the factors or values (one matrix's for the whole batch, or each
+# member's), then right-hand sides or cotangents (each member's).
+_FACTORS_THEN_B = dict(ranks=(2, 1, 2), shared=(True, True, False))
+_VALUES_THEN_B = dict(ranks=(2, 2), shared=(True, False))
+_VALUES_X_G = dict(ranks=(2, 2, 2), shared=(True, False, False))
+
+
 def _solve_native(band, pivots, b, *, kl, ku, op):
-    out = jax.ShapeDtypeStruct(b.shape, b.dtype)
-    call = jax.ffi.ffi_call("jaxsparse_banded_lu_solve", out, vmap_method="broadcast_all")
-    return call(band, pivots, b, kl=np.int64(kl), ku=np.int64(ku), op=np.int64(SOLVE_OPS[op]))
+    def call(band, pivots, b):
+        out = jax.ShapeDtypeStruct(b.shape, b.dtype)
+        solve = jax.ffi.ffi_call("jaxsparse_banded_lu_solve", out)
+        return solve(band, pivots, b, kl=np.int64(kl), ku=np.int64(ku), op=np.int64(SOLVE_OPS[op]))
+
+    return fold_batch(call, (band, pivots, b), **_FACTORS_THEN_B)
 
 
 def _solve_on_host(band, pivots, b, *, kl, ku, op):
@@ -127,14 +141,12 @@ def _solve_on_host(band, pivots, b, *, kl, ku, op):
 
 
 def _solve_host(band, pivots, b, *, kl, ku, op):
-    return jax.pure_callback(
-        functools.partial(_solve_on_host, kl=kl, ku=ku, op=op),
-        jax.ShapeDtypeStruct(b.shape, b.dtype),
-        band,
-        pivots,
-        b,
-        vmap_method="broadcast_all",
-    )
+    solve = functools.partial(_solve_on_host, kl=kl, ku=ku, op=op)
+
+    def call(band, pivots, b):
+        return jax.pure_callback(solve, jax.ShapeDtypeStruct(b.shape, b.dtype), band, pivots, b)
+
+    return fold_batch(call, (band, pivots, b), **_FACTORS_THEN_B)
 
 
 def _solve_members(band, pivots, data, b, *, offsets, kl, ku, op, host):
@@ -209,9 +221,12 @@ def banded_lu_solve(
 
 
 def _solve_once_native(data, b, *, offsets, op):
-    out = jax.ShapeDtypeStruct(b.shape, b.dtype)
-    call = jax.ffi.ffi_call("jaxsparse_dia_banded_solve", out, vmap_method="broadcast_all")
-    return call(data, b, offsets=np.asarray(offsets, np.int64), op=np.int64(SOLVE_OPS[op]))
+    def call(data, b):
+        out = jax.ShapeDtypeStruct(b.shape, b.dtype)
+        solve = jax.ffi.ffi_call("jaxsparse_dia_banded_solve", out)
+        return solve(data, b, offsets=np.asarray(offsets, np.int64), op=np.int64(SOLVE_OPS[op]))
+
+    return fold_batch(call, (data, b), **_VALUES_THEN_B)
 
 
 def _solve_once_on_host(data, b, *, offsets, kl, ku, op):
@@ -224,13 +239,12 @@ def _solve_once_on_host(data, b, *, offsets, kl, ku, op):
 
 
 def _solve_once_host(data, b, *, offsets, kl, ku, op):
-    return jax.pure_callback(
-        functools.partial(_solve_once_on_host, offsets=offsets, kl=kl, ku=ku, op=op),
-        jax.ShapeDtypeStruct(b.shape, b.dtype),
-        data,
-        b,
-        vmap_method="broadcast_all",
-    )
+    solve = functools.partial(_solve_once_on_host, offsets=offsets, kl=kl, ku=ku, op=op)
+
+    def call(data, b):
+        return jax.pure_callback(solve, jax.ShapeDtypeStruct(b.shape, b.dtype), data, b)
+
+    return fold_batch(call, (data, b), **_VALUES_THEN_B)
 
 
 def _off_cpu(device, host, kl: int, ku: int, n: int) -> dict:
@@ -305,10 +319,11 @@ def _adjoint_shapes(data, x):
 
 
 def _adjoint_native(data, x, g, *, offsets):
-    call = jax.ffi.ffi_call(
-        "jaxsparse_dia_banded_adjoint", _adjoint_shapes(data, x), vmap_method="broadcast_all"
-    )
-    return tuple(call(data, x, g, offsets=np.asarray(offsets, np.int64)))
+    def call(data, x, g):
+        adjoint = jax.ffi.ffi_call("jaxsparse_dia_banded_adjoint", _adjoint_shapes(data, x))
+        return tuple(adjoint(data, x, g, offsets=np.asarray(offsets, np.int64)))
+
+    return fold_batch(call, (data, x, g), **_VALUES_X_G)
 
 
 def _adjoint_on_host(data, x, g, *, offsets, kl, ku):
@@ -325,14 +340,12 @@ def _adjoint_on_host(data, x, g, *, offsets, kl, ku):
 
 
 def _adjoint_host(data, x, g, *, offsets, kl, ku):
-    return jax.pure_callback(
-        functools.partial(_adjoint_on_host, offsets=offsets, kl=kl, ku=ku),
-        _adjoint_shapes(data, x),
-        data,
-        x,
-        g,
-        vmap_method="broadcast_all",
-    )
+    adjoint = functools.partial(_adjoint_on_host, offsets=offsets, kl=kl, ku=ku)
+
+    def call(data, x, g):
+        return jax.pure_callback(adjoint, _adjoint_shapes(data, x), data, x, g)
+
+    return fold_batch(call, (data, x, g), **_VALUES_X_G)
 
 
 def adjoint_off_cpu(data, x, g, *, offsets, kl, ku):
@@ -351,7 +364,7 @@ def banded_adjoint(data, x, g, *, offsets, host: bool = False):
     elsewhere on the host.
 
     `x` and `g` are `(..., n, k)` with the same leading axes; `data` is `(ndiag, n)` or has
-    those leading axes too; `vmap` broadcasts every argument."""
+    those leading axes too."""
     kl, ku = bandwidths(offsets, data.shape[-1])
     kwargs = dict(offsets=tuple(offsets), kl=kl, ku=ku)
     if host:

@@ -24,7 +24,8 @@ from jax.interpreters import ad, batching, mlir
 
 from .._dia_layout import transpose_data
 from ..kernels import native_banded_kept, native_banded_lu
-from ..kernels.native_banded_kept import Kept
+from ..kernels._folded_batch import batch_shape, fold_arrays, unfold
+from ..kernels.native_banded_kept import KEPT_RANKS, Kept
 from ..kernels.xla_dia import dia_matmul_xla, dia_sddmm_xla
 
 
@@ -49,6 +50,13 @@ def _transposed_values(data, offsets):
     """`A^T`'s DIA values for the offsets negated."""
     n = data.shape[-1]
     return _per_matrix(lambda d: transpose_data(d, offsets, (n, n)), (data,), (2,))
+
+
+def _solve(data, b, offsets):
+    """`one_pass_solve` for `b` `(..., n, k)` and `data` one matrix's or with `b`'s leading
+    axes, member by member (`vmap`, whose rules solve right-hand sides over one matrix as
+    columns)."""
+    return _per_matrix(functools.partial(one_pass_solve, offsets=offsets), (data, b), (2, 2))
 
 
 def _values_cotangent(adjoint, x, offsets):
@@ -104,7 +112,7 @@ def _adjoint(offsets: tuple, fused: bool):
 
     def reference(data, x, g):
         transposed = tuple(-offset for offset in offsets)
-        adjoint = one_pass_solve(_transposed_values(data, offsets), g, transposed)
+        adjoint = _solve(_transposed_values(data, offsets), g, transposed)
         return (adjoint, _values_cotangent(adjoint, x, offsets)) if fused else adjoint
 
     @jax.custom_jvp
@@ -133,8 +141,9 @@ def _tangent_value(ddata, db, data, x, *kept, offsets):
 
 
 # tangent_solve(ddata, db, data, x, *kept) = A^{-1} (db - dA x), linear in (ddata, db), with
-# `kept` the factors of the pass that gave x, or nothing; every argument may carry leading
-# batch axes, `data` and `kept` may lack them.
+# `kept` the factors of the pass that gave x, or nothing; every argument may carry one
+# leading batch axis (`_batch` folds any depth of `vmap` into it), `data` and `kept` may
+# lack it.
 tangent_solve_p = Primitive("jaxsparse_banded_tangent_solve")
 
 
@@ -169,28 +178,25 @@ def _jvp(primals, tangents, *, offsets):
 
 
 def _composition(ddata, db, data, x, *kept, offsets):
-    return one_pass_solve(data, db - _product(ddata, x, offsets), offsets)
+    return _solve(data, db - _product(ddata, x, offsets), offsets)
 
 
 ad.primitive_jvps[tangent_solve_p] = _jvp
 
 
 def _batch(args, dims, *, offsets):
-    size = next(a.shape[d] for a, d in zip(args, dims, strict=True) if d is not None)
-
-    def front(value, dim):
-        if dim is None:
-            return jnp.broadcast_to(value, (size, *value.shape))
-        return jnp.moveaxis(value, dim, 0)
-
-    ddata, db, data, x, *kept = args
-    matrix, matrix_dims = [data, *kept], [dims[2], *dims[4:]]
-    # One matrix for the whole batch: its values and factors stay unbatched.
-    if any(d is not None for d in matrix_dims) or data.ndim > 2:
-        matrix = [front(value, d) for value, d in zip(matrix, matrix_dims, strict=True)]
-    data, *kept = matrix
-    moved = [front(ddata, dims[0]), front(db, dims[1]), data, front(x, dims[3]), *kept]
-    return tangent_solve_p.bind(*moved, offsets=offsets), 0
+    """The new batch axis and the one the arguments carry folded into one: the primitive's
+    arguments keep one batch axis at most under any depth of `vmap`."""
+    kept = args[4:]
+    ranks = (2, 2, 2, 2, *(KEPT_RANKS if kept else ()))
+    # A matrix shared by the whole batch keeps its values and factors unbatched.
+    shared = (False, False, True, False, *(True for _ in kept))
+    vmapped = tuple(d is not None for d in dims)
+    args = [a if d is None else jnp.moveaxis(a, d, 0) for a, d in zip(args, dims, strict=True)]
+    size = next(a.shape[0] for a, v in zip(args, vmapped, strict=True) if v)
+    batch = (size, *batch_shape(args, ranks, vmapped))
+    folded = fold_arrays(args, ranks, shared, batch, vmapped)
+    return unfold(tangent_solve_p.bind(*folded, offsets=offsets), batch), 0
 
 
 batching.primitive_batchers[tangent_solve_p] = _batch
