@@ -20,7 +20,7 @@ from ._base import (
 )
 from ._batching import over_batch, refuse_batch
 from ._coordinates import entries, scatter_total
-from ._csr_layout import indptr_from_counts, row_ids, transposed_structure
+from ._csr_layout import indptr_from_counts, row_ids, structure_faults, transposed_structure
 from ._csr_ops import csr_matmul_p, csr_matmul_t_p
 from ._interop import (
     eliminate_zeros,
@@ -181,19 +181,8 @@ class CSRMatrix(SparseMatrix, SparseOperators):
         **Returns:** the same matrix; all three of its arrays carry every check, so any
         use of the result runs them.
         """
-        m, n = self.shape
-        indptr, indices = self.indptr, self.indices
-        conditions = [
-            (indptr[0] != 0, "index pointer should start with 0"),
-            (jnp.any(indptr[1:] < indptr[:-1]), "indptr must be a non-decreasing sequence"),
-            (indptr[m] != self.nnz, f"last value of index pointer should be nnz={self.nnz}"),
-            (
-                jnp.any((indices < 0) | (indices >= n)),
-                f"column index out of range: indices must lie in [0, {n})",
-            ),
-        ]
-        arrays = (self.data, indices, indptr)
-        for failed, message in conditions:
+        arrays = (self.data, self.indices, self.indptr)
+        for failed, message in structure_faults(self.indices, self.indptr, self.shape[1]):
             arrays = eqx.error_if(arrays, failed, message)
         return CSRMatrix(*arrays, self.shape)
 

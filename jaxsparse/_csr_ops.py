@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._csr_layout import structure_faults
 from ._families import implementations
 from ._primitive import product_family
 
@@ -76,11 +77,12 @@ def _block_diagonal(primitive, args, dims, *, shape, **params):
 
 def _valid_members(indices, indptr, shape):
     """`(B,)`: whether each member's `(nnz,)` indices and `(m + 1,)` index pointer form a
-    valid structure of `shape` (the checks of `CSRMatrix.check`)."""
-    nnz = indices.shape[-1]
-    bounds = (indptr[:, 0] == 0) & (indptr[:, -1] == nnz)
-    bounds &= jnp.all(indptr[:, 1:] >= indptr[:, :-1], axis=1)
-    return bounds & jnp.all((indices >= 0) & (indices < shape[1]), axis=1)
+    valid structure of `shape`."""
+
+    def valid(indices, indptr):
+        return ~jnp.any(jnp.stack([f for f, _ in structure_faults(indices, indptr, shape[1])]))
+
+    return jax.vmap(valid)(indices, indptr)
 
 
 def _empty_batch(primitive, args, dims, *, shape, **params):
