@@ -207,3 +207,11 @@ def test_bad_input_raises():
         js.linalg.jacobi(np.eye(3))
     with pytest.raises(ValueError, match="`method`"):
         js.linalg.spilu0(A, method="gpu")
+
+
+@pytest.mark.parametrize("method", ["native", "levels"])
+def test_preconditioners_of_an_empty_matrix_apply_to_empty_operands(method):
+    A = js.CSRMatrix.from_scipy(scipy.sparse.csr_array((0, 0)))
+    for M in (js.linalg.spilu0(A, method=method), js.linalg.jacobi(A)):
+        assert (M @ jnp.zeros(0)).shape == (0,)
+        assert (M @ jnp.zeros((0, 3))).shape == (0, 3)

@@ -146,11 +146,12 @@ def _levels(dependency_cols: np.ndarray, n: int, *, reverse: bool) -> np.ndarray
 
 
 def _group_rows(level: np.ndarray, n: int) -> np.ndarray:
-    """`(levels, width)` rows of each level, padded with the scratch row `n`."""
+    """`(levels, width)` rows of each level, padded with the scratch row `n`; at least one
+    level of one slot, as `_updates` has, so the sweeps index a non-empty table."""
     order = np.argsort(level, kind="stable")
-    counts = np.bincount(level)
+    counts = np.bincount(level, minlength=1)
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    grouped = np.full((len(counts), int(counts.max())), n, dtype=np.int32)
+    grouped = np.full((len(counts), max(1, int(counts.max()))), n, dtype=np.int32)
     sorted_levels = level[order]
     grouped[sorted_levels, np.arange(n) - starts[sorted_levels]] = order
     return grouped
