@@ -11,6 +11,7 @@ through them to the inputs' values.
 """
 
 import collections
+import functools
 import itertools
 import numbers
 
@@ -198,20 +199,25 @@ def hstack(blocks) -> CSRMatrix:
     _check_equal_sizes(blocks, axis=0)
     shape = (blocks[0].shape[0], sum(block.shape[1] for block in blocks))
     dtype, index_dtype, nnz = _joined_layout(blocks, shape)
-    lengths = [jnp.diff(block.indptr).astype(index_dtype) for block in blocks]
-    indptr = indptr_from_counts(sum(lengths))
+    with jax.ensure_compile_time_eval():  # a structure known on the host stays known
+        lengths = [jnp.diff(block.indptr).astype(index_dtype) for block in blocks]
+        indptr = indptr_from_counts(sum(lengths))
+        indices = jnp.zeros((nnz,), index_dtype)
+        before = jnp.zeros_like(indptr[:-1])  # entries of the same row in earlier blocks
+        destinations, column_start = [], 0
+        for block, length in zip(blocks, lengths, strict=True):
+            rows = row_ids(block.indptr, block.nnz)
+            within = jnp.arange(block.nnz, dtype=index_dtype) - block.indptr[rows].astype(
+                index_dtype
+            )
+            destinations.append(indptr[rows] + before[rows] + within)
+            shifted = block.indices.astype(index_dtype) + column_start
+            indices = indices.at[destinations[-1]].set(shifted)
+            before = before + length
+            column_start += block.shape[1]
     data = jnp.zeros((nnz,), dtype)
-    indices = jnp.zeros((nnz,), index_dtype)
-    before = jnp.zeros_like(indptr[:-1])  # entries of the same row in earlier blocks
-    column_start = 0
-    for block, length in zip(blocks, lengths, strict=True):
-        rows = row_ids(block.indptr, block.nnz)
-        within = jnp.arange(block.nnz, dtype=index_dtype) - block.indptr[rows].astype(index_dtype)
-        destination = indptr[rows] + before[rows] + within
+    for block, destination in zip(blocks, destinations, strict=True):
         data = data.at[destination].set(block.data.astype(dtype))
-        indices = indices.at[destination].set(block.indices.astype(index_dtype) + column_start)
-        before = before + length
-        column_start += block.shape[1]
     return CSRMatrix(data, indices, indptr, shape)
 
 
@@ -532,7 +538,6 @@ def _kron_dia_square(A: DIAMatrix, B: DIAMatrix, dtype) -> DIAMatrix:
     return DIAMatrix(data, tuple(int(off) for off in offsets), (p * s, q * s))
 
 
-@jax.jit
 def _kron_csr(A: CSRMatrix, B: CSRMatrix) -> CSRMatrix:
     """`kron` of two CSR matrices: row `i * r + k` holds, for each entry of `A`'s row `i`
     in order, the entries of `B`'s row `k`."""
@@ -543,20 +548,31 @@ def _kron_csr(A: CSRMatrix, B: CSRMatrix) -> CSRMatrix:
     index_dtype = np.promote_types(
         _csr_index_dtype(shape, nnz), np.promote_types(A.indices.dtype, B.indices.dtype)
     )
-    lengths_a = jnp.diff(A.indptr).astype(index_dtype)
-    lengths_b = jnp.diff(B.indptr).astype(index_dtype)
+    with jax.ensure_compile_time_eval():  # a structure known on the host stays known
+        indptr, indices, entry_a, entry_b = _kron_csr_structure(
+            A.indices, A.indptr, B.indices, B.indptr, s=s, nnz=nnz, index_dtype=index_dtype
+        )
+    data = A.data[entry_a].astype(dtype) * B.data[entry_b].astype(dtype)
+    return CSRMatrix(data, indices, indptr, shape)
+
+
+@functools.partial(jax.jit, static_argnames=("s", "nnz", "index_dtype"))
+def _kron_csr_structure(indices_a, indptr_a, indices_b, indptr_b, *, s: int, nnz: int, index_dtype):
+    """The row pointers and column indices of `kron(A, B)` for `B` with `s` columns, and
+    the entries of `A` and of `B` whose values make each of its entries."""
+    lengths_a = jnp.diff(indptr_a).astype(index_dtype)
+    lengths_b = jnp.diff(indptr_b).astype(index_dtype)
     indptr = indptr_from_counts(jnp.outer(lengths_a, lengths_b).reshape(-1))
     if nnz == 0:
         empty = jnp.zeros((0,), index_dtype)
-        return CSRMatrix(jnp.zeros((0,), dtype), empty, indptr, shape)
+        return indptr, empty, empty, empty
     rows = row_ids(indptr, nnz)
     within = jnp.arange(nnz, dtype=index_dtype) - indptr[rows]
-    row_a, row_b = rows // r, rows % r
-    entry_a = A.indptr[row_a].astype(index_dtype) + within // lengths_b[row_b]
-    entry_b = B.indptr[row_b].astype(index_dtype) + within % lengths_b[row_b]
-    data = A.data[entry_a].astype(dtype) * B.data[entry_b].astype(dtype)
-    indices = A.indices[entry_a].astype(index_dtype) * s + B.indices[entry_b].astype(index_dtype)
-    return CSRMatrix(data, indices, indptr, shape)
+    row_a, row_b = rows // len(lengths_b), rows % len(lengths_b)
+    entry_a = indptr_a[row_a].astype(index_dtype) + within // lengths_b[row_b]
+    entry_b = indptr_b[row_b].astype(index_dtype) + within % lengths_b[row_b]
+    indices = indices_a[entry_a].astype(index_dtype) * s + indices_b[entry_b].astype(index_dtype)
+    return indptr, indices, entry_a, entry_b
 
 
 def _block_diag_dia(blocks) -> DIAMatrix:
@@ -617,17 +633,19 @@ def _stack_rows(blocks, column_starts, shape) -> CSRMatrix:
     `column_starts[t]`, in a matrix of `shape`."""
     dtype, index_dtype, _ = _joined_layout(blocks, shape)
     data = jnp.concatenate([block.data.astype(dtype) for block in blocks])
-    indices = jnp.concatenate(
-        [
-            block.indices.astype(index_dtype) + start
-            for block, start in zip(blocks, column_starts, strict=True)
-        ]
-    )
-    pointers, before = [jnp.zeros((1,), index_dtype)], 0
-    for block in blocks:
-        pointers.append(block.indptr[1:].astype(index_dtype) + before)
-        before += block.nnz
-    return CSRMatrix(data, indices, jnp.concatenate(pointers), shape)
+    with jax.ensure_compile_time_eval():  # a structure known on the host stays known
+        indices = jnp.concatenate(
+            [
+                block.indices.astype(index_dtype) + start
+                for block, start in zip(blocks, column_starts, strict=True)
+            ]
+        )
+        pointers, before = [jnp.zeros((1,), index_dtype)], 0
+        for block in blocks:
+            pointers.append(block.indptr[1:].astype(index_dtype) + before)
+            before += block.nnz
+        indptr = jnp.concatenate(pointers)
+    return CSRMatrix(data, indices, indptr, shape)
 
 
 def _distinct_positions(key, total: int, count: int, dtype) -> jax.Array:

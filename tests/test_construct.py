@@ -244,6 +244,38 @@ def test_kron_of_new_values_reuses_the_compiled_function():
         np.testing.assert_allclose(matrix.todense(), expected.toarray(), atol=1e-12)
 
 
+def test_csr_results_of_known_structures_stay_known_under_jit():
+    """`kron`, `hstack`, `vstack` and `block_diag` of structures known on the host keep
+    concrete index arrays inside `jit` (the values traced), so host-side operations on
+    the results (slicing, sparse `+`) need no `nnz` there, and gradients reach the values."""
+    rng = np.random.default_rng(12)
+    csr, twin = random_csr(rng, (4, 3), density=0.5, dtype=jnp.float64)
+    dia, dia_twin = random_dia(rng, (3, 3), (-1, 0, 2), jnp.float64)
+
+    def results(values):
+        C = csr.with_data(values)
+        stacked = js.hstack([C, C @ C.T])
+        assert not isinstance(stacked.indices, jax.core.Tracer)
+        return (
+            js.kron(C, dia)[1:5],
+            stacked[1:3] + stacked[2:4],
+            js.vstack([C, dia])[::2],
+            js.block_diag([dia, C])[3:],
+        )
+
+    gram = twin @ twin.T
+    expected = (
+        scipy.sparse.kron(twin, dia_twin).tocsr()[1:5],
+        scipy.sparse.hstack([twin, gram]).tocsr()[1:3]
+        + scipy.sparse.hstack([twin, gram]).tocsr()[2:4],
+        scipy.sparse.vstack([twin, dia_twin]).tocsr()[::2],
+        scipy.sparse.block_diag([dia_twin, twin]).tocsr()[3:],
+    )
+    for result, want in zip(jax.jit(results)(csr.data), expected, strict=True):
+        np.testing.assert_allclose(result.todense(), want.toarray(), atol=1e-12)
+    check_grads(jax.jit(lambda v: results(v)[0].data), (csr.data,), order=1, modes=("rev",))
+
+
 BLOCKS = [((3, 3), (-1, 0, 1)), ((2, 4), (0, 1, 3)), ((4, 2), (-2, 0, 5)), ((1, 1), (0,))]
 
 
