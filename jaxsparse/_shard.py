@@ -21,7 +21,7 @@ from jax import lax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from ._base import _as_scalar, is_concrete, leaf_dtype_name
+from ._base import SparseMatrix, _as_scalar, is_concrete, leaf_dtype_name
 from ._csr import CSRMatrix
 from ._csr_ops import csr_matmul_p, csr_matmul_t_p
 from ._dia import DIAMatrix
@@ -173,6 +173,22 @@ class ShardedMatrix(eqx.Module):
     # Make numpy arrays defer to `__rmatmul__` (`x @ S` with `x` a numpy array).
     __array_ufunc__ = None
 
+    # Never dense implicitly, as a whole matrix (`SparseMatrix.__array__`).
+    __array__ = SparseMatrix.__array__
+
+    # Equinox's `==` would compare whole trees; a matrix's `==` is elementwise, which a
+    # sharded matrix does not offer, so both comparisons and truth values are refused.
+    def __eq__(self, other):
+        raise TypeError(_NO_COMPARISONS)
+
+    def __ne__(self, other):
+        raise TypeError(_NO_COMPARISONS)
+
+    __hash__ = eqx.Module.__hash__
+
+    def __bool__(self):
+        raise ValueError("The truth value of a sharded matrix is ambiguous.")
+
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(shape={self.shape}, dtype={leaf_dtype_name(self.data)}, "
@@ -208,6 +224,12 @@ class ShardedMatrix(eqx.Module):
             check_vma=False,
         )(self._leaves(data), _rows_placed(columns, self.mesh, self.axis))
         return _first_rows(out, out_rows, self.mesh, self.axis) if own_length else out
+
+
+_NO_COMPARISONS = (
+    "sharded matrices do not compare elementwise: compare `S.unshard()`, or `S.data` of two "
+    "matrices sharded alike."
+)
 
 
 def _is_explicit(mesh, axis: str) -> bool:

@@ -357,6 +357,19 @@ def check_sharded_matrix_surface(rng, axis_type: jax.sharding.AxisType, format: 
     np.testing.assert_allclose(
         np.asarray(S.with_data(grad).todense()), 2 * dense, rtol=TOLERANCE, err_msg=what
     )
+    for convert, error, message in (
+        (np.asarray, TypeError, "implicitly"),
+        (jnp.asarray, TypeError, "implicitly"),
+        (bool, ValueError, "ambiguous"),
+        (lambda S: S == S, TypeError, "unshard"),
+        (lambda S: S.T != S, TypeError, "unshard"),
+    ):
+        try:
+            convert(S)
+        except error as raised:
+            assert message in str(raised), (what, raised)
+        else:
+            raise AssertionError(f"{convert} of a sharded {what} did not raise")
     text = repr(S)
     assert "\n" not in text and text.startswith(type(S).__name__ + "(shape=(203, 203)")
     assert "devices=4" in text and "'x'" in text, text
