@@ -119,7 +119,8 @@ def test_operator_answers_every_lineax_operation(fmt, dtype):
     for operation in vars(lineax).values():
         if hasattr(operation, "registry") and lineax.FunctionLinearOperator in operation.registry:
             default = operation.dispatch(lineax.AbstractLinearOperator)
-            assert operation.dispatch(type(op)) is not default, operation
+            for operator_type in (type(op), _lineax.PreconditionerOperator):
+                assert operation.dispatch(operator_type) is not default, (operation, operator_type)
     # A semidefinite complex operator is Hermitian, not symmetric (lineax's rule).
     assert lineax.is_symmetric(op) is not jnp.iscomplexobj(dense)
     assert lineax.is_positive_semidefinite(op)
@@ -139,9 +140,15 @@ def test_operator_answers_every_lineax_operation(fmt, dtype):
         np.testing.assert_array_equal(ours, jnp.diagonal(dense, k))
     np.testing.assert_array_equal(op.as_matrix(), dense)
     untagged = js.lineax_operator(matrix)
-    for derived, expected in ((untagged.T, dense.T), (lineax.conj(untagged), dense.conj())):
+    for derived, expected in ((untagged.T, dense.T), (lineax.conj(untagged.T), dense.T.conj())):
         assert type(derived) is type(op)
         np.testing.assert_array_equal(derived.as_matrix(), expected)
+        np.testing.assert_allclose(derived.mv(dense[0]), expected @ dense[0], rtol=1e-12)
+        for ours, k in zip(lineax.tridiagonal(derived), (0, -1, 1), strict=True):
+            np.testing.assert_array_equal(ours, jnp.diagonal(expected, k))
+    # The transpose's products run on the transposed kernels; `A.T` (a sort) is not built.
+    assert "sort" not in str(jax.make_jaxpr(lambda op, x: op.T.mv(x))(untagged, dense[0]))
+    np.testing.assert_array_equal(untagged.T.T.as_matrix(), dense)
     symmetric = js.lineax_operator(matrix, symmetric=True)
     assert symmetric.T is symmetric and lineax.is_symmetric(symmetric)
 

@@ -29,7 +29,7 @@ class LineaxSparseLU(_Base):
 
     `init` factors the operator's matrix once (`js.linalg.factorized`); `compute` solves
     from the factors, and the transposed solve that lineax's derivatives need reuses them.
-    `js.lineax_operator(A).T` is the operator of `A.T`, so `init` on it factors `A.T`.
+    `js.lineax_operator(A).T` is the operator of `A.T`, which it solves from `A`'s factors.
     Derivatives with respect to `A`'s values and `b` come from lineax (implicit
     differentiation through the operator's products) with this solver's solves. `A` must
     be square; a singular `A` gives `nan`.
@@ -47,7 +47,8 @@ class LineaxSparseLU(_Base):
                 "`LineaxSparseLU` solves operators made by `js.lineax_operator(A)` (or their "
                 f"`.T`), got {type(operator).__name__}."
             )
-        return _FactorState(factorized(operator.matrix), transposed=False, conjugated=False)
+        factors = factorized(operator.matrix)
+        return _FactorState(factors, transposed=operator.transposed, conjugated=False)
 
     def compute(self, state: _FactorState, vector, options: dict[str, Any]):
         factors = state.factors
