@@ -197,6 +197,14 @@ def small_matrix(fmt, rng, dtype=jnp.float64):
     return random_csr(rng, (7, 5), density=0.4, dtype=dtype, shuffle_columns=True)[0]
 
 
+def invertible_nonsymmetric(rng, fmt, dtype=jnp.float64):
+    """An 8 x 8 nonsymmetric matrix of either format (offsets -1, 0, 2, the main diagonal
+    shifted by 4): well conditioned, for the direct and iterative solvers' tests."""
+    matrix, _ = random_dia(rng, (8, 8), (-1, 0, 2), dtype)
+    matrix = matrix.with_data(matrix.data.at[1].add(jnp.asarray(4, dtype)))
+    return matrix.tocsr() if fmt == "csr" else matrix
+
+
 def assert_close(actual, expected, dtype, *, scale=None):
     """`actual` (any dtype) close to the float64 `expected`, relative to its magnitude."""
     actual = as_float64(actual)

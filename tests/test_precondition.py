@@ -123,6 +123,43 @@ def test_preconditioner_with_lineax():
 
 
 @pytest.mark.parametrize("method", ["native", "levels"])
+def test_lineax_preconditioners_passed_into_jit_compile_once(method):
+    """`M.lineax_operator()` is a pytree: preconditioners of new values on one pattern,
+    passed into `eqx.filter_jit`, reuse the compiled solve; the operator, its transpose
+    and its conjugate are `M`, `M^T` and `conj(M)`."""
+    lineax = pytest.importorskip("lineax", reason="lineax is an optional extra")
+    import equinox as eqx
+
+    A, twin = diagonally_dominant_csr(np.random.default_rng(8), 12, jnp.complex128)
+    b = jnp.asarray(random_values(np.random.default_rng(9), (12,), jnp.complex128))
+    traces = []
+
+    @eqx.filter_jit
+    def solve(operator, M, b):
+        traces.append(None)
+        options = {"preconditioner": M}
+        return lineax.linear_solve(operator, b, lineax.GMRES(1e-12, 1e-12), options=options).value
+
+    for scale in (1.0, 2.0):
+        scaled = A * scale
+        M = js.linalg.spilu0(scaled, method=method).lineax_operator()
+        x = solve(js.lineax_operator(scaled), M, b)
+        np.testing.assert_allclose(scale * (twin @ np.asarray(x)), b, atol=1e-9)
+        L, U = (np.asarray(F) for F in js.linalg.spilu0(scaled, method=method).factors())
+        dense = np.linalg.inv(L @ U)
+        np.testing.assert_allclose(M.as_matrix(), dense, atol=1e-12)
+        np.testing.assert_allclose(M.T.as_matrix(), dense.T, atol=1e-12)
+        np.testing.assert_allclose(lineax.conj(M.T).mv(b), dense.T.conj() @ b, atol=1e-12)
+    assert len(traces) == 1
+    # Reverse mode solves with the transposed operator and preconditioner.
+    operator = js.lineax_operator(scaled)
+    gradient = jax.grad(lambda b: jnp.sum(jnp.abs(solve(operator, M, b)) ** 2))(b)
+    doubled = jnp.asarray(2 * twin.toarray())
+    expected = jax.grad(lambda b: jnp.sum(jnp.abs(jnp.linalg.solve(doubled, b)) ** 2))(b)
+    np.testing.assert_allclose(gradient, expected, atol=1e-9)
+
+
+@pytest.mark.parametrize("method", ["native", "levels"])
 def test_gradient_through_preconditioned_solve_ignores_the_preconditioner(method):
     """The preconditioner is a constant for autodiff: its own derivative is zero, and the
     gradient of a preconditioned CG solve equals the dense solve's."""

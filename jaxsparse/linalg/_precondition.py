@@ -44,23 +44,24 @@ class Preconditioner(eqx.Module):
             )
 
     def lineax_operator(self, *, symmetric: bool = False, positive_semidefinite: bool = False):
-        """This preconditioner as a `lineax.FunctionLinearOperator` on `(n,)` vectors, for
+        """This preconditioner as a lineax operator on `(n,)` vectors, for
         `lineax.linear_solve(..., options={"preconditioner": M.lineax_operator(...)})`.
+
+        The operator is an Equinox module holding `M`: passed into `jax.jit` or
+        `eqx.filter_jit`, a new preconditioner of the same structure reuses the compiled
+        function.
 
         **Arguments:**
 
         - `symmetric`, `positive_semidefinite`: lineax's tags, which the caller vouches for
           (`lineax.CG` wants a positive semidefinite preconditioner).
         """
-        from .._lineax import lineax
+        from .._lineax import PreconditionerOperator, lineax, lineax_tags
 
         if lineax is None:
             raise ImportError("`lineax_operator` needs lineax: `pip install lineax`.")
-        tags = [lineax.symmetric_tag] if symmetric else []
-        if positive_semidefinite:
-            tags.append(lineax.positive_semidefinite_tag)
-        vector = jax.ShapeDtypeStruct((self.shape[1],), self.dtype)
-        return lineax.FunctionLinearOperator(self.__call__, vector, tags=tuple(tags))
+        tags = lineax_tags(symmetric=symmetric, positive_semidefinite=positive_semidefinite)
+        return PreconditionerOperator(self, tags)
 
 
 class JacobiPreconditioner(Preconditioner):

@@ -160,7 +160,10 @@ def _sweep(x, levels, values, cols, diagonal):
         if diagonal is not None:
             pivot = diagonal[rows].reshape(-1, *(1,) * (x.ndim - 1))
             solved = solved / pivot
-        x = x.at[rows].set(solved)
+        # Rows of a level are distinct but for the padding's scratch row `n`, which every
+        # padded slot sets to the same zero; declaring them unique makes the sweep
+        # transposable (`M^T`, which lineax's reverse mode applies).
+        x = x.at[rows].set(solved, unique_indices=True)
         return x.at[-1].set(0)
 
     return lax.fori_loop(0, levels.shape[0], level_step, x)

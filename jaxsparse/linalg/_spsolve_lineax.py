@@ -27,11 +27,12 @@ class _FactorState(eqx.Module):
 class LineaxSparseLU(_Base):
     """A sparse direct solver for `lineax.linear_solve(js.lineax_operator(A), b, solver)`.
 
-    `init` factors `A` once (`js.linalg.factorized`); `compute` solves from the factors,
-    and the transposed solve that lineax's derivatives need reuses them. Derivatives with
-    respect to `A`'s values and `b` come from lineax (implicit differentiation through
-    the operator's products) with this solver's solves. `A` must be square; a singular `A`
-    gives `nan`.
+    `init` factors the operator's matrix once (`js.linalg.factorized`); `compute` solves
+    from the factors, and the transposed solve that lineax's derivatives need reuses them.
+    `js.lineax_operator(A).T` is the operator of `A.T`, which it solves from `A`'s factors.
+    Derivatives with respect to `A`'s values and `b` come from lineax (implicit
+    differentiation through the operator's products) with this solver's solves. `A` must
+    be square; a singular `A` gives `nan`.
     """
 
     def __check_init__(self):
@@ -43,10 +44,11 @@ class LineaxSparseLU(_Base):
     def init(self, operator, options: dict[str, Any]) -> _FactorState:
         if not isinstance(operator, SparseMatrixOperator):
             raise TypeError(
-                "`LineaxSparseLU` solves operators made by `js.lineax_operator(A)`, got "
-                f"{type(operator).__name__}."
+                "`LineaxSparseLU` solves operators made by `js.lineax_operator(A)` (or their "
+                f"`.T`), got {type(operator).__name__}."
             )
-        return _FactorState(factorized(operator.matrix), transposed=False, conjugated=False)
+        factors = factorized(operator.matrix)
+        return _FactorState(factors, transposed=operator.transposed, conjugated=False)
 
     def compute(self, state: _FactorState, vector, options: dict[str, Any]):
         factors = state.factors
