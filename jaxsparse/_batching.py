@@ -66,6 +66,13 @@ def structure_per_member(matrix) -> bool:
     return any(name != "data" for name in getattr(type(matrix), "leaf_ranks", {}))
 
 
+def batches_structure(matrix) -> bool:
+    """Whether a batched `matrix` carries a structure per member (batched CSR index
+    arrays), not one structure shared by the batch."""
+    ranks = getattr(type(matrix), "leaf_ranks", {})
+    return any(getattr(matrix, name).ndim > rank for name, rank in ranks.items() if name != "data")
+
+
 def map_over_batch(function, *operands):
     """`function(*operands)` for each member of the batch of the batched matrices among
     `operands` (all of one batch shape), and each `PerMember` operand's slice for it;

@@ -28,7 +28,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._base import SparseMatrix, is_concrete, register_for_format
-from ._batching import batch_shape, is_batched, map_over_batch, pair_dense_with_batch
+from ._batching import (
+    batch_shape,
+    batches_structure,
+    is_batched,
+    map_over_batch,
+    pair_dense_with_batch,
+    refuse_batch,
+)
 from ._coordinates import entries, entries_to_csr, lookup
 
 OPERATORS = {
@@ -46,6 +53,14 @@ FLIPPED = {"==": "==", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
 def compare(matrix, other, op: str):
     """`matrix op other` elementwise (see the module docstring)."""
     if is_batched(matrix) or is_batched(other):
+        # A sparse result's structure is the union of both, which must be known on the host.
+        if isinstance(other, SparseMatrix) and not OPERATORS[op](0, 0):
+            if batches_structure(matrix) or batches_structure(other):
+                refuse_batch(
+                    f"sparse `{op}` sparse with a structure per member (batched CSR indices)",
+                    matrix,
+                    other,
+                )
         other = pair_dense_with_batch(other, batch_shape(matrix), op)
         return map_over_batch(lambda x, y: compare(x, y, op), matrix, other)
     function = OPERATORS[op]

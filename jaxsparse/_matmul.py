@@ -72,9 +72,10 @@ def matmul(a, b, *, backend: str | None = None, nnz: int | None = None):
     - `a`, `b`: a `DIAMatrix` or `CSRMatrix` of shape `(m, n)` and a dense operand of shape
       `(n,)` or `(n, k)` (for `A @ x`), or a dense operand of shape `(m,)` or `(k, m)` and
       the sparse matrix (for `x @ A`). Batches of dense operands go through `jax.vmap`.
-    - `backend`: `None` or `"auto"` (Pallas on GPU and TPU, XLA on CPU; the environment
-      variable `JAXSPARSE_BACKEND` overrides it), `"pallas"`, `"interpret"` or `"xla"`.
-      See `jaxsparse._backend` for the full table.
+    - `backend`: `None` or `"auto"` (Pallas on GPU and TPU, the native C++ kernels on
+      CPU, XLA where neither takes the dtype; the environment variable `JAXSPARSE_BACKEND`
+      overrides it), `"pallas"`, `"interpret"` or `"xla"`. See `jaxsparse._backend` for
+      the full table.
     - `nnz`: for sparse @ sparse with a CSR factor under `jax.jit`, the number of stored
       entries of the result (see `jaxsparse._spgemm`).
 

@@ -141,6 +141,22 @@ def test_dense_operands_pair_up_with_members(case):
                 operation(jnp.ones(shape))
 
 
+def test_sparse_comparisons_per_member_or_refused(case):
+    """Sparse-to-sparse comparisons with a sparse result (`!=`, `<`, `>`) work on a shared
+    structure; a structure per member (indices batched by `jax.vmap`) is a ValueError
+    naming the batch, as for `+`; `==` (dense result) works on every batch."""
+    base, batched = case
+    expected = dense_members(base)
+    np.testing.assert_array_equal(batched == base, expected == base.todense())
+    if base.format == "csr" and batched.indices.ndim > 1:
+        for operation in (lambda: batched < batched, lambda: base != batched):
+            with pytest.raises(ValueError, match=r"batch=\(3,\)"):
+                operation()
+        return
+    np.testing.assert_array_equal((batched < base).todense(), expected < base.todense())
+    np.testing.assert_array_equal((base != batched).todense(), base.todense() != expected)
+
+
 def test_member_and_refusals(case):
     base, batched = case
     member = batched.batch_member(1)

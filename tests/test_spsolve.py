@@ -290,10 +290,15 @@ def test_vmap_over_values(name):
         _assert_solution(x, _oracle(twin, b), jnp.float64)
 
 
-@pytest.mark.parametrize("name", ["dia-all-outside", "csr-zero-row", "csr-no-entries"])
+@pytest.mark.parametrize(
+    "name", ["dia-all-outside", "dia-dense-lu", "csr-zero-row", "csr-no-entries"]
+)
 def test_singular_matrix_gives_nan(name):
     if name == "dia-all-outside":
         matrix = js.DIAMatrix(jnp.ones((3, 10)), (10, -10, 25), (10, 10))
+    elif name == "dia-dense-lu":  # a band as wide as the matrix, two equal rows
+        dense = jnp.array([[1.0, 1.0, 0.0], [1.0, 1.0, 0.0], [0.0, 0.0, 1.0]])
+        matrix = js.DIAMatrix.fromdense(dense, offsets=(-1, 0, 1))
     elif name == "csr-no-entries":
         matrix = js.CSRMatrix(
             jnp.zeros(0), jnp.zeros(0, jnp.int32), jnp.zeros(3, jnp.int32), (2, 2)

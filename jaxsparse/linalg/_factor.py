@@ -95,7 +95,7 @@ class Factorization(eqx.Module):
         - `trans`: "N", "T" or "H", as `scipy.sparse.linalg.SuperLU.solve`.
 
         **Returns:** `x`, shaped like `b`, in the matrix's dtype. A singular matrix gives
-        `inf` or `nan` entries.
+        `nan` (a nearly singular one, large or non-finite entries).
         """
         return self._solve(b, trans)
 

@@ -80,8 +80,8 @@ class BandedSolve(Factorization):
 
 class DenseLU(Factorization):
     """The dense LU factorization of a `DIAMatrix` whose band is no narrower than the
-    matrix (`jax.scipy.linalg.lu_factor`): `lu` and 0-based `pivots`. A singular matrix
-    gives `inf` or `nan` in solves."""
+    matrix (`jax.scipy.linalg.lu_factor`): `lu` and 0-based `pivots`. A zero pivot (a
+    singular matrix) makes every solve `nan`, as `BandedLU`'s and scipy's do."""
 
     matrix: DIAMatrix
     lu: Inexact[Array, "n n"]
@@ -89,7 +89,9 @@ class DenseLU(Factorization):
 
     def _solve_columns(self, b, op):
         trans = {"N": 0, "T": 1, "H": 2}[op]
-        return jax.scipy.linalg.lu_solve((self.lu, self.pivots), b, trans=trans)
+        x = jax.scipy.linalg.lu_solve((self.lu, self.pivots), b, trans=trans)
+        singular = jnp.any(jnp.diagonal(self.lu, axis1=-2, axis2=-1) == 0)
+        return jnp.where(singular, jnp.full_like(x, jnp.nan), x)
 
 
 def _dense_lu(matrix: DIAMatrix) -> DenseLU | None:
