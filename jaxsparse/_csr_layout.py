@@ -34,15 +34,21 @@ def row_ids(indptr, nnz: int) -> jax.Array:
 def structure_faults(indices, indptr, num_cols: int) -> list[tuple[jax.Array, str]]:
     """What can be wrong with one matrix's `(nnz,)` column indices and `(m + 1,)` index
     pointer, runnable under `jit`: `(whether it is, what it is)` for each fault."""
-    nnz = indices.shape[-1]
     return [
-        (indptr[0] != 0, "index pointer should start with 0"),
-        (jnp.any(indptr[1:] < indptr[:-1]), "indptr must be a non-decreasing sequence"),
-        (indptr[-1] != nnz, f"last value of index pointer should be nnz={nnz}"),
+        *bounds_faults(indptr, indices.shape[-1]),
         (
             jnp.any((indices < 0) | (indices >= num_cols)),
             f"column index out of range: indices must lie in [0, {num_cols})",
         ),
+    ]
+
+
+def bounds_faults(indptr, nnz: int) -> list[tuple[jax.Array, str]]:
+    """The faults of `structure_faults` in the `(m + 1,)` index pointer alone, `O(m)`."""
+    return [
+        (indptr[0] != 0, "index pointer should start with 0"),
+        (jnp.any(indptr[1:] < indptr[:-1]), "indptr must be a non-decreasing sequence"),
+        (indptr[-1] != nnz, f"last value of index pointer should be nnz={nnz}"),
     ]
 
 

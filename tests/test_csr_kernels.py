@@ -12,7 +12,7 @@ import scipy.sparse as sp
 from helpers import CSR_MATRICES, slow_unless, tolerance
 from lowering import KERNEL_CALLS, NEEDS_CROSS_LOWERING, lower
 
-from jaxsparse.kernels import mosaic_tpu_csr, triton_csr
+from jaxsparse.kernels import mosaic_tpu_csr, triton_csr, xla_csr
 from jaxsparse.kernels._bounds_check import out_of_bounds_reports
 
 # Each family's kernels and its platform; small blocks so the tiny test matrices still
@@ -318,6 +318,32 @@ def test_invalid_structures_give_nan_rows(name):
     else:
         assert np.isnan(sampled).all()
     # The atomic transposed product: NaN everywhere (these bad columns are in short rows).
+    assert np.isnan(transposed).all()
+
+
+@pytest.mark.parametrize("name", [c[0] for c in INVALID_STRUCTURES])
+def test_invalid_structures_on_the_xla_path_give_nan(name):
+    """The portable XLA path: a bad column makes its row (and its sampled entry) NaN and
+    all of the transposed product; bad bounds make every element NaN."""
+    indptr, indices, bad_rows = _invalid_case(name)
+    data, shape = jnp.ones(8, jnp.float32), (4, 5)
+    x = jnp.asarray(np.random.default_rng(2).standard_normal((5, 3)), jnp.float32)
+    g = jnp.ones((4, 3), jnp.float32)
+    bad_columns = (np.asarray(indices) < 0) | (np.asarray(indices) >= 5)
+    results = jax.jit(
+        lambda data, x, g, indices, indptr: (
+            xla_csr.csr_matmul_xla(data, x, indices, indptr, shape=shape),
+            xla_csr.csr_sddmm_xla(g, x, indices, indptr, shape=shape),
+            xla_csr.csr_matmul_t_xla(data, g, indices, indptr, shape=shape),
+        )
+    )(data, x, g, indices, indptr)
+    got, sampled, transposed = (np.asarray(result) for result in results)
+    if bad_columns.any():
+        expected = _expected_rows(indptr, indices, x, bad_rows)
+        np.testing.assert_allclose(got, expected, rtol=1e-6)
+        np.testing.assert_array_equal(np.isnan(sampled), bad_columns)
+    else:
+        assert np.isnan(got).all() and np.isnan(sampled).all()
     assert np.isnan(transposed).all()
 
 

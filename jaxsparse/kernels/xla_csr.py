@@ -6,6 +6,12 @@ one call share a dtype, and bfloat16/float16 accumulate in float32. Every routin
 on all entries at once with gathers and segment sums, never on a dense matrix. The
 lowering holds no custom call, so it runs on any XLA runtime and exports anywhere.
 
+An invalid structure gives NaN, as the Pallas kernels' does: a column outside `[0, n)`
+makes its row of `A @ x` and its entry of the sampled product NaN (the operand's rows are
+gathered with NaN past the ends), and it makes all of `A.T @ g` NaN (the scatter would
+drop it silently); an index pointer that does not start at 0, decreases or does not end
+at `nnz` makes every element of a result NaN. `check()` reports the same as an error.
+
 Each routine also takes the batch axis of `_primitive.py` ("Batches"): `data` `(B, nnz)`,
 dense operands `(B, rows, k)` or shared, through `jax.vmap`: one batched program that
 computes the row ids, and gathers a shared operand's rows, once for the whole batch.
@@ -14,7 +20,7 @@ computes the row ids, and gathers a shared operand's rows, once for the whole ba
 import jax
 import jax.numpy as jnp
 
-from .._csr_layout import row_ids
+from .._csr_layout import bounds_faults, row_ids
 from ._batch import over_batch
 from ._precision import accumulation_dtype
 
@@ -28,9 +34,9 @@ def _matmul(data, x, indices, indptr, *, shape):
     m, _ = shape
     acc = accumulation_dtype(x.dtype)
     rows = row_ids(indptr, data.shape[0])
-    products = data[:, None].astype(acc) * x[indices].astype(acc)
+    products = data[:, None].astype(acc) * _gathered_rows(x, indices).astype(acc)
     out = jax.ops.segment_sum(products, rows, num_segments=m, indices_are_sorted=True)
-    return out.astype(x.dtype)
+    return _nan_unless(_bounds_valid(indptr, data.shape[0]), out.astype(x.dtype))
 
 
 def csr_matmul_t_xla(data, g, indices, indptr, *, shape: tuple[int, int]) -> jax.Array:
@@ -43,7 +49,9 @@ def _matmul_t(data, g, indices, indptr, *, shape):
     acc = accumulation_dtype(g.dtype)
     rows = row_ids(indptr, data.shape[0])
     products = data[:, None].astype(acc) * g[rows].astype(acc)
-    return jax.ops.segment_sum(products, indices, num_segments=n).astype(g.dtype)
+    out = jax.ops.segment_sum(products, indices, num_segments=n).astype(g.dtype)
+    inside = jnp.all((indices >= 0) & (indices < n))
+    return _nan_unless(inside & _bounds_valid(indptr, data.shape[0]), out)
 
 
 def csr_sddmm_xla(g, x, indices, indptr, *, shape: tuple[int, int]) -> jax.Array:
@@ -58,5 +66,19 @@ def _sddmm(g, x, indices, indptr, *, shape):
     del shape
     acc = accumulation_dtype(x.dtype)
     rows = row_ids(indptr, indices.shape[0])
-    products = g[rows].astype(acc) * x[indices].astype(acc)
-    return jnp.sum(products, axis=1).astype(x.dtype)
+    products = g[rows].astype(acc) * _gathered_rows(x, indices).astype(acc)
+    out = jnp.sum(products, axis=1).astype(x.dtype)
+    return _nan_unless(_bounds_valid(indptr, indices.shape[0]), out)
+
+
+def _gathered_rows(x, indices):
+    """`x[indices]`, with NaN rows for indices outside `x` (rather than clamped ones)."""
+    return x.at[indices].get(mode="fill", fill_value=jnp.nan, wrap_negative_indices=False)
+
+
+def _bounds_valid(indptr, nnz: int) -> jax.Array:
+    return ~jnp.any(jnp.stack([fault for fault, _ in bounds_faults(indptr, nnz)]))
+
+
+def _nan_unless(valid, out):
+    return jnp.where(valid, out, jnp.full_like(out, jnp.nan))
