@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._csr_layout import structure_faults
+from ._csr_layout import structure_valid
 from ._families import implementations
 from ._primitive import product_family
 
@@ -79,10 +79,9 @@ def _valid_members(indices, indptr, shape):
     """`(B,)`: whether each member's `(nnz,)` indices and `(m + 1,)` index pointer form a
     valid structure of `shape`."""
 
-    def valid(indices, indptr):
-        return ~jnp.any(jnp.stack([f for f, _ in structure_faults(indices, indptr, shape[1])]))
-
-    return jax.vmap(valid)(indices, indptr)
+    return jax.vmap(lambda indices, indptr: structure_valid(indices, indptr, shape[1]))(
+        indices, indptr
+    )
 
 
 def _empty_batch(primitive, args, dims, *, shape, **params):

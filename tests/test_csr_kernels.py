@@ -347,6 +347,28 @@ def test_invalid_structures_on_the_xla_path_give_nan(name):
     assert np.isnan(transposed).all()
 
 
+@pytest.mark.parametrize(
+    "name",
+    [pytest.param(c[0], marks=slow_unless(c[0] in _INVALID_FAST)) for c in INVALID_STRUCTURES],
+)
+def test_invalid_structures_on_the_mosaic_tpu_kernels_give_nan(name):
+    """Every DMA position is clamped inside its array (the TPU interpreter raises on a
+    read outside) and an invalid structure makes every element of a result NaN."""
+    from jax.experimental.pallas import tpu as pltpu
+
+    indptr, indices, _ = _invalid_case(name)
+    x = jnp.asarray(np.random.default_rng(2).standard_normal((5, 3)), jnp.float32)
+    data, g = jnp.ones(8, jnp.float32), jnp.ones((4, 3), jnp.float32)
+    options = dict(shape=(4, 5), interpret=pltpu.InterpretParams(out_of_bounds_reads="raise"))
+    results = (
+        mosaic_tpu_csr.csr_matmul_mosaic_tpu(data, x, indices, indptr, **options),
+        mosaic_tpu_csr.csr_sddmm_mosaic_tpu(g, x, indices, indptr, **options),
+        mosaic_tpu_csr.csr_matmul_t_mosaic_tpu(data, g, indices, indptr, **options),
+    )
+    for result in results:
+        assert np.isnan(np.asarray(result)).all()
+
+
 def _transposed_with_atomics(data, g, indices, indptr, options):
     """The GPU's transposed product (atomic scatter kernels), run in interpret mode: only
     inside `out_of_bounds_reports`, whose `atomic_add` interpret mode can run."""

@@ -2,9 +2,10 @@
 batch axis of `_primitive.py`: values `(B, nnz)`, dense operands `(B, rows, k)` or shared),
 and the transposed product as the family's product on the transposed structure."""
 
+import jax
 import jax.numpy as jnp
 
-from .._csr_layout import transposed_structure
+from .._csr_layout import structure_valid, transposed_structure
 
 
 def check_structure(values, indices, indptr, shape) -> None:
@@ -18,6 +19,17 @@ def check_structure(values, indices, indptr, shape) -> None:
         raise ValueError(f"{indptr.shape=} must be (m + 1,) for {shape=}")
     if indices.dtype != indptr.dtype or indices.dtype not in (jnp.int32, jnp.int64):
         raise ValueError(f"{indices.dtype=} and {indptr.dtype=} must be the same int32/int64")
+
+
+def nan_unless(valid, out) -> jax.Array:
+    """`out` where `valid` (a boolean scalar, or one per leading row), NaN elsewhere: a
+    product's answer to an invalid structure."""
+    return jnp.where(valid, out, jnp.full_like(out, jnp.nan))
+
+
+def nan_if_invalid(out, indices, indptr, num_cols: int) -> jax.Array:
+    """`out`, or NaN throughout if `indices` and `indptr` are not a valid structure."""
+    return nan_unless(structure_valid(indices, indptr, num_cols), out)
 
 
 def check_dense(name: str, array, rows: int, dtype, batch=None) -> None:

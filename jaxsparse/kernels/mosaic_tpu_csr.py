@@ -33,6 +33,13 @@ ids reach SMEM once, one DMA brings the chunk's values of all members, and a sha
 operand's rows are gathered once; a batched operand's rows are gathered per member. The
 accumulator is a `(B, block_rows, k)` float32 VMEM buffer. One matrix is a batch of one.
 
+**Invalid structures give NaN, never an out-of-bounds DMA.** Every DMA position is clamped
+inside its array (a column outside `[0, n)`, a window start or an entry count that an
+invalid `indptr` claims), and a structure with any fault of `_csr_layout.structure_faults`
+makes every element of a result NaN (checked in XLA on the indices as given, before their
+int32 cast). The TPU interpreter (`pltpu.InterpretParams(out_of_bounds_reads="raise")`)
+checks both in the tests.
+
 bfloat16 accumulates in float32. Lowering needs an abstract TPU mesh on a machine without
 a TPU (the DMA lowering asks the device kind).
 """
@@ -49,7 +56,13 @@ from jax.experimental.pallas import tpu as pltpu
 
 from .._csr_layout import row_ids
 from . import _pallas
-from ._csr_common import check_dense, check_sddmm, check_structure, matmul_t_by_transposed_structure
+from ._csr_common import (
+    check_dense,
+    check_sddmm,
+    check_structure,
+    matmul_t_by_transposed_structure,
+    nan_if_invalid,
+)
 from ._precision import accumulation_dtype
 
 _PLATFORMS = ("tpu", _pallas.INTERPRET_PLATFORM)
@@ -112,10 +125,13 @@ def _gather_rows(src_hbm, dst_vmem, positions_smem, sem, offset):
 
     Rows whose `p + offset` falls past the window repeat its last position.
     """
-    num_rows = dst_vmem.shape[0]
+    num_rows, last_row = dst_vmem.shape[0], np.int32(src_hbm.shape[0] - 1)
     # Unrolled: the row count is static and small, and the DMA issue loop has no carry.
     for p in range(num_rows):
         position = positions_smem[jnp.minimum(offset + np.int32(p), np.int32(num_rows - 1))]
+        # An invalid structure's position is clamped: no DMA leaves `src_hbm` (the
+        # wrappers make such a result NaN).
+        position = jnp.clip(position, np.int32(0), last_row)
         pltpu.make_async_copy(src_hbm.at[pl.ds(position, 1)], dst_vmem.at[pl.ds(p, 1)], sem).start()
     # A wait on the whole buffer consumes the bytes of all `num_rows` row copies.
     pltpu.make_async_copy(dst_vmem, dst_vmem, sem).wait()
@@ -148,7 +164,7 @@ def _matmul_kernel(
 
     def body(step, carry):
         chunk_start = block_start + step * np.int32(block_nnz)
-        base = jnp.minimum(chunk_start, np.int32(nnz - block_nnz))
+        base = jnp.clip(chunk_start, np.int32(0), np.int32(nnz - block_nnz))
         pltpu.sync_copy(indices_hbm.at[pl.ds(base, block_nnz)], cols_smem)
         data_copy = pltpu.make_async_copy(
             data_hbm.at[:, pl.ds(base, block_nnz)], data_vmem, data_sem
@@ -176,7 +192,9 @@ def _matmul_kernel(
 
         return lax.fori_loop(np.int32(0), np.int32(batch), member, carry)
 
-    num_steps = (block_end - block_start + np.int32(block_nnz - 1)) // np.int32(block_nnz)
+    # At most the steps of all entries, whatever an invalid `indptr` claims.
+    entries = jnp.clip(block_end - block_start, np.int32(0), np.int32(nnz))
+    num_steps = (entries + np.int32(block_nnz - 1)) // np.int32(block_nnz)
     lax.fori_loop(np.int32(0), num_steps, body, np.int32(0))
     out_ref[...] = acc_vmem[...].astype(out_ref.dtype)
 
@@ -239,6 +257,7 @@ def csr_matmul_mosaic_tpu(
     """
     m, n = shape
     check_structure(data, indices, indptr, shape)
+    given = (indices, indptr)  # before the int32 cast, which could wrap an invalid index
     batch = data.shape[0] if data.ndim == 2 else None
     check_dense("x", x, n, data.dtype, batch)
     k = x.shape[-1]
@@ -281,7 +300,7 @@ def csr_matmul_mosaic_tpu(
         interpret=interpret,
         name="csr_matmul",
     )(indptr, indices, data, x)
-    return out if batch else out[0]
+    return nan_if_invalid(out if batch else out[0], *given, n)
 
 
 def csr_matmul_t_mosaic_tpu(
@@ -301,7 +320,7 @@ def csr_matmul_t_mosaic_tpu(
 
     **Returns:** `(n, k)` array in `g`'s dtype (`(B, n, k)` for a batch).
     """
-    return matmul_t_by_transposed_structure(
+    out = matmul_t_by_transposed_structure(
         csr_matmul_mosaic_tpu,
         data,
         g,
@@ -312,6 +331,7 @@ def csr_matmul_t_mosaic_tpu(
         platform=platform,
         block_sizes=block_sizes,
     )
+    return nan_if_invalid(out, indices, indptr, shape[1])
 
 
 def csr_sddmm_mosaic_tpu(
@@ -335,6 +355,7 @@ def csr_sddmm_mosaic_tpu(
     batch).
     """
     check_sddmm(g, x, indices, indptr, shape)
+    given = (indices, indptr)  # before the int32 cast, which could wrap an invalid index
     nnz, k = indices.shape[0], g.shape[-1]
     batch = next((a.shape[0] for a in (g, x) if a.ndim == 3), None)
     lead = (batch,) if batch is not None else ()
@@ -367,4 +388,4 @@ def csr_sddmm_mosaic_tpu(
         interpret=interpret,
         name="csr_sddmm",
     )(rows, indices, g, x)
-    return out[..., 0] if batch else out[0, :, 0]
+    return nan_if_invalid(out[..., 0] if batch else out[0, :, 0], *given, shape[1])

@@ -20,8 +20,9 @@ computes the row ids, and gathers a shared operand's rows, once for the whole ba
 import jax
 import jax.numpy as jnp
 
-from .._csr_layout import bounds_faults, row_ids
+from .._csr_layout import bounds_valid, row_ids
 from ._batch import over_batch
+from ._csr_common import nan_unless
 from ._precision import accumulation_dtype
 
 
@@ -36,7 +37,7 @@ def _matmul(data, x, indices, indptr, *, shape):
     rows = row_ids(indptr, data.shape[0])
     products = data[:, None].astype(acc) * _gathered_rows(x, indices).astype(acc)
     out = jax.ops.segment_sum(products, rows, num_segments=m, indices_are_sorted=True)
-    return _nan_unless(_bounds_valid(indptr, data.shape[0]), out.astype(x.dtype))
+    return nan_unless(bounds_valid(indptr, data.shape[0]), out.astype(x.dtype))
 
 
 def csr_matmul_t_xla(data, g, indices, indptr, *, shape: tuple[int, int]) -> jax.Array:
@@ -51,7 +52,7 @@ def _matmul_t(data, g, indices, indptr, *, shape):
     products = data[:, None].astype(acc) * g[rows].astype(acc)
     out = jax.ops.segment_sum(products, indices, num_segments=n).astype(g.dtype)
     inside = jnp.all((indices >= 0) & (indices < n))
-    return _nan_unless(inside & _bounds_valid(indptr, data.shape[0]), out)
+    return nan_unless(inside & bounds_valid(indptr, data.shape[0]), out)
 
 
 def csr_sddmm_xla(g, x, indices, indptr, *, shape: tuple[int, int]) -> jax.Array:
@@ -68,17 +69,9 @@ def _sddmm(g, x, indices, indptr, *, shape):
     rows = row_ids(indptr, indices.shape[0])
     products = g[rows].astype(acc) * _gathered_rows(x, indices).astype(acc)
     out = jnp.sum(products, axis=1).astype(x.dtype)
-    return _nan_unless(_bounds_valid(indptr, indices.shape[0]), out)
+    return nan_unless(bounds_valid(indptr, indices.shape[0]), out)
 
 
 def _gathered_rows(x, indices):
     """`x[indices]`, with NaN rows for indices outside `x` (rather than clamped ones)."""
     return x.at[indices].get(mode="fill", fill_value=jnp.nan, wrap_negative_indices=False)
-
-
-def _bounds_valid(indptr, nnz: int) -> jax.Array:
-    return ~jnp.any(jnp.stack([fault for fault, _ in bounds_faults(indptr, nnz)]))
-
-
-def _nan_unless(valid, out):
-    return jnp.where(valid, out, jnp.full_like(out, jnp.nan))
