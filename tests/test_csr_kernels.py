@@ -319,6 +319,9 @@ def test_invalid_structures_give_nan_rows(name):
         assert np.isnan(sampled).all()
     # The atomic transposed product: NaN everywhere (these bad columns are in short rows).
     assert np.isnan(transposed).all()
+    # So is the one on the sorted transposed structure (interpret mode, half precision).
+    sorted_t = triton_csr.csr_matmul_t_triton(data, g, indices, indptr, **options)
+    assert np.isnan(np.asarray(sorted_t)).all()
 
 
 @pytest.mark.parametrize("name", [c[0] for c in INVALID_STRUCTURES])
@@ -393,6 +396,38 @@ def test_entries_in_an_empty_dimension_give_nan(shape):
     assert reports == []
     for result, rows in zip(results, (m, 3, n), strict=True):
         assert result.shape[0] == rows and np.isnan(np.asarray(result)).all()
+
+
+FAMILY_PRODUCTS = {
+    "xla": (xla_csr.csr_matmul_xla, xla_csr.csr_sddmm_xla, {}),
+    "triton": (
+        triton_csr.csr_matmul_triton,
+        triton_csr.csr_sddmm_triton,
+        dict(interpret=True, platform="cuda"),
+    ),
+    "mosaic-tpu": (
+        mosaic_tpu_csr.csr_matmul_mosaic_tpu,
+        mosaic_tpu_csr.csr_sddmm_mosaic_tpu,
+        dict(interpret=True),
+    ),
+}
+
+
+@pytest.mark.parametrize("family", list(FAMILY_PRODUCTS))
+def test_degenerate_invalid_structures_give_nan_on_every_family(family):
+    """What the kernels never launch for still answers NaN: no entries under a bad index
+    pointer, and entries in a matrix with no columns."""
+    product, sampled, options = FAMILY_PRODUCTS[family]
+    no_entries, bad_indptr = jnp.zeros(0), jnp.array([0, 1, 0, 0], jnp.int32)
+    empty = product(
+        no_entries, jnp.ones((4, 2)), bad_indptr[:0], bad_indptr, shape=(3, 4), **options
+    )
+    assert empty.shape == (3, 2) and np.isnan(np.asarray(empty)).all()
+    indices, indptr = jnp.zeros(2, jnp.int32), jnp.array([0, 1, 2, 2], jnp.int32)
+    no_columns = (jnp.ones(2), jnp.ones((0, 2)), indices, indptr)
+    assert np.isnan(np.asarray(product(*no_columns, shape=(3, 0), **options))).all()
+    g, x = jnp.ones((3, 2)), jnp.ones((0, 2))
+    assert np.isnan(np.asarray(sampled(g, x, indices, indptr, shape=(3, 0), **options))).all()
 
 
 def test_out_of_bounds_reports_count_unmasked_lanes_outside():

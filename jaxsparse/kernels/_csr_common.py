@@ -57,9 +57,11 @@ def matmul_t_by_transposed_structure(matmul, data, g, indices, indptr, *, shape,
     """`A.T @ g` as `matmul` (a family's product) on `A.T`'s structure, built in XLA by a
     stable sort (`O(nnz log nnz)` per call): deterministic, right for repeated columns,
     and free of the atomics a scatter kernel would need (which TPU lacks, and which on GPU
-    are non-deterministic)."""
+    are non-deterministic). NaN throughout for an invalid structure."""
     m, n = shape
     check_structure(data, indices, indptr, shape)
     check_dense("g", g, m, data.dtype, data.shape[0] if data.ndim == 2 else None)
     order, indices_t, indptr_t = transposed_structure(indices, indptr, n)
-    return matmul(data[..., order], g, indices_t, indptr_t, shape=(n, m), **options)
+    out = matmul(data[..., order], g, indices_t, indptr_t, shape=(n, m), **options)
+    # The sort drops or wraps what is invalid, so the given structure is checked.
+    return nan_if_invalid(out, indices, indptr, n)

@@ -264,7 +264,7 @@ def csr_matmul_mosaic_tpu(
     lead = data.shape[:-1]
     block_sizes = _resolve(platform, interpret, block_sizes, k)
     if m == 0 or k == 0 or data.shape[-1] == 0 or n == 0 or 0 in lead:
-        return jnp.zeros((*lead, m, k), x.dtype)
+        return nan_if_invalid(jnp.zeros((*lead, m, k), x.dtype), *given, n)
     block_rows, block_nnz = block_sizes.block_rows, block_sizes.block_nnz
     nnz = data.shape[-1]
     members = batch or 1
@@ -320,7 +320,7 @@ def csr_matmul_t_mosaic_tpu(
 
     **Returns:** `(n, k)` array in `g`'s dtype (`(B, n, k)` for a batch).
     """
-    out = matmul_t_by_transposed_structure(
+    return matmul_t_by_transposed_structure(
         csr_matmul_mosaic_tpu,
         data,
         g,
@@ -331,7 +331,6 @@ def csr_matmul_t_mosaic_tpu(
         platform=platform,
         block_sizes=block_sizes,
     )
-    return nan_if_invalid(out, indices, indptr, shape[1])
 
 
 def csr_sddmm_mosaic_tpu(
@@ -360,6 +359,8 @@ def csr_sddmm_mosaic_tpu(
     batch = next((a.shape[0] for a in (g, x) if a.ndim == 3), None)
     lead = (batch,) if batch is not None else ()
     block_sizes = _resolve(platform, interpret, block_sizes, k)
+    if nnz > 0 and 0 in shape:
+        return jnp.full((*lead, nnz), jnp.nan, g.dtype)  # entries with no place
     if nnz == 0 or k == 0 or 0 in lead:
         return jnp.zeros((*lead, nnz), g.dtype)
     block_nnz = block_sizes.block_nnz

@@ -71,7 +71,13 @@ from jax.experimental.pallas import triton as plgpu
 
 from . import _pallas
 from ._bounds_check import atomic_add, load, store
-from ._csr_common import check_dense, check_sddmm, check_structure, matmul_t_by_transposed_structure
+from ._csr_common import (
+    check_dense,
+    check_sddmm,
+    check_structure,
+    matmul_t_by_transposed_structure,
+    nan_if_invalid,
+)
 from ._precision import accumulation_dtype
 
 _PLATFORMS = ("cuda", "rocm", _pallas.INTERPRET_PLATFORM)
@@ -715,7 +721,7 @@ def _product(kernels, name, data, dense, indices, indptr, shape, **options):
     if nnz > 0 and (m == 0 or n == 0):
         return jnp.full((*lead, outer, k), jnp.nan, dense.dtype)  # entries with no place
     if m == 0 or k == 0 or nnz == 0 or n == 0 or 0 in lead:
-        return jnp.zeros((*lead, outer, k), dense.dtype)
+        return nan_if_invalid(jnp.zeros((*lead, outer, k), dense.dtype), indices, indptr, n)
     tiles, block_sizes = _tiles(
         options["platform"],
         options["interpret"],

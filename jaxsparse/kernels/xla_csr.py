@@ -6,7 +6,8 @@ one call share a dtype, and bfloat16/float16 accumulate in float32. Every routin
 on all entries at once with gathers and segment sums, never on a dense matrix. The
 lowering holds no custom call, so it runs on any XLA runtime and exports anywhere.
 
-An invalid structure gives NaN, as the Pallas kernels' does: a column outside `[0, n)`
+An invalid structure gives NaN, as the Pallas kernels' does (so do entries in a matrix
+with no rows or no columns): a column outside `[0, n)`
 makes its row of `A @ x` and its entry of the sampled product NaN (the operand's rows are
 gathered with NaN past the ends), and it makes all of `A.T @ g` NaN (the scatter would
 drop it silently); an index pointer that does not start at 0, decreases or does not end
@@ -33,6 +34,8 @@ def csr_matmul_xla(data, x, indices, indptr, *, shape: tuple[int, int]) -> jax.A
 
 def _matmul(data, x, indices, indptr, *, shape):
     m, _ = shape
+    if data.shape[0] > 0 and 0 in shape:
+        return jnp.full((m, x.shape[1]), jnp.nan, x.dtype)  # entries with no place
     acc = accumulation_dtype(x.dtype)
     rows = row_ids(indptr, data.shape[0])
     products = data[:, None].astype(acc) * _gathered_rows(x, indices).astype(acc)
@@ -47,6 +50,8 @@ def csr_matmul_t_xla(data, g, indices, indptr, *, shape: tuple[int, int]) -> jax
 
 def _matmul_t(data, g, indices, indptr, *, shape):
     _, n = shape
+    if data.shape[0] > 0 and 0 in shape:
+        return jnp.full((n, g.shape[1]), jnp.nan, g.dtype)  # entries with no place
     acc = accumulation_dtype(g.dtype)
     rows = row_ids(indptr, data.shape[0])
     products = data[:, None].astype(acc) * g[rows].astype(acc)
@@ -64,7 +69,8 @@ def csr_sddmm_xla(g, x, indices, indptr, *, shape: tuple[int, int]) -> jax.Array
 
 
 def _sddmm(g, x, indices, indptr, *, shape):
-    del shape
+    if 0 in shape:  # entries with no place
+        return jnp.full(indices.shape, jnp.nan, x.dtype)
     acc = accumulation_dtype(x.dtype)
     rows = row_ids(indptr, indices.shape[0])
     products = g[rows].astype(acc) * _gathered_rows(x, indices).astype(acc)
