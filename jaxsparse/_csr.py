@@ -350,6 +350,15 @@ def _as_index_array(values, name: str) -> jax.Array:
     """`values` as an int32 or int64 JAX array (1-D, or with batch axes in front); plain
     sequences become int32."""
     dtype = None if isinstance(values, (jax.Array, np.ndarray)) else jnp.int32
+    if isinstance(values, np.ndarray) and values.dtype.kind in "iu" and values.size:
+        # Without x64 JAX casts 64-bit indices to int32, which would wrap these silently.
+        if jax.dtypes.canonicalize_dtype(np.int64) == np.int32 and (
+            values.min() < np.iinfo(np.int32).min or values.max() > np.iinfo(np.int32).max
+        ):
+            raise ValueError(
+                f"`{name}` holds values outside int32 ({values.min()} to {values.max()}), "
+                "which JAX without `jax_enable_x64` would wrap: enable it, or fix the indices."
+            )
     # Known values stay a concrete array even inside a trace (traced ones stay traced), so
     # a structure built on the host stays known to the next host-side operation.
     with jax.ensure_compile_time_eval():

@@ -21,6 +21,7 @@ from ._base import (
 )
 from ._batching import over_batch, refuse_batch
 from ._dia_layout import (
+    active_diagonals,
     csr_structure,
     diagonal_lengths,
     negate_offsets,
@@ -183,10 +184,10 @@ class DIAMatrix(SparseMatrix, SparseOperators):
     def to_scipy(self) -> scipy.sparse.dia_array:
         """A `scipy.sparse.dia_array` on the host (bfloat16 values become float32)."""
         refuse_batch("`to_scipy()`", self)
-        data = np.asarray(host_values(self.data))
-        return scipy.sparse.dia_array(
-            (data, np.asarray(self.offsets, dtype=np.int64)), shape=self.shape
-        )
+        # Only diagonals inside the matrix: scipy casts offsets to its index dtype.
+        index, offsets = active_diagonals(self.offsets, self.shape)
+        data = np.asarray(host_values(self.data))[list(index)]
+        return scipy.sparse.dia_array((data, np.asarray(offsets, dtype=np.int64)), shape=self.shape)
 
     @classmethod
     def from_scipy(cls, matrix) -> "DIAMatrix":
@@ -254,6 +255,8 @@ def _validate_offsets(offsets) -> tuple[int, ...]:
         if isinstance(off, bool) or not isinstance(off, (numbers.Integral, np.integer)):
             raise TypeError(f"`offsets` must hold integers, got {off!r} in {offsets!r}.")
     result = tuple(int(off) for off in values)
+    if any(not -(2**63) <= off < 2**63 for off in result):
+        raise ValueError(f"`offsets` must fit in int64, got {result}.")
     if len(set(result)) != len(result):
         raise ValueError(f"`offsets` contains duplicate values: {result}.")
     return result

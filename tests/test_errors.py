@@ -15,6 +15,7 @@ DATA = np.ones((3, 4), np.float32)
     [
         (dict(data=np.ones((2, 4)), offsets=(-1, 0, 1)), ValueError, "2 diagonals.*3 entries"),
         (dict(offsets=(0, 1, 1)), ValueError, "duplicate"),
+        (dict(offsets=(0, 1, 2**64)), ValueError, "fit in int64"),
         (dict(offsets=(0, 1.0, 2)), TypeError, "`offsets` must hold integers"),
         (dict(offsets=(0, True, 2)), TypeError, "`offsets` must hold integers"),
         (dict(offsets="abc"), TypeError, "`offsets`"),
@@ -30,6 +31,14 @@ def test_dia_constructor_errors(kwargs, error, message):
     arguments = dict(data=DATA, offsets=(-1, 0, 1), shape=(4, 4)) | kwargs
     with pytest.raises(error, match=message):
         js.DIAMatrix(**arguments)
+
+
+def test_dia_to_scipy_keeps_only_diagonals_inside():
+    """scipy casts offsets to int32: a diagonal far outside must not come back inside."""
+    A = js.DIAMatrix(np.ones((3, 6)), (0, 2**32 + 1, -(2**40)), (4, 6))
+    S = A.to_scipy()
+    assert list(S.offsets) == [0]
+    np.testing.assert_array_equal(S.toarray(), np.asarray(A.todense()))
 
 
 def test_dia_traced_offsets_are_rejected():
@@ -65,6 +74,13 @@ CSR = dict(
 def test_csr_constructor_errors(kwargs, error, message):
     with pytest.raises(error, match=message):
         js.CSRMatrix(**(CSR | kwargs))
+
+
+def test_64_bit_indices_past_int32_without_x64_are_refused():
+    """Without x64 JAX would cast them to int32 and wrap column 2**32 + 2 onto column 2."""
+    indices = np.array([0, 2**32 + 2, 1], np.int64)
+    with jax.enable_x64(False), pytest.raises(ValueError, match="`indices` holds values outside"):
+        js.CSRMatrix(**(CSR | dict(indices=indices, indptr=CSR["indptr"].astype(np.int64))))
 
 
 def test_csr_check_under_jit_flags_each_problem():
