@@ -168,7 +168,8 @@ def _check_inner_dims(matrix, dense_shape, *, sparse_first: bool) -> None:
 
 
 def _promote(matrix, dense: jax.Array):
-    dtype = jnp.result_type(matrix.dtype, dense.dtype)
+    # The arrays, not their dtypes: a weakly typed operand promotes as in `jnp.matmul`.
+    dtype = jnp.result_type(matrix.data, dense)
     return matrix.data.astype(dtype), dense.astype(dtype)
 
 

@@ -158,6 +158,12 @@ def test_result_dtype_follows_jnp_matmul_promotion(fmt):
             expected = jnp.matmul(matrix.todense(), x).dtype
             assert (matrix @ x).dtype == expected
             assert (x @ matrix).dtype == expected
+        # A weakly typed operand (from a Python scalar) takes the matrix's dtype.
+        for matrix_dtype in (jnp.bfloat16, jnp.float16):
+            low = matrix.astype(matrix_dtype)
+            weak = jnp.full((5,), 2.0)
+            assert (low @ weak).dtype == (weak @ low).dtype == matrix_dtype
+            assert jax.jit(lambda A, v: A @ (v * 1.0))(low, weak).dtype == matrix_dtype
     # Under strict promotion a float32/float64 mix is an error, as it is for jnp.matmul.
     with pytest.raises(jax.dtypes.TypePromotionError):
         jnp.matmul(matrix.todense(), jnp.ones(5, jnp.float64))
