@@ -1,6 +1,7 @@
-"""What the CSR Pallas kernel families (Triton, Mosaic TPU) share: argument checks (with the
-batch axis of `_primitive.py`: values `(B, nnz)`, dense operands `(B, rows, k)` or shared),
-and the transposed product as the family's product on the transposed structure."""
+"""What the CSR kernel families share: argument checks (with the batch axis of
+`_primitive.py`: values `(B, nnz)`, dense operands `(B, rows, k)` or shared), NaN as the
+answer to an invalid structure, and the transposed product as the family's product on the
+transposed structure (Triton, Mosaic TPU)."""
 
 import jax
 import jax.numpy as jnp
@@ -22,7 +23,7 @@ def check_structure(values, indices, indptr, shape) -> None:
 
 
 def nan_unless(valid, out) -> jax.Array:
-    """`out` where `valid` (a boolean scalar, or one per leading row), NaN elsewhere: a
+    """`out` where the boolean scalar `valid` holds, NaN throughout where it does not: a
     product's answer to an invalid structure."""
     return jnp.where(valid, out, jnp.full_like(out, jnp.nan))
 

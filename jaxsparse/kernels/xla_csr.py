@@ -7,11 +7,11 @@ on all entries at once with gathers and segment sums, never on a dense matrix. T
 lowering holds no custom call, so it runs on any XLA runtime and exports anywhere.
 
 An invalid structure gives NaN, as the Pallas kernels' does (so do entries in a matrix
-with no rows or no columns): a column outside `[0, n)`
-makes its row of `A @ x` and its entry of the sampled product NaN (the operand's rows are
-gathered with NaN past the ends), and it makes all of `A.T @ g` NaN (the scatter would
-drop it silently); an index pointer that does not start at 0, decreases or does not end
-at `nnz` makes every element of a result NaN. `check()` reports the same as an error.
+with no rows or no columns): a column outside `[0, n)` makes its row of `A @ x` and its
+entry of the sampled product NaN (the operand's rows are gathered with NaN past the
+ends), and all of `A.T @ g` (the scatter would drop it silently); an index pointer that
+does not start at 0, decreases or does not end at `nnz` makes every element of a result
+NaN. `check()` reports the same as an error.
 
 Each routine also takes the batch axis of `_primitive.py` ("Batches"): `data` `(B, nnz)`,
 dense operands `(B, rows, k)` or shared, through `jax.vmap`: one batched program that
