@@ -29,11 +29,11 @@ import scipy.sparse
 from ._base import SparseMatrix, _as_scalar, is_concrete, register_for_format
 from ._batching import (
     batch_shape,
+    batches_structure,
     is_batched,
     map_over_batch,
     pair_dense_with_batch,
     refuse_batch,
-    structure_per_member,
 )
 from ._coordinates import entries, entries_to_csr, lookup, select_entries, stored_on_host
 
@@ -90,7 +90,7 @@ def subtract(a, b, *, nnz: int | None = None):
 def _add(a, b, *, sign: int, nnz, operator: str):
     if is_batched(a) or is_batched(b):
         both_sparse = isinstance(a, SparseMatrix) and isinstance(b, SparseMatrix)
-        if nnz is None and both_sparse and (structure_per_member(a) or structure_per_member(b)):
+        if nnz is None and both_sparse and (batches_structure(a) or batches_structure(b)):
             refuse_batch(
                 f"sparse `{operator}` with a CSR operand, whose structure may differ per "
                 "member, without a static `nnz`",

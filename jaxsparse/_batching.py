@@ -59,13 +59,6 @@ def is_batched(value) -> bool:
     return batchable and bool(batch_shape(value))
 
 
-def structure_per_member(matrix) -> bool:
-    """Whether the members of a batch of `matrix`'s format may differ in structure: the
-    format keeps its structure in array leaves (CSR's index arrays), not in static
-    metadata (DIA's offsets)."""
-    return any(name != "data" for name in getattr(type(matrix), "leaf_ranks", {}))
-
-
 def batches_structure(matrix) -> bool:
     """Whether a batched `matrix` carries a structure per member (batched CSR index
     arrays), not one structure shared by the batch."""

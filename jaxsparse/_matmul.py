@@ -18,10 +18,10 @@ from ._backend import resolve_backend
 from ._batching import (
     PerMember,
     batch_shape,
+    batches_structure,
     is_batched,
     map_over_batch,
     refuse_batch,
-    structure_per_member,
 )
 
 
@@ -111,7 +111,7 @@ def _batched_matmul(a, b, *, backend: str, nnz):
         return matmul(x, y, backend=backend, nnz=nnz)
 
     if _is_sparse(a) and _is_sparse(b):
-        if structure_per_member(a) or structure_per_member(b):
+        if batches_structure(a) or batches_structure(b):
             refuse_batch("sparse @ sparse with a CSR factor (a structure per member)", a, b)
         return map_over_batch(product, a, b)
     sparse, dense, name = (a, b, "b") if _is_sparse(a) else (b, a, "a")

@@ -101,14 +101,17 @@ def test_arithmetic_per_member(case):
     expected = dense_members(base)
     assert_close((2.0 * batched).todense(), 2.0 * expected, jnp.float64)
     assert_close((batched / 2.0).todense(), expected / 2.0, jnp.float64)
-    if base.format == "csr":
-        # A CSR sum's structure may differ per member: a static `nnz` is needed.
-        with pytest.raises(ValueError, match=r"batch=\(3,\)"):
-            batched + batched
+    if base.format == "csr" and batched.indices.ndim > 1:
+        # A structure per member: each sum's structure may differ, a static `nnz` is needed.
+        for operation in (lambda: batched + batched, lambda: batched @ base.T):
+            with pytest.raises(ValueError, match=r"batch=\(3,\)"):
+                operation()
         total = js.add(batched, batched, nnz=base.nnz)
         difference = js.subtract(batched, base, nnz=base.nnz)
     else:
         total, difference = batched + batched, batched - base
+        product = base.todense() @ base.todense().T
+        assert_close((batched @ base.T).todense(), SCALES[:, None, None] * product, jnp.float64)
     assert_close(total.todense(), 2.0 * expected, jnp.float64)
     assert_close(difference.todense(), expected - base.todense(), jnp.float64)
     assert_close((batched + base.todense()), expected + base.todense(), jnp.float64)
