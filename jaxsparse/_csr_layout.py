@@ -45,12 +45,16 @@ def structure_faults(indices, indptr, num_cols: int) -> list[tuple[jax.Array, st
 
 def structure_valid(indices, indptr, num_cols: int) -> jax.Array:
     """Whether no fault of `structure_faults` holds: a boolean scalar, under `jit` too."""
-    return ~jnp.any(jnp.stack([fault for fault, _ in structure_faults(indices, indptr, num_cols)]))
+    return _none_holds(structure_faults(indices, indptr, num_cols))
 
 
 def bounds_valid(indptr, nnz: int) -> jax.Array:
     """Whether no fault of `bounds_faults` holds: a boolean scalar, under `jit` too."""
-    return ~jnp.any(jnp.stack([fault for fault, _ in bounds_faults(indptr, nnz)]))
+    return _none_holds(bounds_faults(indptr, nnz))
+
+
+def _none_holds(faults) -> jax.Array:
+    return ~jnp.any(jnp.stack([fault for fault, _ in faults]))
 
 
 def bounds_faults(indptr, nnz: int) -> list[tuple[jax.Array, str]]:

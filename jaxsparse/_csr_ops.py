@@ -20,6 +20,8 @@ once. A batch of structures (`vmap` over whole matrices) is one block-diagonal m
 (`_block_diagonal`); a member whose structure is invalid gets NaN in all of its result.
 """
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -78,10 +80,8 @@ def _block_diagonal(primitive, args, dims, *, shape, **params):
 def _valid_members(indices, indptr, shape):
     """`(B,)`: whether each member's `(nnz,)` indices and `(m + 1,)` index pointer form a
     valid structure of `shape`."""
-
-    return jax.vmap(lambda indices, indptr: structure_valid(indices, indptr, shape[1]))(
-        indices, indptr
-    )
+    valid = functools.partial(structure_valid, num_cols=shape[1])
+    return jax.vmap(valid)(indices, indptr)
 
 
 def _empty_batch(primitive, args, dims, *, shape, **params):

@@ -253,18 +253,26 @@ def csr_matmul_mosaic_tpu(
     - `platform`: `"tpu"` or `"cpu"` (interpret mode); `None`: `"cpu"` when interpreting.
     - `block_sizes`: `None` fields take `BlockSizes.get_default`.
 
-    **Returns:** `(m, k)` array in `x`'s dtype (`(B, m, k)` for a batch).
+    **Returns:** `(m, k)` array in `x`'s dtype (`(B, m, k)` for a batch); NaN throughout
+    for an invalid structure.
     """
+    # Checked on the indices as given, before the kernel's int32 cast could wrap one.
+    out = _matmul(data, x, indices, indptr, shape, interpret, platform, block_sizes)
+    return nan_if_invalid(out, indices, indptr, shape[1])
+
+
+def _matmul(data, x, indices, indptr, shape, interpret, platform, block_sizes):
+    """`csr_matmul_mosaic_tpu` for a structure taken as valid (the kernel stays in bounds
+    for any, but its answer means nothing for an invalid one)."""
     m, n = shape
     check_structure(data, indices, indptr, shape)
-    given = (indices, indptr)  # before the int32 cast, which could wrap an invalid index
     batch = data.shape[0] if data.ndim == 2 else None
     check_dense("x", x, n, data.dtype, batch)
     k = x.shape[-1]
     lead = data.shape[:-1]
     block_sizes = _resolve(platform, interpret, block_sizes, k)
     if m == 0 or k == 0 or data.shape[-1] == 0 or n == 0 or 0 in lead:
-        return nan_if_invalid(jnp.zeros((*lead, m, k), x.dtype), *given, n)
+        return jnp.zeros((*lead, m, k), x.dtype)
     block_rows, block_nnz = block_sizes.block_rows, block_sizes.block_nnz
     nnz = data.shape[-1]
     members = batch or 1
@@ -300,7 +308,7 @@ def csr_matmul_mosaic_tpu(
         interpret=interpret,
         name="csr_matmul",
     )(indptr, indices, data, x)
-    return nan_if_invalid(out if batch else out[0], *given, n)
+    return out if batch else out[0]
 
 
 def csr_matmul_t_mosaic_tpu(
@@ -320,17 +328,12 @@ def csr_matmul_t_mosaic_tpu(
 
     **Returns:** `(n, k)` array in `g`'s dtype (`(B, n, k)` for a batch).
     """
-    return matmul_t_by_transposed_structure(
-        csr_matmul_mosaic_tpu,
-        data,
-        g,
-        indices,
-        indptr,
-        shape=shape,
-        interpret=interpret,
-        platform=platform,
-        block_sizes=block_sizes,
-    )
+
+    # The product of a structure built from one that the helper checks.
+    def matmul(data, g, indices, indptr, *, shape):
+        return _matmul(data, g, indices, indptr, shape, interpret, platform, block_sizes)
+
+    return matmul_t_by_transposed_structure(matmul, data, g, indices, indptr, shape=shape)
 
 
 def csr_sddmm_mosaic_tpu(

@@ -21,7 +21,7 @@ computes the row ids, and gathers a shared operand's rows, once for the whole ba
 import jax
 import jax.numpy as jnp
 
-from .._csr_layout import bounds_valid, row_ids
+from .._csr_layout import bounds_valid, row_ids, structure_valid
 from ._batch import over_batch
 from ._csr_common import nan_unless
 from ._precision import accumulation_dtype
@@ -56,8 +56,7 @@ def _matmul_t(data, g, indices, indptr, *, shape):
     rows = row_ids(indptr, data.shape[0])
     products = data[:, None].astype(acc) * g[rows].astype(acc)
     out = jax.ops.segment_sum(products, indices, num_segments=n).astype(g.dtype)
-    inside = jnp.all((indices >= 0) & (indices < n))
-    return nan_unless(inside & bounds_valid(indptr, data.shape[0]), out)
+    return nan_unless(structure_valid(indices, indptr, n), out)
 
 
 def csr_sddmm_xla(g, x, indices, indptr, *, shape: tuple[int, int]) -> jax.Array:
