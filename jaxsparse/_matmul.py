@@ -91,11 +91,13 @@ def matmul(a, b, *, backend: str | None = None, nnz: int | None = None):
     if _is_sparse(a):
         dense = _as_dense_operand(b, "b")
         _check_inner_dims(a, dense.shape, sparse_first=True)
-        return _sparse_at_dense(a, dense, backend)
+        product = _sparse_at_dense if _traced(a, dense) else _sparse_at_dense_eager
+        return product(a, dense, backend)
     if _is_sparse(b):
         dense = _as_dense_operand(a, "a")
         _check_inner_dims(b, dense.shape, sparse_first=False)
-        return _dense_at_sparse(dense, b, backend)
+        product = _dense_at_sparse if _traced(dense, b) else _dense_at_sparse_eager
+        return product(dense, b, backend)
     raise TypeError(
         f"matmul: one operand must be a jaxsparse matrix, got {type(a).__name__} and "
         f"{type(b).__name__}."
@@ -130,7 +132,7 @@ def _as_dense_operand(value, name: str, *, batch: tuple[int, ...] = ()) -> jax.A
             "`CSRMatrix.from_scipy` (or `DIAMatrix.from_scipy`), or pass `todense()`."
         )
     try:
-        array = jnp.asarray(value)
+        array = value if isinstance(value, jax.Array) else jnp.asarray(value)
     except (TypeError, ValueError):
         raise TypeError(f"matmul: `{name}` must be an array, got {type(value).__name__}.") from None
     if not (jnp.issubdtype(array.dtype, jnp.number) or array.dtype == jnp.bool_):
@@ -202,3 +204,14 @@ def _dense_at_sparse(dense, matrix, backend: str):
         return _counted(lambda m, d, b: _dense_at_sparse(d, m, b), matrix, data, dense, backend)
     columns, restore = _as_columns(dense.T)
     return restore(sparse_times_dense(matrix, data, columns, transposed=True, backend=backend)).T
+
+
+def _traced(*operands) -> bool:
+    return any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(operands))
+
+
+# An eager product runs as one compiled program, cached on the operands' shapes, dtypes
+# and static metadata, rather than one dispatch per promotion, reshape and product step.
+_sparse_at_dense_eager = jax.jit(_sparse_at_dense, static_argnames="backend")
+_dense_at_sparse_eager = jax.jit(_dense_at_sparse, static_argnames="backend")
+
