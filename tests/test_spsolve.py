@@ -4,6 +4,7 @@ LU) and dense `jnp` math: square DIA and CSR systems in four dtypes, inside and 
 
 import functools
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -363,6 +364,25 @@ def test_host_factor_cache_stays_bounded(monkeypatch):
         _assert_solution(solve(factor(matrix * scale), b), _oracle(twin * scale, b), jnp.float64)
         assert len(_factor_superlu.CACHE) <= 3
     _assert_solution(solve(first, b), _oracle(twin, b), jnp.float64)
+
+
+def test_host_factors_answer_only_for_their_own_matrix():
+    """A handle names factors only for the matrix they were made from: a factorization
+    unpickled in another process, whose handle there names another matrix's factors, or
+    one whose matrix was replaced, is refactored, never solved with the wrong factors."""
+    import pickle
+
+    rng = np.random.default_rng(12)
+    matrix, twin = SYSTEMS["csr-random"](rng, jnp.float64)
+    b = random_values(rng, (matrix.shape[0],), jnp.float64)
+    first = js.linalg.factorized(matrix)
+    other = js.linalg.factorized(matrix * 3.0)
+    # `first` as another process would hold it: its handle names `other`'s factors here.
+    stranger = eqx.tree_at(lambda f: f.handle, pickle.loads(pickle.dumps(first)), other.handle)
+    _assert_solution(stranger.solve(b), _oracle(twin, b), jnp.float64)
+    replaced = eqx.tree_at(lambda f: f.matrix, other, matrix * 2.0)
+    _assert_solution(replaced.solve(b), _oracle(twin * 2.0, b), jnp.float64)
+    _assert_solution(other.solve(b), _oracle(twin * 3.0, b), jnp.float64)
 
 
 def test_vmap_over_right_hand_sides_is_one_multi_column_solve(monkeypatch):

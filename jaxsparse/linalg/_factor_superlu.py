@@ -6,8 +6,10 @@ pivoting; float32, float64, complex64, complex128), on the host through
 SuperLU's factors have a size known only once they are computed, so they cannot be
 arrays of a compiled program. They live on the host in a bounded cache, keyed by an int32
 handle that the factorization callback returns; the module holds the handle and the
-matrix. Every solve callback also receives the matrix, so a handle whose factors were
-evicted (or that another process made) is refactored, never wrong: the cache bounds memory
+matrix. Every solve callback also receives the matrix, and a cache entry answers only for
+the matrix it factored (the same bytes of values and structure), so a handle whose factors
+were evicted, that another process made (a pickled or deserialized factorization) or whose
+matrix was replaced is refactored, never wrong: the cache bounds memory
 however many factorizations `jit`-compiled code makes, and repeated solves with one
 factorization (`factorized(A)` then `.solve` for many right-hand sides, or a solve and its
 adjoint solve in a gradient) reuse it.
@@ -38,37 +40,53 @@ CACHE_ENTRIES = 8
 CACHE_BYTES = 1 << 28
 
 
+def _same_arrays(kept, given) -> bool:
+    """Whether two tuples of host arrays hold the same bytes (NaN and -0.0 included)."""
+    return all(
+        a.dtype == b.dtype
+        and a.shape == b.shape
+        and np.array_equal(a.view(np.uint8), np.ascontiguousarray(b).view(np.uint8))
+        for a, b in zip(kept, given, strict=True)
+    )
+
+
 class _FactorCache:
-    """SuperLU objects by handle, the least recently used evicted first past
-    `CACHE_ENTRIES` or `CACHE_BYTES`."""
+    """SuperLU objects by handle, each with the matrix it factored, the least recently used
+    evicted first past `CACHE_ENTRIES` or `CACHE_BYTES`."""
 
     def __init__(self):
-        self._entries: collections.OrderedDict[int, tuple[object, int]] = collections.OrderedDict()
+        self._entries: collections.OrderedDict[int, tuple[object, tuple, int]] = (
+            collections.OrderedDict()
+        )
         self._next = itertools.count(1)
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._entries)
 
-    def add(self, factors) -> int:
-        """Stores `factors` under a new handle (a positive int32) and returns it."""
+    def add(self, factors, matrix: tuple) -> int:
+        """Stores `factors` of `matrix` (its host `(data, indices, indptr)`, copied) under a
+        new handle (a positive int32) and returns it."""
+        matrix = tuple(np.array(a, copy=True) for a in matrix)
         size = (factors.L.nnz + factors.U.nnz) * (factors.L.dtype.itemsize + 4)
+        size += sum(a.nbytes for a in matrix)
         with self._lock:
             handle = next(self._next) % (2**31 - 1) + 1
-            self._entries[handle] = (factors, size)
-            total = sum(entry_size for _, entry_size in self._entries.values())
+            self._entries[handle] = (factors, matrix, size)
+            total = sum(entry[2] for entry in self._entries.values())
             while len(self._entries) > 1 and (
                 total > CACHE_BYTES or len(self._entries) > CACHE_ENTRIES
             ):
-                _, (_, evicted) = self._entries.popitem(last=False)
+                _, (_, _, evicted) = self._entries.popitem(last=False)
                 total -= evicted
         return handle
 
-    def get(self, handle: int):
-        """The factors under `handle`, or None if evicted or never made here."""
+    def get(self, handle: int, matrix: tuple):
+        """The factors under `handle` if they are those of `matrix`, else None (evicted,
+        made in another process, or of another matrix)."""
         with self._lock:
             entry = self._entries.get(handle)
-            if entry is None:
+            if entry is None or not _same_arrays(entry[1], matrix):
                 return None
             self._entries.move_to_end(handle)
             return entry[0]
@@ -117,7 +135,7 @@ def _factor_on_host(data, indices, indptr, *, n):
     for index in np.ndindex(*lead):
         member = [np.broadcast_to(a, (*lead, a.shape[-1]))[index] for a in (data, indices, indptr)]
         factors = _splu_or_none(*member, n)
-        handles[index] = 0 if factors is None else CACHE.add(factors)
+        handles[index] = 0 if factors is None else CACHE.add(factors, member)
     return handles
 
 
@@ -128,12 +146,14 @@ def _solve_one(factors, b, op: str):
 
 
 def _member_factors(handle, data, indices, indptr, n):
-    factors = CACHE.get(int(handle))
-    if factors is not None or handle == 0:
-        return factors
-    factors = _splu_or_none(data, indices, indptr, n)
+    """The cached factors of this matrix, or its factors made again (None if singular)."""
+    matrix = (data, indices, indptr)
+    factors = CACHE.get(int(handle), matrix)
     if factors is not None:
-        CACHE.add(factors)
+        return factors
+    factors = _splu_or_none(*matrix, n)
+    if factors is not None:
+        CACHE.add(factors, matrix)
     return factors
 
 
