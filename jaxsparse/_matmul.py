@@ -214,4 +214,3 @@ def _traced(*operands) -> bool:
 # and static metadata, rather than one dispatch per promotion, reshape and product step.
 _sparse_at_dense_eager = jax.jit(_sparse_at_dense, static_argnames="backend")
 _dense_at_sparse_eager = jax.jit(_dense_at_sparse, static_argnames="backend")
-

@@ -1,8 +1,10 @@
 """The registry of test matrices (each a jaxsparse matrix and its scipy twin), random values,
 and tolerances by dtype. Product, gradient and kernel tests parametrize over `MATRICES`."""
 
+import contextlib
 import dataclasses
 
+import jax.monitoring
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -219,3 +221,19 @@ def slow_unless(fast: bool) -> tuple:
     """The marks of one parameter set of an exhaustive sweep: none where it is the fast
     suite's representative of its code path, else `slow` (run by `make test-slow`)."""
     return () if fast else (pytest.mark.slow,)
+
+
+@contextlib.contextmanager
+def counted_compilations():
+    """A list that collects one entry per XLA compilation made inside the block."""
+    compiled = []
+
+    def listener(event, _seconds, **_):
+        if event == "/jax/core/compile/backend_compile_duration":
+            compiled.append(event)
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        yield compiled
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)

@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import random_csr, random_dia
+from helpers import counted_compilations, random_csr, random_dia
 
 import jaxsparse as js
 
@@ -102,20 +102,14 @@ def test_gradient_of_a_sum_of_many_dia_terms_grows_linearly_with_terms():
 def test_eager_products_reuse_one_compiled_program():
     # Eager `A @ x` and `x @ A` compile once per shape, dtype and static metadata, as under
     # `jax.jit`; new values and a new pattern with the same nnz reuse the program.
-    from jaxsparse import _matmul
-
     rng = np.random.default_rng(3)
     lengths = np.array([2, 0, 3, 1, 2, 1, 0, 4, 1, 2, 1])
     first, first_twin = random_csr(rng, (11, 13), row_lengths=lengths)
     second, second_twin = random_csr(rng, (11, 13), row_lengths=lengths[::-1])
     x, y = jnp.ones((13,), jnp.float32), jnp.arange(11.0, dtype=jnp.float32)
-    counts = lambda: (  # noqa: E731
-        _matmul._sparse_at_dense_eager._cache_size(),
-        _matmul._dense_at_sparse_eager._cache_size(),
-    )
     first @ x, y @ first
-    before = counts()
-    for matrix, twin in ((first, first_twin), (second, second_twin)):
-        np.testing.assert_allclose(matrix @ x, twin @ np.ones(13), rtol=1e-5)
-        np.testing.assert_allclose(y @ matrix, np.arange(11.0) @ twin, rtol=1e-5)
-    assert counts() == before
+    with counted_compilations() as compiled:
+        for matrix, twin in ((first, first_twin), (second, second_twin)):
+            np.testing.assert_allclose(matrix @ x, twin @ np.ones(13), rtol=1e-5)
+            np.testing.assert_allclose(y @ matrix, np.arange(11.0) @ twin, rtol=1e-5)
+    assert compiled == []

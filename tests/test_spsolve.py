@@ -12,7 +12,15 @@ import pytest
 import scipy.linalg.lapack
 import scipy.sparse
 import scipy.sparse.linalg
-from helpers import DIA_MATRICES, as_float64, dtype_id, random_csr, random_dia, random_values
+from helpers import (
+    DIA_MATRICES,
+    as_float64,
+    counted_compilations,
+    dtype_id,
+    random_csr,
+    random_dia,
+    random_values,
+)
 
 import jaxsparse as js
 from jaxsparse.kernels import native_banded_lu
@@ -383,6 +391,25 @@ def test_host_factors_answer_only_for_their_own_matrix():
     replaced = eqx.tree_at(lambda f: f.matrix, other, matrix * 2.0)
     _assert_solution(replaced.solve(b), _oracle(twin * 2.0, b), jnp.float64)
     _assert_solution(other.solve(b), _oracle(twin * 3.0, b), jnp.float64)
+
+
+@pytest.mark.parametrize("system", ["dia-tridiagonal", "csr-random"])
+def test_eager_solves_compile_once(system):
+    """Eager `spsolve`, `factorized` and solves with new values of the same shapes reuse
+    their compiled programs (a host callback or platform branch traced anew per call
+    compiled again every time, holding memory in JAX's caches)."""
+    rng = np.random.default_rng(13)
+    matrix, twin = SYSTEMS[system](rng, jnp.float64)
+    b = random_values(rng, (matrix.shape[0],), jnp.float64)
+    js.linalg.spsolve(matrix, b), js.linalg.factorized(matrix).solve(b, "T")
+    scaled = {scale: matrix * scale for scale in (2.0, 3.0)}
+    with counted_compilations() as compiled:
+        for scale, other in scaled.items():
+            x = js.linalg.spsolve(other, b * scale)
+            x_t = js.linalg.factorized(other).solve(b, "T")
+            _assert_solution(x, _oracle(twin, b), jnp.float64)
+            _assert_solution(x_t, _oracle(twin.T * scale, b), jnp.float64)
+    assert compiled == []
 
 
 def test_vmap_over_right_hand_sides_is_one_multi_column_solve(monkeypatch):

@@ -11,6 +11,7 @@ factors themselves carry no derivative (`stop_gradient` where they are made).
 """
 
 import abc
+import functools
 
 import equinox as eqx
 import jax
@@ -36,6 +37,20 @@ def check_rhs(b, n: int, dtype, name: str = "b") -> jax.Array:
             "matrix with `.astype` first."
         )
     return b.astype(dtype)
+
+
+def run_compiled(fn, *args):
+    """`fn(*args)`; called eagerly (no traced array in `args`), as one compiled program
+    cached on the arrays' shapes and dtypes and the other arguments' values: a solve's host
+    callbacks and platform branches would otherwise compile anew on every eager call."""
+    if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(args)):
+        return fn(*args)
+    return _compiled(fn)(*args)
+
+
+@functools.cache
+def _compiled(fn):
+    return eqx.filter_jit(fn)
 
 
 class Factorization(eqx.Module):
@@ -97,9 +112,9 @@ class Factorization(eqx.Module):
         **Returns:** `x`, shaped like `b`, in the matrix's dtype. A singular matrix gives
         `nan` (a nearly singular one, large or non-finite entries).
         """
-        return self._solve(b, trans)
+        return run_compiled(Factorization._solve, self, jnp.asarray(b), trans)
 
     def __call__(self, b) -> jax.Array:
         """`solve(b)`: the factorization is also the solve function that
         `scipy.sparse.linalg.factorized` returns."""
-        return self._solve(b, "N")
+        return self.solve(b)

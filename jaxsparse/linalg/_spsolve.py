@@ -15,7 +15,7 @@ import numpy as np
 from .._batching import refuse_batch
 from .._csr import CSRMatrix
 from .._dia import DIAMatrix
-from ._factor import Factorization, check_rhs
+from ._factor import Factorization, check_rhs, run_compiled
 from ._factor_banded import factor_dia, solve_dia
 from ._factor_superlu import factor_csr
 
@@ -79,7 +79,7 @@ def factorized(A) -> Factorization:
     **Returns:** a `Factorization` (an Equinox module, a pytree) with `.solve(b, trans="N")`.
     """
     _check_matrix(A)
-    return factorize(A)
+    return run_compiled(factorize, A)
 
 
 def spsolve(A, b) -> jnp.ndarray:
@@ -101,5 +101,8 @@ def spsolve(A, b) -> jnp.ndarray:
     non-finite entries.
     """
     _check_matrix(A)
-    check_rhs(b, A.shape[0], A.dtype)
+    return run_compiled(_solve, A, check_rhs(b, A.shape[0], A.dtype))
+
+
+def _solve(A, b):
     return solve_once(A).solve(b)
