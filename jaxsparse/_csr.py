@@ -187,12 +187,11 @@ class CSRMatrix(SparseMatrix, SparseOperators):
         return CSRMatrix(*arrays, self.shape)
 
     def to_scipy(self) -> scipy.sparse.csr_array:
-        """A `scipy.sparse.csr_array` on the host (bfloat16 values become float32)."""
+        """A `scipy.sparse.csr_array` on the host (bfloat16 values become float32), with
+        arrays of its own: scipy's in-place operations may change them."""
         refuse_batch("`to_scipy()`", self)
-        return scipy.sparse.csr_array(
-            (host_values(self.data), np.asarray(self.indices), np.asarray(self.indptr)),
-            shape=self.shape,
-        )
+        arrays = (host_values(self.data), self.indices, self.indptr)
+        return scipy.sparse.csr_array(tuple(np.array(a) for a in arrays), shape=self.shape)
 
     @classmethod
     def from_scipy(cls, matrix) -> "CSRMatrix":

@@ -55,6 +55,14 @@ def operand_rows(matrix, *, transposed: bool) -> tuple[int, ...]:
 
 
 @functools.singledispatch
+def runs_compiled(matrix) -> bool:
+    """Whether an eager product with `matrix` may run as one compiled program; a format
+    whose products place its arrays over devices themselves (a sharded matrix) registers
+    False."""
+    return True
+
+
+@functools.singledispatch
 def sparse_times_sparse(a, b, *, nnz: int | None, backend: str):
     """`a @ b` for two sparse matrices, as a sparse matrix; `_spgemm.py` registers it."""
     raise TypeError(f"matmul: unsupported sparse format {type(a).__name__}.")
@@ -91,12 +99,12 @@ def matmul(a, b, *, backend: str | None = None, nnz: int | None = None):
     if _is_sparse(a):
         dense = _as_dense_operand(b, "b")
         _check_inner_dims(a, dense.shape, sparse_first=True)
-        product = _sparse_at_dense if _traced(a, dense) else _sparse_at_dense_eager
+        product = _sparse_at_dense_eager if _compiles_eagerly(a, dense) else _sparse_at_dense
         return product(a, dense, backend)
     if _is_sparse(b):
         dense = _as_dense_operand(a, "a")
         _check_inner_dims(b, dense.shape, sparse_first=False)
-        product = _dense_at_sparse if _traced(dense, b) else _dense_at_sparse_eager
+        product = _dense_at_sparse_eager if _compiles_eagerly(b, dense) else _dense_at_sparse
         return product(dense, b, backend)
     raise TypeError(
         f"matmul: one operand must be a jaxsparse matrix, got {type(a).__name__} and "
@@ -206,11 +214,22 @@ def _dense_at_sparse(dense, matrix, backend: str):
     return restore(sparse_times_dense(matrix, data, columns, transposed=True, backend=backend)).T
 
 
-def _traced(*operands) -> bool:
-    return any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(operands))
+def _compiles_eagerly(matrix, dense) -> bool:
+    """Whether a product runs as one compiled program (below): its matrix's format allows
+    it, no array is traced and all lie on one device."""
+    if not runs_compiled(matrix):
+        return False
+    devices = set()
+    for leaf in jax.tree.leaves((matrix, dense)):
+        if isinstance(leaf, jax.core.Tracer):
+            return False
+        if isinstance(leaf, jax.Array):
+            devices |= leaf.devices()
+    return len(devices) <= 1
 
 
-# An eager product runs as one compiled program, cached on the operands' shapes, dtypes
-# and static metadata, rather than one dispatch per promotion, reshape and product step.
+# An eager product on one device runs as one compiled program, cached on the operands'
+# shapes, dtypes and static metadata, rather than one dispatch per promotion, reshape and
+# product step.
 _sparse_at_dense_eager = jax.jit(_sparse_at_dense, static_argnames="backend")
 _dense_at_sparse_eager = jax.jit(_dense_at_sparse, static_argnames="backend")

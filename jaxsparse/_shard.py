@@ -11,7 +11,11 @@ gradients in the operand like the operand.
 """
 
 import abc
+import collections
+import dataclasses
 import functools
+import hashlib
+import threading
 
 import equinox as eqx
 import jax
@@ -27,7 +31,7 @@ from ._csr_ops import csr_matmul_p, csr_matmul_t_p
 from ._dia import DIAMatrix
 from ._dia_layout import active_diagonals, valid_rows
 from ._dia_ops import dia_matmul_p, dia_matmul_t_p
-from ._matmul import matmul, operand_rows, sparse_times_dense
+from ._matmul import matmul, operand_rows, runs_compiled, sparse_times_dense
 from ._shard_exchange import column_buffer, halo_window, sent_back
 from ._shard_gather import host_array, replicated, unshard_csr, unshard_dia
 from ._shard_plan import ColumnPlan, HaloPlan, column_plan, halo_plan
@@ -222,8 +226,22 @@ class ShardedMatrix(eqx.Module):
             # The library's product primitives carry no varying-axes types (their abstract
             # evaluation knows nothing of meshes), so JAX's check of them is turned off.
             check_vma=False,
-        )(self._leaves(data), _rows_placed(columns, self.mesh, self.axis))
+        )(self._placed_leaves(data), _rows_placed(columns, self.mesh, self.axis))
         return _first_rows(out, out_rows, self.mesh, self.axis) if own_length else out
+
+    def _placed_leaves(self, data) -> tuple:
+        """`_leaves(data)` sharded as `_leaf_specs()` says: values deserialized or given to
+        `with_data` may lie on one device, which `shard_map` does not move. Traced arrays
+        are placed by their type on an `Explicit` axis, by `shard_map` on an `Auto` one."""
+        placed = []
+        for leaf, spec in zip(self._leaves(data), self._leaf_specs(), strict=True):
+            sharding = NamedSharding(self.mesh, spec)
+            if not isinstance(leaf, jax.core.Tracer):
+                leaf = jax.device_put(leaf, sharding)
+            elif _is_explicit(self.mesh, self.axis):
+                leaf = jax.sharding.reshard(leaf, sharding)
+            placed.append(leaf)
+        return tuple(placed)
 
 
 _NO_COMPARISONS = (
@@ -254,6 +272,9 @@ def _first_rows(array, rows: int, mesh, axis: str) -> jax.Array:
         replicated = NamedSharding(mesh, P(*[None] * array.ndim))
         return jax.sharding.reshard(array, replicated)[:rows]
     return array[:rows]
+
+
+runs_compiled.register(ShardedMatrix, lambda matrix: False)
 
 
 @sparse_times_dense.register(ShardedMatrix)
@@ -500,9 +521,7 @@ def _shard_csr(matrix: CSRMatrix, mesh: jax.sharding.Mesh, axis: str) -> Sharded
             "still be traced: `shard(A.with_data(values), ...)` with `A` closed over)."
         )
     indices, indptr = np.asarray(matrix.indices), np.asarray(matrix.indptr)
-    plan, arrays = _cached_column_plan(
-        indices.tobytes(), indptr.tobytes(), indices.dtype.str, matrix.shape, devices
-    )
+    plan, arrays = _column_plan_cached(indices, indptr, matrix.shape, devices)
     source = arrays.entry_source.reshape(-1)
     # Padding slots (source -1) read a zero appended past the entries, which also serves a
     # matrix with no entries.
@@ -522,9 +541,31 @@ def _shard_csr(matrix: CSRMatrix, mesh: jax.sharding.Mesh, axis: str) -> Sharded
     )
 
 
-@functools.lru_cache(maxsize=16)
-def _cached_column_plan(indices: bytes, indptr: bytes, index_dtype: str, shape, devices: int):
-    """`column_plan` once per structure (keyed by the index arrays' bytes)."""
-    return column_plan(
-        np.frombuffer(indices, index_dtype), np.frombuffer(indptr, index_dtype), shape, devices
-    )
+# The plans of the structures sharded last, so that sharding new values of one structure
+# does not plan again: at most PLAN_CACHE_ENTRIES of them and PLAN_CACHE_BYTES of their
+# arrays (the newest always), keyed by a digest of the index arrays, not copies of them.
+PLAN_CACHE_ENTRIES = 16
+PLAN_CACHE_BYTES = 1 << 26
+_plans: collections.OrderedDict = collections.OrderedDict()
+_plans_lock = threading.Lock()
+
+
+def _column_plan_cached(indices: np.ndarray, indptr: np.ndarray, shape, devices: int):
+    """`column_plan` once per structure (see `PLAN_CACHE_ENTRIES`)."""
+    digest = hashlib.blake2b(digest_size=16)
+    for array in (indices, indptr):
+        digest.update(np.ascontiguousarray(array).view(np.uint8))
+    key = (digest.digest(), indices.dtype.str, indptr.shape, shape, devices)
+    with _plans_lock:
+        if key in _plans:
+            _plans.move_to_end(key)
+            return _plans[key][0]
+    found = column_plan(indices, indptr, shape, devices)
+    size = sum(getattr(found[1], field.name).nbytes for field in dataclasses.fields(found[1]))
+    with _plans_lock:
+        _plans[key] = (found, size)
+        total = sum(entry_size for _, entry_size in _plans.values())
+        while len(_plans) > 1 and (total > PLAN_CACHE_BYTES or len(_plans) > PLAN_CACHE_ENTRIES):
+            _, (_, evicted) = _plans.popitem(last=False)
+            total -= evicted
+    return found

@@ -26,9 +26,11 @@ if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import dataclasses  # noqa: E402
+import io  # noqa: E402
 import sys  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 
+import equinox as eqx  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
@@ -347,6 +349,13 @@ def check_sharded_matrix_surface(rng, axis_type: jax.sharding.AxisType, format: 
     np.testing.assert_allclose(np.asarray(S.todense()), dense, rtol=0, atol=0)
     np.testing.assert_allclose(np.asarray(S.T.todense()), dense.T, rtol=0, atol=0)
     assert abs(S.to_scipy() - twin).max() == 0 and abs(S.T.to_scipy() - twin.T).max() == 0
+    # Values off the mesh, as `with_data` of a host array or `eqx.tree_deserialise_leaves`
+    # leave them: the product places them as the matrix's own.
+    saved = io.BytesIO()
+    eqx.tree_serialise_leaves(saved, S)
+    saved.seek(0)
+    for local in (S.with_data(np.asarray(S.data)), eqx.tree_deserialise_leaves(saved, S)):
+        np.testing.assert_allclose(np.asarray(local @ x), dense @ x, rtol=TOLERANCE, err_msg=what)
     whole = S.unshard()
     assert type(whole) is type(A) and whole.shape == A.shape
     np.testing.assert_array_equal(np.asarray(whole.todense()), dense)

@@ -84,11 +84,28 @@ def test_sum_duplicates_and_sort_indices_match_scipy():
     np.testing.assert_allclose(ordered.to_scipy().toarray(), twin.toarray(), atol=1e-12)
 
 
+def test_to_scipy_gives_arrays_of_its_own():
+    """scipy's in-place operations work on `to_scipy()`'s result (as on any scipy matrix)
+    and leave the jaxsparse matrix as it was."""
+    rng = np.random.default_rng(4)
+    for fmt in ("csr", "dia"):
+        matrix = js.CSRMatrix.from_scipy(random_csr(rng, (6, 6), density=0.5)[1])
+        matrix = matrix if fmt == "csr" else matrix.todia()
+        before = np.asarray(matrix.todense())
+        host = matrix.to_scipy()
+        host *= 2
+        host.setdiag(7.0)
+        expected = 2 * before
+        np.fill_diagonal(expected, 7.0)
+        np.testing.assert_array_equal(host.toarray(), expected)
+        np.testing.assert_array_equal(np.asarray(matrix.todense()), before)
+
+
 def test_eliminate_zeros():
     rng = np.random.default_rng(3)
     matrix, twin = random_csr(rng, (7, 6), density=0.5, dtype=jnp.float32)
     zeroed = matrix.with_data(jnp.where(jnp.arange(matrix.nnz) % 3 == 0, 0, matrix.data))
-    expected = zeroed.to_scipy().copy()  # to_scipy() shares read-only JAX buffers
+    expected = zeroed.to_scipy()
     expected.eliminate_zeros()
     result = zeroed.eliminate_zeros()
     assert result.nnz == expected.nnz < matrix.nnz

@@ -106,3 +106,32 @@ def test_shift_pairs():
     assert shift_pairs(1, 3) == ((1, 0), (2, 1))
     assert shift_pairs(-2, 3) == ((0, 2),)
     assert shift_pairs(3, 3) == ()
+
+
+def test_csr_plans_are_cached_by_structure_within_a_byte_bound(monkeypatch):
+    """Sharding new values of one structure reuses its plan; the cache holds at most
+    `PLAN_CACHE_BYTES` of plans (the newest always), not copies of every structure."""
+    import jax
+
+    import jaxsparse as js
+    from jaxsparse import _shard
+
+    planned = []
+    monkeypatch.setattr(
+        _shard, "column_plan", lambda *args: planned.append(1) or column_plan(*args)
+    )
+    monkeypatch.setattr(_shard, "_plans", type(_shard._plans)())
+    monkeypatch.setattr(_shard, "PLAN_CACHE_BYTES", 1)
+    mesh = jax.make_mesh((1,), ("x",))
+    rng = np.random.default_rng(4)
+    first = scipy.sparse.random_array((30, 30), density=0.2, format="csr", rng=rng)
+    x = rng.standard_normal(30)
+    for scale in (1.0, 2.0):
+        sharded = js.shard(js.CSRMatrix.from_scipy(first * scale), mesh, "x")
+        np.testing.assert_allclose(sharded @ x, (first * scale) @ x, rtol=1e-5)
+    assert len(planned) == 1
+    for density in (0.1, 0.3):
+        other = scipy.sparse.random_array((30, 30), density=density, format="csr", rng=rng)
+        js.shard(js.CSRMatrix.from_scipy(other), mesh, "x")
+        assert len(_shard._plans) == 1
+    assert len(planned) == 3
