@@ -322,15 +322,21 @@ def _scipy_style_arguments(arguments: tuple, shape):
 
 
 def _transpose_on_host(matrix: CSRMatrix) -> CSRMatrix:
-    """`CSRMatrix.transpose` with the structure computed by numpy (known index arrays): the
-    only traced work is one gather of the values, so a first call compiles next to nothing."""
+    """`CSRMatrix.transpose` with the structure computed on the host (known index arrays):
+    the only traced work is one gather of the values, so a first call compiles next to
+    nothing. scipy's CSR to CSC conversion of the entries' positions is the stable counting
+    sort; it trusts the structure, so that is checked first."""
     m, n = matrix.shape
     indices, indptr = np.asarray(matrix.indices), np.asarray(matrix.indptr)
-    order = np.argsort(indices, kind="stable")
-    rows = np.repeat(np.arange(m, dtype=indices.dtype), np.diff(indptr))
-    counts = np.bincount(indices, minlength=n)
-    indptr_t = np.concatenate([[0], np.cumsum(counts)]).astype(indices.dtype)
-    return CSRMatrix(_gather(matrix.data, order), rows[order], indptr_t, (n, m))
+    check_structure_on_host(indices, indptr, matrix.shape)
+    positions = scipy.sparse.csr_array((np.arange(len(indices)), indices, indptr), shape=(m, n))
+    by_column = positions.tocsc()
+    return CSRMatrix(
+        _gather(matrix.data, by_column.data),
+        by_column.indices.astype(indices.dtype, copy=False),
+        by_column.indptr.astype(indices.dtype, copy=False),
+        (n, m),
+    )
 
 
 @jax.jit
