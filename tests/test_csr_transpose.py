@@ -3,6 +3,8 @@ runs the native counting sort (`kernels/native/csr_transpose.cc`) and every othe
 platform, and `jax.export`, XLA's sort; both give the same structure for any input, an
 invalid one included (`_csr_transpose.py`)."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -72,30 +74,51 @@ INVALID = [
 ]
 
 
-@jax.jit
-def _both_structures(indices, indptr):
+@functools.partial(jax.jit, static_argnums=2)
+def _both_structures(indices, indptr, num_cols=3):
+    """The structure of `A.T` by the primitive (natively on a CPU) and by XLA's sort."""
     return (
-        _csr_transpose.transposed_structure(indices, indptr, 3),
-        _csr_layout.transposed_structure(indices, indptr, 3),
+        _csr_transpose.transposed_structure(indices, indptr, num_cols),
+        _csr_layout.transposed_structure(indices, indptr, num_cols),
     )
+
+
+def assert_same_structures(native, by_sort, index_dtype, name=""):
+    for got, want in zip(native, by_sort, strict=True):
+        np.testing.assert_array_equal(got, want.astype(index_dtype), err_msg=name)
 
 
 @needs_native
 @pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
 def test_invalid_structures_under_jit_get_the_sorts_structure(index_dtype):
-    """Under `jit` an invalid structure is transposed as XLA's sort transposes it (wrapped
-    and dropped positions, never an error nor an access outside the arrays): the product
-    on it then answers as documented, for a batch of structures too."""
+    """Under `jit` an invalid structure is transposed as XLA's sort transposes it (positions
+    wrapped or dropped, never an error nor an access outside the arrays), so `A.T @ x`
+    answers as before; one matrix and a batch of structures."""
     indptr = jnp.asarray([case[1] for case in INVALID], index_dtype)
     indices = jnp.asarray([case[2] for case in INVALID], index_dtype)
     assert "jaxsparse_csr_transpose" in _both_structures.lower(indices[0], indptr[0]).as_text()
     for member, (name, *_) in enumerate(INVALID):
-        native, by_sort = _both_structures(indices[member], indptr[member])
-        for got, want in zip(native, by_sort, strict=True):
-            np.testing.assert_array_equal(got, want.astype(index_dtype), err_msg=name)
-    batched, by_sort = jax.vmap(_both_structures)(indices, indptr)
-    for got, want in zip(batched, by_sort, strict=True):
-        np.testing.assert_array_equal(got, want.astype(index_dtype))
+        assert_same_structures(
+            *_both_structures(indices[member], indptr[member]), index_dtype, name
+        )
+    assert_same_structures(*jax.vmap(_both_structures)(indices, indptr), index_dtype)
+
+
+@needs_native
+@pytest.mark.parametrize("fault", ["none", "column", "indptr"])
+def test_a_structure_cut_into_pieces_is_transposed_as_the_sort_does(fault):
+    """A structure large enough to be cut into pieces over the threads, valid or with one
+    fault far from both ends."""
+    rng = np.random.default_rng(4)
+    m, per_row = 20_000, 4
+    indices = rng.integers(0, m, m * per_row).astype(np.int32)
+    indptr = np.arange(0, m * per_row + 1, per_row, dtype=np.int32)
+    if fault == "column":
+        indices[len(indices) * 2 // 3] = m
+    if fault == "indptr":
+        indptr[m // 2] = indptr[m // 2 - 1] - 1
+    native, by_sort = _both_structures(jnp.asarray(indices), jnp.asarray(indptr), m)
+    assert_same_structures(native, by_sort, np.int32)
 
 
 @needs_native
