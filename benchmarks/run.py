@@ -6,10 +6,11 @@ and per product inside a jitted loop of 20 (whose buffers XLA reuses), and a gra
 (forward and backward: a jitted `jax.vjp` along a cotangent `W`, giving the gradients with
 respect to the values and `X`), after checking each system's result against scipy's.
 Prints progress to stderr, then a table, the machine's streaming bandwidth and the issue's
-target ratios; writes JSON and a PNG plot. Three more sections (`--sections`): matrices
+target ratios; writes JSON and a PNG plot. Four more sections (`--sections`): matrices
 with many diagonals (`many_diagonals.py`: compile times), `jax.vmap` over 64 matrices'
-values (`batches.py`), and direct solves (`solve.py`, float64, in a process of its own so
-that its 64-bit mode leaves the products' float32 runs alone).
+values (`batches.py`), and, each float64 in a process of its own so that its 64-bit mode
+leaves the products' float32 runs alone, direct solves (`solve.py`) and the CSR transpose
+(`transpose.py`).
 """
 
 import argparse
@@ -40,7 +41,7 @@ MAX_ROWS_FOR_K = {1: 10**9, 8: 1_100_000, 64: 150_000}
 MAX_ROWS_GRADIENT = 1_100_000
 GRADIENT_KS = (1, 8)
 TOLERANCE = 1e-4  # max abs error relative to max |reference|, float32
-SECTIONS = ("products", "many-diagonals", "batches", "solve")
+SECTIONS = ("products", "many-diagonals", "batches", "solve", "transpose")
 
 
 def parse_args(argv):
@@ -152,14 +153,15 @@ def run_cases(args) -> tuple[list[dict], list[str]]:
     return records, skipped
 
 
-def run_solve_section(quick: bool) -> str:
-    """`solve.py`'s tables (its stdout), run in a fresh process; an error if it failed."""
-    script = Path(__file__).resolve().parent / "solve.py"
+def run_script_section(name: str, quick: bool) -> str:
+    """The tables (stdout) of the section script `<name>.py`, run in a fresh process; an
+    error if it failed."""
+    script = Path(__file__).resolve().parent / f"{name}.py"
     command = [sys.executable, str(script), *(["--quick"] if quick else [])]
-    print("solve section: " + " ".join(command[1:]), file=sys.stderr, flush=True)
+    print(f"{name} section: " + " ".join(command[1:]), file=sys.stderr, flush=True)
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
-        raise RuntimeError(f"solve.py failed ({done.returncode}):\n{done.stderr[-2000:]}")
+        raise RuntimeError(f"{name}.py failed ({done.returncode}):\n{done.stderr[-2000:]}")
     return done.stdout.rstrip()
 
 
@@ -223,8 +225,9 @@ def main(argv=None) -> dict:
         results["many_diagonals"] = many_diagonals.run(args.quick, budget_for(args))
     if "batches" in sections:
         results["batches"] = batches.run(args.quick, budget_for(args))
-    if "solve" in sections:
-        results["solve"] = run_solve_section(args.quick)
+    for name in ("solve", "transpose"):
+        if name in sections:
+            results[name] = run_script_section(name, args.quick)
     results["targets"] = report.targets(records, bandwidth)
     print(report.header(env))
     if records:
@@ -234,8 +237,9 @@ def main(argv=None) -> dict:
         print(many_diagonals.table(results["many_diagonals"]))
     if "batches" in results:
         print(batches.table(results["batches"], bandwidth))
-    if "solve" in results:
-        print("\n" + results["solve"])
+    for name in ("solve", "transpose"):
+        if name in results:
+            print("\n" + results[name])
     stem = "quick" if args.quick else "results"
     (out / f"{stem}.json").write_text(json.dumps(results, indent=1))
     if records:

@@ -20,8 +20,9 @@ from ._base import (
 )
 from ._batching import over_batch, refuse_batch
 from ._coordinates import entries, scatter_total
-from ._csr_layout import indptr_from_counts, row_ids, structure_faults, transposed_structure
+from ._csr_layout import indptr_from_counts, row_ids, structure_faults
 from ._csr_ops import csr_matmul_p, csr_matmul_t_p
+from ._csr_transpose import transposed_structure
 from ._interop import (
     eliminate_zeros,
     from_bcoo,
@@ -133,7 +134,8 @@ class CSRMatrix(SparseMatrix, SparseOperators):
 
     @over_batch
     def transpose(self) -> "CSRMatrix":
-        """`A^T` as a CSR matrix (jit-able: a stable sort of the column indices).
+        """`A^T` as a CSR matrix (jit-able): a stable sort of the column indices,
+        `O(nnz + m + n)` on the host and under `jit` on a CPU (`_csr_transpose.py`).
 
         Entries keep their relative order within each new row.
         """
@@ -321,15 +323,21 @@ def _scipy_style_arguments(arguments: tuple, shape):
 
 
 def _transpose_on_host(matrix: CSRMatrix) -> CSRMatrix:
-    """`CSRMatrix.transpose` with the structure computed by numpy (known index arrays): the
-    only traced work is one gather of the values, so a first call compiles next to nothing."""
+    """`CSRMatrix.transpose` with the structure computed on the host (known index arrays):
+    the only traced work is one gather of the values, so a first call compiles next to
+    nothing. scipy's CSR to CSC conversion of the entries' positions is the stable counting
+    sort; it trusts the structure, so that is checked first."""
     m, n = matrix.shape
     indices, indptr = np.asarray(matrix.indices), np.asarray(matrix.indptr)
-    order = np.argsort(indices, kind="stable")
-    rows = np.repeat(np.arange(m, dtype=indices.dtype), np.diff(indptr))
-    counts = np.bincount(indices, minlength=n)
-    indptr_t = np.concatenate([[0], np.cumsum(counts)]).astype(indices.dtype)
-    return CSRMatrix(_gather(matrix.data, order), rows[order], indptr_t, (n, m))
+    check_structure_on_host(indices, indptr, matrix.shape)
+    positions = scipy.sparse.csr_array((np.arange(len(indices)), indices, indptr), shape=(m, n))
+    by_column = positions.tocsc()
+    return CSRMatrix(
+        _gather(matrix.data, by_column.data),
+        by_column.indices.astype(indices.dtype, copy=False),
+        by_column.indptr.astype(indices.dtype, copy=False),
+        (n, m),
+    )
 
 
 @jax.jit
@@ -337,9 +345,9 @@ def _gather(values, order):
     return values[order]
 
 
-@jax.jit
 def _transpose(matrix: CSRMatrix) -> CSRMatrix:
-    """`CSRMatrix.transpose` for traced index arrays, jitted: one program for its shapes."""
+    """`CSRMatrix.transpose` for traced index arrays: one primitive for the structure (which
+    reads `JAXSPARSE_BACKEND` where it is traced) and a gather of the values."""
     m, n = matrix.shape
     order, indices, indptr = transposed_structure(matrix.indices, matrix.indptr, n)
     return CSRMatrix(matrix.data[order], indices, indptr, (n, m))

@@ -75,7 +75,8 @@ def transposed_structure(indices, indptr, num_cols: int):
     """The CSR structure of `A^T` for `A` with `num_cols` columns.
 
     A stable sort of the column indices, so the entries of a new row keep their old row
-    order. `O(nnz log nnz)`.
+    order: XLA's sort, `O(nnz log nnz)`, the portable path. `CSRMatrix.T` takes it through
+    `_csr_transpose.transposed_structure`, which runs a native counting sort on a CPU.
 
     **Returns:** `(order, indices_t, indptr_t)`: entry `q` of `A^T` is entry `order[q]` of
     `A`, at column `indices_t[q]` (its old row); `indptr_t` has `num_cols + 1` entries.

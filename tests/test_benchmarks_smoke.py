@@ -63,6 +63,9 @@ def test_quick_benchmark_writes_checked_results(tmp_path):
     # The direct-solve section ran (its own process) and printed each of its tables.
     for table in ("banded DIA", "CSR 2-D 5-point", "factorize once", "gradient step"):
         assert table in results["solve"]
+    # The transpose section (its own process): every case checked against scipy and timed.
+    transpose = results["transpose"]
+    assert "A.T @ x" in transpose and "A[:, 100 cols]" in transpose and "WRONG" not in transpose
     for record in many + batched:
         assert record["ok"], record
         assert record["median_s"] > 0 and record["first_call_s"] > 0

@@ -68,6 +68,12 @@ def test_matching_buffers_give_scipys_product():
     x = dense(N, K)
     y = call("jaxsparse_csr_matmul", result(M, K), DATA, x, INDICES, INDPTR)
     np.testing.assert_allclose(y, MATRIX @ np.asarray(x), rtol=1e-6)
+    structure = tuple(result(size, dtype=jnp.int32) for size in (NNZ, NNZ, N + 1))
+    order, indices_t, indptr_t = call("jaxsparse_csr_transpose", structure, INDICES, INDPTR)
+    transposed = MATRIX.T.tocsr()
+    np.testing.assert_array_equal(MATRIX.data[np.asarray(order)], transposed.data)
+    np.testing.assert_array_equal(indices_t, transposed.indices)
+    np.testing.assert_array_equal(indptr_t, transposed.indptr)
 
 
 MISMATCHES = {
@@ -154,6 +160,49 @@ MISMATCHES = {
         (dense(M, K), DATA, dense(N, K), INDICES, INDPTR),
         {},
         "the operand's gradient has 3 along axis 1, expected 2",
+    ),
+    "a transposed structure from float indices": (
+        "jaxsparse_csr_transpose",
+        (result(NNZ), result(NNZ), result(N + 1)),
+        (INDICES.astype(jnp.float32), INDPTR),
+        {},
+        "indices must be int32 or int64, got float32",
+    ),
+    "a transposed index pointer of another index type": (
+        "jaxsparse_csr_transpose",
+        (
+            result(NNZ, dtype=jnp.int32),
+            result(NNZ, dtype=jnp.int32),
+            result(N + 1, dtype=jnp.int64),
+        ),
+        (INDICES, INDPTR),
+        {},
+        "the transposed indptr must be int32, got int64",
+    ),
+    "an order shorter than the indices": (
+        "jaxsparse_csr_transpose",
+        (
+            result(NNZ - 1, dtype=jnp.int32),
+            result(NNZ, dtype=jnp.int32),
+            result(N + 1, dtype=jnp.int32),
+        ),
+        (INDICES, INDPTR),
+        {},
+        f"the order has {NNZ - 1} along axis 0, expected {NNZ}",
+    ),
+    "a batched transpose of one structure": (
+        "jaxsparse_csr_transpose",
+        tuple(result(2, size, dtype=jnp.int32) for size in (NNZ, NNZ, N + 1)),
+        (INDICES, INDPTR),
+        {},
+        "the order must have the batch axis of indices",
+    ),
+    "an empty transposed index pointer": (
+        "jaxsparse_csr_transpose",
+        (result(NNZ, dtype=jnp.int32), result(NNZ, dtype=jnp.int32), result(0, dtype=jnp.int32)),
+        (INDICES, INDPTR),
+        {},
+        "must hold at least 1 value",
     ),
     "a DIA operand of the wrong rows": (
         "jaxsparse_dia_matmul",

@@ -1,4 +1,5 @@
-"""The CSR products on CPU by jaxsparse's native kernels (`native/csr_kernels.cc`).
+"""The CSR products on CPU by jaxsparse's native kernels (`native/csr_kernels.cc`), and
+the structure of the transpose (`native/csr_transpose.cc`).
 
 Same contracts as `xla_csr.py`. Work is split over XLA's intra-op threads by stored
 entries, so power-law rows balance; results are identical bit for bit from run to run.
@@ -26,6 +27,10 @@ Batches follow the product contract (`_primitive.py`, "Batches"): values `(B, nn
 dense operands `(B, rows, k)`, or shared without the leading axis; one kernel call runs
 the whole batch and reads the structure once, a chunk of entries at a time for every
 member.
+
+The structure of `A^T` (`csr_transposed_structure_native`, `native/csr_transpose.cc`) is a
+counting sort of the column indices, the same arrays as `_csr_layout.transposed_structure`
+for any structure, an invalid one included.
 """
 
 import jax
@@ -34,11 +39,17 @@ import numpy as np
 from . import _native_library
 
 _VALUE_DTYPES = tuple(np.dtype(t) for t in (np.float32, np.float64, np.complex64, np.complex128))
+_INDEX_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
 
 
 def supports(dtype, platform: str) -> bool:
     """Whether the native kernels take `dtype` on `platform` (the CPU, once built)."""
     return platform == "cpu" and _native_library.AVAILABLE and np.dtype(dtype) in _VALUE_DTYPES
+
+
+def transposes(dtype, platform: str) -> bool:
+    """Whether the native transpose takes index dtype `dtype` on `platform`."""
+    return platform == "cpu" and _native_library.AVAILABLE and np.dtype(dtype) in _INDEX_DTYPES
 
 
 def _call(target: str, out_shape, *args):
@@ -84,3 +95,13 @@ def csr_matmul_pullback_native(g, data, x, indices, indptr, *, shape: tuple[int,
         jax.ShapeDtypeStruct((shape[1], g.shape[-1]), data.dtype),
     )
     return jax.ffi.ffi_call("jaxsparse_csr_matmul_pullback", out)(g, data, x, indices, indptr)
+
+
+def csr_transposed_structure_native(indices, indptr, *, num_cols: int):
+    """`(order, indices_t, indptr_t)`, the structure of `A^T` for `A` with `num_cols`
+    columns (see `_csr_layout.transposed_structure`), all in the index dtype; `indices` and
+    `indptr` may carry one leading batch axis, which the results then have."""
+    batch, nnz = indices.shape[:-1], indices.shape[-1]
+    entries = jax.ShapeDtypeStruct((*batch, nnz), indices.dtype)
+    out = (entries, entries, jax.ShapeDtypeStruct((*batch, num_cols + 1), indices.dtype))
+    return tuple(jax.ffi.ffi_call("jaxsparse_csr_transpose", out)(indices, indptr))

@@ -15,6 +15,8 @@ XLA_FFI_Error* JaxsparseCsrMatmulT(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* JaxsparseCsrSddmm(XLA_FFI_CallFrame* call_frame);
 // (g, data, x, indices, indptr) -> (sddmm(g, x), A^T @ g): the gradient step of A @ x
 XLA_FFI_Error* JaxsparseCsrMatmulPullback(XLA_FFI_CallFrame* call_frame);
+// (indices, indptr) -> (order, indices_t, indptr_t): the structure of A^T, a stable sort
+XLA_FFI_Error* JaxsparseCsrTranspose(XLA_FFI_CallFrame* call_frame);
 // (data, x; offsets) -> A @ x
 XLA_FFI_Error* JaxsparseDiaMatmul(XLA_FFI_CallFrame* call_frame);
 // (data, g; offsets) -> A^T @ g

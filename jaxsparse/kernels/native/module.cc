@@ -28,6 +28,7 @@ constexpr Target kTargets[] = {
     {"jaxsparse_csr_matmul_t", JaxsparseCsrMatmulT},
     {"jaxsparse_csr_sddmm", JaxsparseCsrSddmm},
     {"jaxsparse_csr_matmul_pullback", JaxsparseCsrMatmulPullback},
+    {"jaxsparse_csr_transpose", JaxsparseCsrTranspose},
     {"jaxsparse_dia_matmul", JaxsparseDiaMatmul},
     {"jaxsparse_dia_matmul_t", JaxsparseDiaMatmulT},
     {"jaxsparse_dia_sddmm", JaxsparseDiaSddmm},

@@ -1,0 +1,157 @@
+"""`CSRMatrix.transpose`: scipy's stable transpose on the host and under `jit`, where a CPU
+runs the native counting sort (`kernels/native/csr_transpose.cc`) and every other
+platform, and `jax.export`, XLA's sort; both give the same structure for any input, an
+invalid one included (`_csr_transpose.py`)."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.sparse
+from jax import export
+from jax.test_util import check_grads
+
+import jaxsparse as js
+from jaxsparse import _csr_layout, _csr_transpose
+from jaxsparse.kernels import _native_library
+
+pytestmark = pytest.mark.on_cpu
+
+needs_native = pytest.mark.skipif(
+    not _native_library.AVAILABLE,
+    reason=f"native kernels not built: {_native_library.UNAVAILABLE_REASON}",
+)
+
+# (m, n), indptr, indices: repeated and unsorted columns, empty rows and columns.
+STRUCTURES = {
+    "repeats-unsorted-empty": ((5, 7), [0, 3, 3, 6, 6, 9], [4, 1, 4, 6, 0, 1, 1, 4, 0]),
+    "no-entries": ((3, 4), [0, 0, 0, 0], []),
+    "one-column": ((4, 1), [0, 2, 2, 3, 4], [0, 0, 0, 0]),
+}
+
+
+def structure_arrays(name, index_dtype):
+    shape, indptr, indices = STRUCTURES[name]
+    return shape, np.asarray(indices, index_dtype), np.asarray(indptr, index_dtype)
+
+
+@jax.jit
+def _transposed(matrix):
+    return matrix.T
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("name", list(STRUCTURES))
+def test_transpose_is_scipys_in_entry_order(name, index_dtype, jit):
+    """The structure, entry order (a stable sort: scipy's CSR to CSC conversion) and index
+    dtype of `A.T` are scipy's, eagerly and under `jit`."""
+    shape, indices, indptr = structure_arrays(name, index_dtype)
+    data = np.arange(1.0, len(indices) + 1)
+    matrix = js.CSRMatrix(data, indices, indptr, shape)
+    result = (_transposed if jit else js.CSRMatrix.transpose)(matrix)
+    expected = scipy.sparse.csr_array((data, indices, indptr), shape=shape).tocsc()
+    assert result.shape == shape[::-1]
+    assert result.indices.dtype == result.indptr.dtype == index_dtype
+    np.testing.assert_array_equal(result.data, expected.data)
+    np.testing.assert_array_equal(result.indices, expected.indices)
+    np.testing.assert_array_equal(result.indptr, expected.indptr)
+
+
+# (name, indptr, indices) of a 3 x 3 matrix with 3 entries; `A.check()` refuses each.
+INVALID = [
+    ("indptr-start", [1, 2, 2, 3], [0, 2, 1]),
+    ("indptr-decreasing", [0, 2, 1, 3], [0, 2, 1]),
+    ("indptr-beyond-entries", [0, 2, 9, 3], [0, 2, 1]),
+    ("indptr-negative", [0, -2, 2, 3], [0, 2, 1]),
+    ("indptr-end", [0, 2, 2, 2], [0, 2, 1]),
+    ("column-too-large", [0, 2, 2, 3], [0, 99, 1]),
+    ("column-minus-one", [0, 2, 2, 3], [0, -1, 1]),
+    ("column-negative", [0, 2, 2, 3], [0, -5, 1]),
+    ("zero-filled", [0, 0, 0, 0], [0, 0, 0]),
+]
+
+
+@functools.partial(jax.jit, static_argnums=2)
+def _both_structures(indices, indptr, num_cols=3):
+    """The structure of `A.T` by the primitive (natively on a CPU) and by XLA's sort."""
+    return (
+        _csr_transpose.transposed_structure(indices, indptr, num_cols),
+        _csr_layout.transposed_structure(indices, indptr, num_cols),
+    )
+
+
+def assert_same_structures(native, by_sort, index_dtype, name=""):
+    for got, want in zip(native, by_sort, strict=True):
+        np.testing.assert_array_equal(got, want.astype(index_dtype), err_msg=name)
+
+
+@needs_native
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+def test_invalid_structures_under_jit_get_the_sorts_structure(index_dtype):
+    """Under `jit` an invalid structure is transposed as XLA's sort transposes it (positions
+    wrapped or dropped, never an error nor an access outside the arrays), so `A.T @ x`
+    answers as before; one matrix and a batch of structures."""
+    indptr = jnp.asarray([case[1] for case in INVALID], index_dtype)
+    indices = jnp.asarray([case[2] for case in INVALID], index_dtype)
+    assert "jaxsparse_csr_transpose" in _both_structures.lower(indices[0], indptr[0]).as_text()
+    for member, (name, *_) in enumerate(INVALID):
+        assert_same_structures(
+            *_both_structures(indices[member], indptr[member]), index_dtype, name
+        )
+    assert_same_structures(*jax.vmap(_both_structures)(indices, indptr), index_dtype)
+
+
+@needs_native
+@pytest.mark.parametrize("fault", ["none", "column", "indptr"])
+def test_a_structure_cut_into_pieces_is_transposed_as_the_sort_does(fault):
+    """A structure large enough to be cut into pieces over the threads, valid or with one
+    fault far from both ends."""
+    rng = np.random.default_rng(4)
+    m, per_row = 20_000, 4
+    indices = rng.integers(0, m, m * per_row).astype(np.int32)
+    indptr = np.arange(0, m * per_row + 1, per_row, dtype=np.int32)
+    if fault == "column":
+        indices[len(indices) * 2 // 3] = m
+    if fault == "indptr":
+        indptr[m // 2] = indptr[m // 2 - 1] - 1
+    native, by_sort = _both_structures(jnp.asarray(indices), jnp.asarray(indptr), m)
+    assert_same_structures(native, by_sort, np.int32)
+
+
+@needs_native
+def test_gradient_of_the_transposed_product_in_the_values():
+    """`A.T @ x` under `jit` with a traced structure (the native transpose) and eagerly,
+    differentiated in `A.data` against finite differences."""
+    shape, indices, indptr = structure_arrays("repeats-unsorted-empty", np.int32)
+    rng = np.random.default_rng(0)
+    data = jnp.asarray(rng.standard_normal(len(indices)))
+    x = jnp.asarray(rng.standard_normal((shape[0], 2)))
+    product = jax.jit(lambda d, i, p: js.CSRMatrix(d, i, p, shape).T @ x)
+    known = js.CSRMatrix(data, indices, indptr, shape)
+    for function in (
+        lambda d: product(d, jnp.asarray(indices), jnp.asarray(indptr)),
+        lambda d: known.with_data(d).T @ x,
+    ):
+        check_grads(function, (data,), order=2, modes=("fwd", "rev"))
+
+
+@pytest.mark.parametrize("backend", ["auto", "xla"])
+def test_export_and_the_xla_backend_keep_the_sort(backend, monkeypatch):
+    """`jax.export` lowers the transpose to XLA's sort, as `JAXSPARSE_BACKEND=xla` does
+    at run time: no custom call, and the artifact's answer is scipy's."""
+    monkeypatch.setenv("JAXSPARSE_BACKEND", backend)
+    shape, indices, indptr = structure_arrays("repeats-unsorted-empty", np.int32)
+    data = np.arange(1.0, len(indices) + 1)
+    matrix = js.CSRMatrix(data, indices, indptr, shape)
+    x = jnp.ones(shape[0])
+    program = jax.jit(lambda a, x: a.T @ x)
+    exported = export.export(program)(matrix, x)
+    assert "stablehlo.custom_call" not in exported.mlir_module()
+    twin = scipy.sparse.csr_array((data, indices, indptr), shape=shape)
+    np.testing.assert_allclose(exported.call(matrix, x), twin.T @ np.ones(shape[0]))
+    lowered = jax.jit(lambda a: a.T).lower(matrix).as_text()
+    native = backend == "auto" and _native_library.AVAILABLE
+    assert ("jaxsparse_csr_transpose" in lowered) == native
