@@ -51,9 +51,47 @@ def host_keys(rows, cols, shape: tuple[int, int]) -> np.ndarray | None:
     return np.asarray(rows, np.int64) * shape[1] + np.asarray(cols, np.int64)
 
 
-def static_nnz(keys: np.ndarray | None, nnz: int | None, operation: str) -> int:
-    """The number of distinct positions: `nnz` if given, else counted on the host from
-    `host_keys` (`None` for traced positions).
+def sorted_unique(keys: np.ndarray) -> np.ndarray:
+    """The distinct values of a 1-D host array, sorted, as `np.unique(keys)`.
+
+    By a sort: numpy's values-only `np.unique` (2.3 and later) hashes instead, which is far
+    slower for the ~10^6 distinct int64 keys of a matrix's positions.
+    """
+    ordered = np.sort(keys)
+    if ordered.size == 0:
+        return ordered
+    starts = np.empty(ordered.shape, bool)
+    starts[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=starts[1:])
+    return ordered[starts]
+
+
+def unique_positions(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`np.unique(keys, return_inverse=True)` for a 1-D host array, by a sort (see
+    `sorted_unique`): the sorted distinct keys, and the slot of each key among them."""
+    order = np.argsort(keys)
+    ordered = keys[order]
+    starts = np.empty(ordered.shape, bool)
+    starts[:1] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=starts[1:])
+    inverse = np.empty(keys.shape, np.intp)
+    inverse[order] = np.cumsum(starts) - 1
+    return ordered[starts], inverse
+
+
+def host_isin(values: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """`np.isin(values, keys)` for 1-D host arrays, by a sort of `keys` and a binary search
+    (`np.isin` would take `np.unique`'s hashing path, see `sorted_unique`)."""
+    if keys.size == 0:
+        return np.zeros(values.shape, bool)
+    table = np.sort(keys)
+    position = np.minimum(np.searchsorted(table, values), table.size - 1)
+    return table[position] == values
+
+
+def static_nnz(unique_keys: np.ndarray | None, nnz: int | None, operation: str) -> int:
+    """The number of distinct positions: `nnz` if given, else the size of the positions'
+    `unique_positions` on the host (`None` for traced positions).
 
     Raises a TypeError when it would depend on traced index values (under `jit`).
     """
@@ -61,14 +99,14 @@ def static_nnz(keys: np.ndarray | None, nnz: int | None, operation: str) -> int:
         if isinstance(nnz, bool) or not isinstance(nnz, (int, np.integer)) or nnz < 0:
             raise ValueError(f"`nnz` must be a non-negative Python int, got {nnz!r}.")
         return int(nnz)
-    if keys is None:
+    if unique_keys is None:
         raise TypeError(
             f"{operation}: the result's structure depends on the operands' index values, "
             "which are traced under `jax.jit`. Pass a static `nnz` (the number of stored "
             "entries of the result, e.g. computed once outside `jit`), or compute it "
             "outside `jit`."
         )
-    return int(np.unique(keys).size)
+    return int(unique_keys.size)
 
 
 def sorted_distinct(rows, cols, size: int, fill: tuple[int, int]):
@@ -97,10 +135,11 @@ def sorted_distinct(rows, cols, size: int, fill: tuple[int, int]):
     return unique_rows, unique_cols, inverse, slot[-1] + 1
 
 
-def csr_from_entries(rows, cols, values, shape: tuple[int, int], nnz: int):
+def csr_from_entries(rows, cols, values, shape: tuple[int, int], nnz: int, *, structure=None):
     """The CSR matrix of the listed entries, repeats summed, rows and columns sorted.
 
-    Concrete positions (numpy, or known arrays) get their structure on the host in int64;
+    Concrete positions (numpy, or known arrays) get their structure on the host in int64
+    (`structure`: their `unique_positions(host_keys(...))`, if the caller has it already);
     traced ones by `sorted_distinct`. With fewer than `nnz` distinct positions, the result
     is padded with explicit zeros at the last position `(m - 1, n - 1)`; with more, a
     ValueError on the host, and under `jit` using the result raises at run time
@@ -110,10 +149,12 @@ def csr_from_entries(rows, cols, values, shape: tuple[int, int], nnz: int):
     index_dtype = index_dtype_for(shape, nnz)
     if nnz == 0 or m * n == 0:
         return _empty_csr(rows, cols, values, shape, nnz, index_dtype)
-    keys = host_keys(rows, cols, shape)
-    if keys is None:
-        return _csr_from_traced_entries(rows, cols, values, shape, nnz)
-    unique, inverse = np.unique(keys, return_inverse=True)
+    if structure is None:
+        keys = host_keys(rows, cols, shape)
+        if keys is None:
+            return _csr_from_traced_entries(rows, cols, values, shape, nnz)
+        structure = unique_positions(keys)
+    unique, inverse = structure
     if unique.size > nnz:
         raise ValueError(f"`nnz`={nnz} is smaller than the result's {unique.size} entries.")
     padding = np.full((nnz - unique.size,), m * n - 1, np.int64)
@@ -185,8 +226,10 @@ def _csr_from_traced_entries(rows, cols, values, shape: tuple[int, int], nnz: in
 
 def entries_to_csr(rows, cols, values, shape, *, nnz: int | None, operation: str):
     """`csr_from_entries` with `nnz` counted on the host when it is not given."""
-    nnz = static_nnz(host_keys(rows, cols, shape), nnz, operation)
-    return csr_from_entries(rows, cols, values, shape, nnz)
+    keys = host_keys(rows, cols, shape)
+    structure = None if keys is None else unique_positions(keys)
+    nnz = static_nnz(None if structure is None else structure[0], nnz, operation)
+    return csr_from_entries(rows, cols, values, shape, nnz, structure=structure)
 
 
 @jax.jit
@@ -262,14 +305,14 @@ def stored_on_host(matrix, rows: np.ndarray, cols: np.ndarray) -> np.ndarray | N
     stored_rows, stored_cols, _ = entries(matrix)
     if not isinstance(stored_rows, np.ndarray):
         return None
-    return np.isin(
+    return host_isin(
         host_keys(rows, cols, matrix.shape), host_keys(stored_rows, stored_cols, matrix.shape)
     )
 
 
 @register_for_format("dia", stored_on_host)
 def _dia_stored_on_host(matrix, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
-    return np.isin(cols.astype(np.int64) - rows, np.asarray(matrix.offsets, np.int64))
+    return host_isin(cols.astype(np.int64) - rows, np.asarray(matrix.offsets, np.int64))
 
 
 def select_entries(matrix, keep: np.ndarray):
