@@ -104,7 +104,7 @@ def measure(sizes: list[int], wanted: list[str] | None) -> dict:
         for name, (reference, eager, jitted, args) in cases(n).items():
             if wanted and not any(w in name for w in wanted):
                 continue
-            timing = dict(budget_s=0.3, min_repeats=5, max_repeats=50)
+            timing = dict(budget_s=1.0, min_repeats=9, max_repeats=200)
             row = {"eager": time_call(blocking(eager), **timing)["median_s"]}
             if jitted is not None:
                 compiled = jax.jit(jitted).lower(*args).compile()

@@ -67,16 +67,32 @@ def sorted_unique(keys: np.ndarray) -> np.ndarray:
 
 
 def unique_positions(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """`np.unique(keys, return_inverse=True)` for a 1-D host array, by a sort (see
-    `sorted_unique`): the sorted distinct keys, and the slot of each key among them."""
-    order = np.argsort(keys)
-    ordered = keys[order]
-    starts = np.empty(ordered.shape, bool)
+    """`np.unique(keys, return_inverse=True)` for 1-D int64 host keys, by a sort (see
+    `sorted_unique`): the sorted distinct keys, and the slot of each key among them.
+
+    Sorted keys (a canonical matrix's positions) are not sorted again. Keys that leave
+    room for their index in the low bits of an int64 are sorted with it packed there: one
+    plain sort, cheaper than an `argsort` and its gather.
+    """
+    keys = np.asarray(keys, np.int64)
+    order = None
+    if keys.size > 1 and not np.all(keys[1:] >= keys[:-1]):
+        bits = int(keys.size - 1).bit_length()
+        if keys.min() >= 0 and int(keys.max()) < 2 ** (63 - bits):
+            packed = np.sort((keys << bits) | np.arange(keys.size, dtype=np.int64))
+            keys, order = packed >> bits, packed & ((1 << bits) - 1)
+        else:
+            order = np.argsort(keys)
+            keys = keys[order]
+    starts = np.empty(keys.shape, bool)
     starts[:1] = True
-    np.not_equal(ordered[1:], ordered[:-1], out=starts[1:])
+    np.not_equal(keys[1:], keys[:-1], out=starts[1:])
+    slots = np.cumsum(starts) - 1
+    if order is None:
+        return keys[starts], slots
     inverse = np.empty(keys.shape, np.intp)
-    inverse[order] = np.cumsum(starts) - 1
-    return ordered[starts], inverse
+    inverse[order] = slots
+    return keys[starts], inverse
 
 
 def host_isin(values: np.ndarray, keys: np.ndarray) -> np.ndarray:
@@ -159,11 +175,12 @@ def csr_from_entries(rows, cols, values, shape: tuple[int, int], nnz: int, *, st
         raise ValueError(f"`nnz`={nnz} is smaller than the result's {unique.size} entries.")
     padding = np.full((nnz - unique.size,), m * n - 1, np.int64)
     unique = np.concatenate([unique, padding])
-    counts = np.bincount(unique // n, minlength=m)
+    unique_rows, unique_cols = np.divmod(unique, n)
+    counts = np.bincount(unique_rows, minlength=m)
     indptr = np.concatenate([[0], np.cumsum(counts)]).astype(index_dtype)
     return format_class("csr")(
         _summed_values(values, inverse.reshape(-1).astype(index_dtype), nnz),
-        (unique % n).astype(index_dtype),
+        unique_cols.astype(index_dtype),
         indptr,
         shape,
     )
