@@ -343,20 +343,81 @@ def select_entries(matrix, keep: np.ndarray):
     return format_class("csr")(matrix.data[np.flatnonzero(keep)], indices, indptr, matrix.shape)
 
 
-@jax.jit
-def distinct_entries(matrix):
+def distinct_entries(matrix, repeats: bool | None = None):
     """Each stored position once, repeats summed: `(rows, cols, values, valid)`, padded
-    to `matrix.nnz` entries (jit-able: at most `nnz` distinct positions exist).
+    to `matrix.nnz` entries (jit-able: at most `nnz` distinct positions exist), sorted by
+    row then column.
 
     Padding entries have `valid` false, value zero and row `m` (outside the matrix).
+    `repeats`: `may_repeat(matrix)`, if the caller computed it before entering `jit`.
     """
-    return _distinct_entries(matrix)
+    return _distinct_entries(matrix, repeats=_repeats(matrix, repeats))
+
+
+@functools.partial(jax.jit, static_argnames="repeats")
+def _distinct_entries(matrix, repeats: bool | None):
+    return reduce_distinct(matrix, lambda *distinct: distinct, repeats)
+
+
+def reduce_distinct(matrix, reduce, repeats: bool | None = None):
+    """`reduce(*distinct_entries(matrix))`, jit-able.
+
+    Where no stored position repeats, `reduce` gets the stored entries as they are, without
+    the sort that sums repeats. That is known on the host for a concrete structure
+    (`may_repeat`); for a traced one, a run-time check picks between the two with
+    `lax.cond` around `reduce` (both compile), so that each branch fuses its reduction.
+    """
+    return _reduce_distinct(matrix, reduce, _repeats(matrix, repeats))
+
+
+def _repeats(matrix, repeats: bool | None) -> bool | None:
+    return may_repeat(matrix) if repeats is None else repeats
 
 
 @functools.singledispatch
-def _distinct_entries(matrix):
-    if matrix.nnz == 0:
-        return _all_valid(*entries(matrix))
+def may_repeat(matrix) -> bool | None:
+    """Whether a stored position may repeat: False when the columns of every row strictly
+    increase (the canonical CSR form), checked on the host for a concrete structure; None
+    for a traced one."""
+    if not is_concrete(matrix.indices, matrix.indptr) or matrix.indices.ndim != 1:
+        return None
+    indices, indptr = np.asarray(matrix.indices), np.asarray(matrix.indptr)
+    rises = indices[1:] > indices[:-1]
+    starts = indptr[1:-1]
+    # Entry `p` starting a row needs no rise from entry `p - 1`.
+    rises[starts[(starts > 0) & (starts < indices.size)] - 1] = True
+    return not bool(np.all(rises))
+
+
+@register_for_format("dia", may_repeat)
+def _dia_may_repeat(matrix) -> bool:
+    return False
+
+
+@functools.singledispatch
+def _reduce_distinct(matrix, reduce, repeats: bool | None):
+    if matrix.nnz < 2 or repeats is False:
+        return reduce(*_all_valid(*entries(matrix)))
+    if repeats:
+        return reduce(*_summed_distinct_entries(matrix))
+    return jax.lax.cond(
+        _columns_rise(matrix.indices, matrix.indptr),
+        lambda matrix: reduce(*_all_valid(*entries(matrix))),
+        lambda matrix: reduce(*_summed_distinct_entries(matrix)),
+        matrix,
+    )
+
+
+def _columns_rise(indices, indptr) -> jax.Array:
+    """Whether the columns of every row strictly increase: `may_repeat` on traced arrays."""
+    rises = indices[1:] > indices[:-1]
+    starts = indptr[1:-1]
+    # Entry `p` starting a row needs no rise from entry `p - 1`.
+    lifted = jnp.where(starts > 0, starts - 1, rises.shape[0])
+    return jnp.all(rises.at[lifted].set(True, mode="drop"))
+
+
+def _summed_distinct_entries(matrix):
     rows, cols, values = entries(matrix)
     m = matrix.shape[0]
     unique_rows, unique_cols, inverse, found = sorted_distinct(rows, cols, matrix.nnz, (m, 0))
@@ -365,10 +426,10 @@ def _distinct_entries(matrix):
     return unique_rows, unique_cols, summed, valid
 
 
-@register_for_format("dia", _distinct_entries)
-def _dia_distinct_entries(matrix):
+@register_for_format("dia", _reduce_distinct)
+def _dia_reduce_distinct(matrix, reduce, repeats: bool | None):
     """A DIA matrix stores each position once."""
-    return _all_valid(*entries(matrix))
+    return reduce(*_all_valid(*entries(matrix)))
 
 
 def _all_valid(rows, cols, values):

@@ -94,6 +94,47 @@ def test_reductions_match_scipy(case, dtype):
     assert got["norm(fro)"].dtype == jnp.real(matrix.data).dtype
 
 
+def test_max_min_on_stored_entries_unless_positions_repeat():
+    """One jitted program for two structures of one shape and size: its run-time check sends
+    the canonical one past the sort that sums repeats; eager calls decide on the host."""
+    shape, data = (4, 5), np.array([-1.0, 4.0, -2.0, -3.0, -5.0, -6.0, -7.0, 2.0])
+    indptr = np.array([0, 0, 3, 8, 8])  # empty first and last rows, a full row
+    canonical = np.array([0, 2, 4, 0, 1, 2, 3, 4])
+    repeating = np.array([4, 0, 4, 3, 1, 2, 0, 4])  # unsorted, column 4 twice in each row
+    reduce = jax.jit(_max_min_and_counts)
+    for indices in (canonical, repeating):
+        twin = scipy.sparse.csr_array((data, indices, indptr), shape=shape)
+        summed = scipy.sparse.csr_array(twin, copy=True)
+        summed.sum_duplicates()
+        expected = {
+            f"{name}({axis})": _dense(getattr(summed, name)(axis=axis))
+            for name in ("max", "min")
+            for axis in (None, 0, 1)
+        }
+        expected |= {
+            "count": summed.count_nonzero(),
+            "norm(1)": scipy.sparse.linalg.norm(summed, 1),
+        }
+        matrix = js.CSRMatrix(jnp.asarray(data), indices, indptr, shape)
+        for got in (reduce(matrix), _max_min_and_counts(matrix)):
+            for name, value in expected.items():
+                np.testing.assert_allclose(got[name], value, rtol=1e-12, err_msg=name)
+    program = jax.jit(lambda: _max_min_and_counts(matrix)).lower().as_text()
+    assert "stablehlo.sort" in program
+    matrix = js.CSRMatrix(jnp.asarray(data), canonical, indptr, shape)
+    program = jax.jit(lambda: _max_min_and_counts(matrix)).lower().as_text()
+    assert "stablehlo.sort" not in program
+
+
+def _max_min_and_counts(matrix):
+    result = {
+        f"{name}({axis})": getattr(matrix, name)(axis=axis)
+        for name in ("max", "min")
+        for axis in (None, 0, 1)
+    }
+    return result | {"count": matrix.count_nonzero(), "norm(1)": js.linalg.norm(matrix, 1)}
+
+
 def test_max_min_errors():
     with pytest.raises(TypeError, match="complex"):
         js.DIAMatrix(jnp.ones((1, 3), jnp.complex64), (0,), (3, 3)).max()
