@@ -249,17 +249,76 @@ def entries_to_csr(rows, cols, values, shape, *, nnz: int | None, operation: str
     return csr_from_entries(rows, cols, values, shape, nnz, structure=structure)
 
 
-@jax.jit
-def lookup(matrix, rows, cols):
+def lookup(matrix, rows, cols, repeats: bool | None = None):
     """`matrix[rows[p], cols[p]]` for every `p` (repeats summed), and whether the position
-    is stored: `(values, stored)`, jit-able."""
-    return _lookup(matrix, jnp.asarray(rows), jnp.asarray(cols))
+    is stored: `(values, stored)`, jit-able. `repeats`: as in `distinct_entries`."""
+    repeats = _repeats(matrix, repeats)
+    return _lookup_jitted(matrix, jnp.asarray(rows), jnp.asarray(cols), repeats=repeats)
+
+
+@functools.partial(jax.jit, static_argnames="repeats")
+def _lookup_jitted(matrix, rows, cols, repeats: bool | None):
+    return _lookup(matrix, rows, cols, repeats)
 
 
 @functools.singledispatch
-def _lookup(matrix, rows, cols):
+def _lookup(matrix, rows, cols, repeats: bool | None):
     if matrix.nnz == 0:
         return jnp.zeros(rows.shape, matrix.dtype), jnp.zeros(rows.shape, bool)
+    if matrix.nnz < 2 or repeats is False:
+        return _lookup_in_rows(matrix, rows, cols)
+    if repeats:
+        return _lookup_summed(matrix, rows, cols)
+    # As in `_reduce_distinct`: the search within rows unless a position repeats.
+    return jax.lax.cond(
+        columns_rise(matrix.indices, matrix.indptr),
+        _lookup_in_rows,
+        _lookup_summed,
+        matrix,
+        rows,
+        cols,
+    )
+
+
+def _lookup_in_rows(matrix, rows, cols):
+    """`_lookup` where the columns of every row strictly increase."""
+    position, stored = search_rows(matrix.indices, matrix.indptr, rows, cols)
+    position = jnp.clip(position, 0, matrix.nnz - 1)
+    return jnp.where(stored, matrix.data[position], jnp.zeros((), matrix.dtype)), stored
+
+
+def search_rows(indices, indptr, rows, cols):
+    """For each `(rows[p], cols[p])`, the first entry of row `rows[p]` whose column is not
+    before `cols[p]`, in a CSR structure whose columns strictly increase within rows, and
+    whether that entry is at `cols[p]`: `(position, stored)`, positions in `indptr`'s dtype.
+
+    A binary search within each row's entries, as many steps as the longest row searched
+    needs (`lax.while_loop`), not the `log2(nnz)` of a search over all entries.
+    """
+    rows = rows.astype(indptr.dtype)
+    cols = cols.astype(indices.dtype)
+    last = max(indices.shape[0] - 1, 0)
+    end = indptr[rows + 1]
+
+    def halve(bounds):
+        low, high = bounds
+        middle = (low + high) >> 1  # both non-negative: no floor division needed
+        before = indices[jnp.clip(middle, 0, last)] < cols
+        searching = low < high
+        return (
+            jnp.where(searching & before, middle + 1, low),
+            jnp.where(searching & ~before, middle, high),
+        )
+
+    low, _ = jax.lax.while_loop(
+        lambda bounds: jnp.any(bounds[0] < bounds[1]), halve, (indptr[rows], end)
+    )
+    stored = (low < end) & (indices[jnp.clip(low, 0, last)] == cols)
+    return low, stored
+
+
+def _lookup_summed(matrix, rows, cols):
+    """`_lookup` on the distinct positions, repeats summed: sorted, then searched."""
     m, n = matrix.shape
     stored_rows, stored_cols, stored_values = entries(matrix)
     # Padding slots sit at row `m`, past every position looked up.
@@ -274,7 +333,7 @@ def _lookup(matrix, rows, cols):
 
 
 @register_for_format("dia", _lookup)
-def _dia_lookup(matrix, rows, cols):
+def _dia_lookup(matrix, rows, cols, repeats: bool | None):
     order = np.argsort(np.asarray(matrix.offsets, np.int64), kind="stable")
     sorted_offsets = np.asarray(matrix.offsets, np.int64)[order]
     if len(order) == 0:
@@ -401,14 +460,14 @@ def _reduce_distinct(matrix, reduce, repeats: bool | None):
     if repeats:
         return reduce(*_summed_distinct_entries(matrix))
     return jax.lax.cond(
-        _columns_rise(matrix.indices, matrix.indptr),
+        columns_rise(matrix.indices, matrix.indptr),
         lambda matrix: reduce(*_all_valid(*entries(matrix))),
         lambda matrix: reduce(*_summed_distinct_entries(matrix)),
         matrix,
     )
 
 
-def _columns_rise(indices, indptr) -> jax.Array:
+def columns_rise(indices, indptr) -> jax.Array:
     """Whether the columns of every row strictly increase: `may_repeat` on traced arrays."""
     rises = indices[1:] > indices[:-1]
     starts = indptr[1:-1]
