@@ -241,6 +241,35 @@ def test_indexing_matches_scipy(case):
     np.testing.assert_allclose(matrix[::2].todense(), dense[::2], atol=1e-12)
 
 
+def test_rows_and_entries_read_only_their_row():
+    """`A[i]` and `A[i, j]` loop over row `i`'s entries (several steps for a row longer than
+    one step's read), whatever the row holds: repeats, unsorted columns, nothing; gradients
+    reach `data` in both modes."""
+    from jaxsparse._indexing import ROW_CHUNK
+
+    rng = np.random.default_rng(6)
+    lengths = [3, 0, 2 * ROW_CHUNK + 5, 4, 0]
+    repeating = random_csr(
+        rng, (5, 3 * ROW_CHUNK), row_lengths=lengths, dtype=jnp.float64, repeat_columns=True
+    )
+    shuffled = random_csr(
+        rng, (5, 3 * ROW_CHUNK), row_lengths=lengths, dtype=jnp.float64, shuffle_columns=True
+    )
+    access = jax.jit(lambda a, i, j: (a[i], a[i, j]))
+    for matrix, twin in (repeating, shuffled):
+        dense = twin.toarray()
+        for i in range(5):
+            columns = twin.indices[twin.indptr[i] : twin.indptr[i + 1]]
+            for j in [*columns[:2], *columns[-2:], 7]:
+                for row, entry in (access(matrix, i, j), (matrix[i], matrix[i, int(j)])):
+                    np.testing.assert_allclose(row, dense[i], atol=1e-12)
+                    np.testing.assert_allclose(entry, dense[i, j], atol=1e-12)
+    matrix, twin = repeating
+    i, j = 2, int(twin.indices[twin.indptr[2] + 1])
+    check_grads(lambda d: (matrix.with_data(d)[i], matrix.with_data(d)[i, j]), (matrix.data,), 2)
+    assert "stablehlo.while" in jax.jit(lambda a: a[i]).lower(matrix).as_text()
+
+
 @pytest.mark.parametrize("fmt", ["dia", "csr"])
 def test_two_index_arrays_raise_index_error(fmt):
     # Lists of rows take `:` for the columns (docs/scipy.md); pairs of arrays are refused.
