@@ -208,7 +208,7 @@ def _select(matrix, rows_key, cols_key):
     if _selects_rows(rows_key, m) and _is_colon(cols_key):
         return _select_rows(matrix.tocsr(), _host_list(rows_key, m, "row"))
     if _is_colon(rows_key) and _selects_rows(cols_key, n):
-        return _select_rows(matrix.T.tocsr(), _host_list(cols_key, n, "column")).T
+        return _select_columns(matrix.tocsr(), _host_list(cols_key, n, "column"))
     raise IndexError(
         "a list or stepped slice of rows takes `:` for the columns, and one of columns `:` "
         "for the rows (`A[[i, j]]`, `A[::2]`, `A[:, [k, l]]`)."
@@ -238,13 +238,17 @@ def _host_list(key, size: int, what: str) -> np.ndarray:
     return picked % max(size, 1)
 
 
-def _select_rows(matrix, rows: np.ndarray):
-    """The CSR matrix of `matrix`'s rows `rows`, in that order (repeats allowed)."""
+def _check_host_structure(matrix) -> None:
     if not is_concrete(matrix.indices, matrix.indptr):
         raise TypeError(
             "selecting rows of a `CSRMatrix` with traced index arrays (under `jax.jit`) "
             "changes its number of entries: select outside `jit`."
         )
+
+
+def _select_rows(matrix, rows: np.ndarray):
+    """The CSR matrix of `matrix`'s rows `rows`, in that order (repeats allowed)."""
+    _check_host_structure(matrix)
     indptr = np.asarray(matrix.indptr, np.int64)
     starts, lengths = indptr[rows], indptr[rows + 1] - indptr[rows]
     new_indptr = np.concatenate([[0], np.cumsum(lengths)])
@@ -255,6 +259,34 @@ def _select_rows(matrix, rows: np.ndarray):
         np.asarray(matrix.indices)[positions],
         new_indptr.astype(index_dtype),
         (len(rows), matrix.shape[1]),
+    )
+
+
+def _select_columns(matrix, cols: np.ndarray):
+    """The CSR matrix of `matrix`'s columns `cols`, in that order (repeats allowed).
+
+    A map from each column to its places in `cols` sends every entry to its copies, O(nnz)
+    plus a sort of the copies; ordered by row, then place, then storage order, as the
+    selected rows of the transpose, transposed back, would be.
+    """
+    _check_host_structure(matrix)
+    m, size = matrix.shape[0], len(cols)
+    indices, indptr = np.asarray(matrix.indices, np.int64), np.asarray(matrix.indptr, np.int64)
+    places = np.argsort(cols, kind="stable")  # column `c`'s places: from `first[c]` on
+    copies = np.bincount(cols, minlength=matrix.shape[1])
+    first = np.cumsum(copies) - copies
+    hit = np.flatnonzero(copies[indices])
+    counts = copies[indices[hit]]
+    entry = np.repeat(hit, counts)
+    before = np.repeat(np.cumsum(counts) - counts, counts)
+    place = places[first[indices[entry]] + np.arange(entry.size) - before]
+    rows = np.searchsorted(indptr, entry, side="right") - 1
+    order = np.argsort(rows * size + place, kind="stable")
+    entry, place = entry[order], place[order]
+    new_indptr = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=m))])
+    index_dtype = matrix.indices.dtype
+    return format_class("csr")(
+        matrix.data[entry], place.astype(index_dtype), new_indptr.astype(index_dtype), (m, size)
     )
 
 

@@ -270,6 +270,22 @@ def test_rows_and_entries_read_only_their_row():
     assert "stablehlo.while" in jax.jit(lambda a: a[i]).lower(matrix).as_text()
 
 
+def test_columns_selected_through_a_column_map(monkeypatch):
+    """`A[:, cols]` sends each entry to its places in `cols` (repeats and all) without
+    transposing the matrix; the result matches scipy's."""
+    rng = np.random.default_rng(7)
+    matrix, twin = random_csr(
+        rng, (6, 8), density=0.5, dtype=jnp.float64, shuffle_columns=True, repeat_columns=True
+    )
+    monkeypatch.setattr(type(matrix), "T", property(lambda _: pytest.fail("transposed")))
+    for cols in ([5, 0, 5, 7, 2], [3], [], np.arange(8)[::-3]):
+        picked, expected = matrix[:, cols], scipy.sparse.csr_array(twin[:, cols])
+        expected.sum_duplicates()
+        np.testing.assert_allclose(picked.todense(), expected.toarray(), atol=1e-12)
+        np.testing.assert_array_equal(picked.sum_duplicates().indices, expected.indices)
+        assert picked.shape == (6, len(cols)) and picked.nnz >= expected.nnz
+
+
 @pytest.mark.parametrize("fmt", ["dia", "csr"])
 def test_two_index_arrays_raise_index_error(fmt):
     # Lists of rows take `:` for the columns (docs/scipy.md); pairs of arrays are refused.
