@@ -21,12 +21,13 @@
 import functools
 import numbers
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 import scipy.sparse
 
-from ._base import SparseMatrix, _as_scalar, is_concrete, register_for_format
+from ._base import SparseMatrix, _as_scalar, index_dtype_for, is_concrete, register_for_format
 from ._batching import (
     batch_shape,
     batches_structure,
@@ -35,7 +36,19 @@ from ._batching import (
     pair_dense_with_batch,
     refuse_batch,
 )
-from ._coordinates import entries, entries_to_csr, lookup, select_entries, stored_on_host
+from ._coordinates import (
+    columns_rise,
+    csr_from_entries,
+    entries,
+    entries_to_csr,
+    lookup,
+    search_rows,
+    segment_total,
+    select_entries,
+    static_nnz,
+    stored_on_host,
+)
+from ._csr_layout import indptr_from_counts, row_ids
 
 
 def _is_scalar(value) -> bool:
@@ -133,7 +146,66 @@ def _add_dia_pair(a, b, *, sign: int, dtype, nnz, operator: str):
 def _add_csr_pair(a, b, *, sign: int, dtype, nnz, operator: str):
     if a.indices is b.indices and a.indptr is b.indptr:  # one structure: add the values
         return a.with_data(a.data.astype(dtype) + sign * b.data.astype(dtype))
+    traced = not is_concrete(a.indices, a.indptr, b.indices, b.indptr)
+    if traced and nnz is not None and a.nnz and b.nnz and a.shape[0] * a.shape[1]:
+        nnz = static_nnz(None, nnz, f"sparse `{operator}`")
+        return _add_csr_traced(a, b, sign=sign, dtype=np.dtype(dtype), nnz=nnz)
     return _add_entries(a, b, sign=sign, dtype=dtype, nnz=nnz, operator=operator)
+
+
+@functools.partial(jax.jit, static_argnames=("sign", "dtype", "nnz"))
+def _add_csr_traced(a, b, *, sign: int, dtype, nnz: int):
+    """`a + sign * b` for traced CSR structures and a static `nnz`: the rows merged where
+    the columns of both strictly increase within rows (`columns_rise`, checked at run time;
+    both branches compile), else the positions sorted as for any list of entries."""
+    values = jnp.concatenate([a.data.astype(dtype), sign * b.data.astype(dtype)])
+
+    def sorted_positions(a, b, values):
+        a_rows, a_cols, _ = entries(a)
+        b_rows, b_cols, _ = entries(b)
+        rows, cols = _concatenate_indices(a_rows, b_rows), _concatenate_indices(a_cols, b_cols)
+        return csr_from_entries(rows, cols, values, a.shape, nnz)
+
+    rise = columns_rise(a.indices, a.indptr) & columns_rise(b.indices, b.indptr)
+    merged = functools.partial(_merged_rows, nnz=nnz)
+    return jax.lax.cond(rise, merged, sorted_positions, a, b, values)
+
+
+def _merged_rows(a, b, values, nnz: int):
+    """`csr_from_entries` of `a`'s entries then `b`'s (`values`), for structures whose
+    columns strictly increase within rows: an entry's slot is its row's start plus the
+    distinct columns of both before its own (an entry of `b` on a column of `a` shares that
+    entry's slot), found by searching each entry's column in the other matrix's row.
+
+    The same slots, sums and padding as the sort, without sorting.
+    """
+    m, n = a.shape
+    index_dtype = index_dtype_for(a.shape, nnz)
+    a_indptr, b_indptr = a.indptr.astype(index_dtype), b.indptr.astype(index_dtype)
+    a_rows, b_rows = row_ids(a_indptr, a.nnz), row_ids(b_indptr, b.nnz)
+    in_b, shared = search_rows(b.indices, b_indptr, a_rows, a.indices)
+    in_a, _ = search_rows(a.indices, a_indptr, b_rows, b.indices)
+    # `shared_before[p]`: entries of `a` before entry `p` whose column `b` holds too.
+    shared_before = indptr_from_counts(shared.astype(index_dtype))
+    common = jnp.diff(shared_before[a_indptr])
+    starts = indptr_from_counts(jnp.diff(a_indptr) + jnp.diff(b_indptr) - common)
+    found = starts[m]
+    a_position = jnp.arange(a.nnz, dtype=index_dtype)
+    b_position = jnp.arange(b.nnz, dtype=index_dtype)
+    a_slots = starts[a_rows] + (a_position - a_indptr[a_rows]) + (in_b - b_indptr[a_rows])
+    a_slots -= shared_before[a_position] - shared_before[a_indptr[a_rows]]
+    b_slots = starts[b_rows] + (b_position - b_indptr[b_rows]) + (in_a - a_indptr[b_rows])
+    b_slots -= shared_before[in_a] - shared_before[a_indptr[b_rows]]
+    slots = jnp.concatenate([a_slots, b_slots])
+    summed = segment_total(values, slots, num_segments=nnz)
+    summed = eqx.error_if(
+        summed, found > nnz, f"`nnz`={nnz} is smaller than the number of entries of the result"
+    )
+    cols = jnp.concatenate([a.indices.astype(index_dtype), b.indices.astype(index_dtype)])
+    indices = jnp.full((nnz,), n - 1, index_dtype).at[slots].set(cols, mode="drop")
+    # Padding entries sit at the last position, as `csr_from_entries` places them.
+    indptr = starts.at[m].set(nnz)
+    return type(a)(summed, indices, indptr, a.shape)
 
 
 def _add_entries(a, b, *, sign: int, dtype, nnz, operator: str):
@@ -273,11 +345,12 @@ def _multiply_on(structure, other):
     too, when that is known on the host)."""
     dtype = jnp.result_type(structure.dtype, other.dtype)
     rows, cols, values = entries(structure)
-    other_values, _ = lookup(other, rows, cols)
+    other_values, found = lookup(other, rows, cols)
     product = structure.with_data(values.astype(dtype) * other_values.astype(dtype))
     if not isinstance(rows, np.ndarray):
         return product
-    stored = stored_on_host(other, rows, cols)
+    # Outside `jit` the lookup has already said which positions `other` stores.
+    stored = np.asarray(found) if is_concrete(found) else stored_on_host(other, rows, cols)
     return product if stored is None else select_entries(product, stored)
 
 

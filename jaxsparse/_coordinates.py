@@ -51,9 +51,63 @@ def host_keys(rows, cols, shape: tuple[int, int]) -> np.ndarray | None:
     return np.asarray(rows, np.int64) * shape[1] + np.asarray(cols, np.int64)
 
 
-def static_nnz(keys: np.ndarray | None, nnz: int | None, operation: str) -> int:
-    """The number of distinct positions: `nnz` if given, else counted on the host from
-    `host_keys` (`None` for traced positions).
+def sorted_unique(keys: np.ndarray) -> np.ndarray:
+    """The distinct values of a 1-D host array, sorted, as `np.unique(keys)`.
+
+    By a sort: numpy's values-only `np.unique` (2.3 and later) hashes instead, which is far
+    slower for the ~10^6 distinct int64 keys of a matrix's positions.
+    """
+    ordered = np.sort(keys)
+    if ordered.size == 0:
+        return ordered
+    starts = np.empty(ordered.shape, bool)
+    starts[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=starts[1:])
+    return ordered[starts]
+
+
+def unique_positions(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`np.unique(keys, return_inverse=True)` for 1-D int64 host keys, by a sort (see
+    `sorted_unique`): the sorted distinct keys, and the slot of each key among them.
+
+    Sorted keys (a canonical matrix's positions) are not sorted again. Keys that leave
+    room for their index in the low bits of an int64 are sorted with it packed there: one
+    plain sort, cheaper than an `argsort` and its gather.
+    """
+    keys = np.asarray(keys, np.int64)
+    order = None
+    if keys.size > 1 and not np.all(keys[1:] >= keys[:-1]):
+        bits = int(keys.size - 1).bit_length()
+        if keys.min() >= 0 and int(keys.max()) < 2 ** (63 - bits):
+            packed = np.sort((keys << bits) | np.arange(keys.size, dtype=np.int64))
+            keys, order = packed >> bits, packed & ((1 << bits) - 1)
+        else:
+            order = np.argsort(keys)
+            keys = keys[order]
+    starts = np.empty(keys.shape, bool)
+    starts[:1] = True
+    np.not_equal(keys[1:], keys[:-1], out=starts[1:])
+    slots = np.cumsum(starts) - 1
+    if order is None:
+        return keys[starts], slots
+    inverse = np.empty(keys.shape, np.intp)
+    inverse[order] = slots
+    return keys[starts], inverse
+
+
+def host_isin(values: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """`np.isin(values, keys)` for 1-D host arrays, by a sort of `keys` and a binary search
+    (`np.isin` would take `np.unique`'s hashing path, see `sorted_unique`)."""
+    if keys.size == 0:
+        return np.zeros(values.shape, bool)
+    table = np.sort(keys)
+    position = np.minimum(np.searchsorted(table, values), table.size - 1)
+    return table[position] == values
+
+
+def static_nnz(unique_keys: np.ndarray | None, nnz: int | None, operation: str) -> int:
+    """The number of distinct positions: `nnz` if given, else the size of the positions'
+    `unique_positions` on the host (`None` for traced positions).
 
     Raises a TypeError when it would depend on traced index values (under `jit`).
     """
@@ -61,14 +115,14 @@ def static_nnz(keys: np.ndarray | None, nnz: int | None, operation: str) -> int:
         if isinstance(nnz, bool) or not isinstance(nnz, (int, np.integer)) or nnz < 0:
             raise ValueError(f"`nnz` must be a non-negative Python int, got {nnz!r}.")
         return int(nnz)
-    if keys is None:
+    if unique_keys is None:
         raise TypeError(
             f"{operation}: the result's structure depends on the operands' index values, "
             "which are traced under `jax.jit`. Pass a static `nnz` (the number of stored "
             "entries of the result, e.g. computed once outside `jit`), or compute it "
             "outside `jit`."
         )
-    return int(np.unique(keys).size)
+    return int(unique_keys.size)
 
 
 def sorted_distinct(rows, cols, size: int, fill: tuple[int, int]):
@@ -97,10 +151,11 @@ def sorted_distinct(rows, cols, size: int, fill: tuple[int, int]):
     return unique_rows, unique_cols, inverse, slot[-1] + 1
 
 
-def csr_from_entries(rows, cols, values, shape: tuple[int, int], nnz: int):
+def csr_from_entries(rows, cols, values, shape: tuple[int, int], nnz: int, *, structure=None):
     """The CSR matrix of the listed entries, repeats summed, rows and columns sorted.
 
-    Concrete positions (numpy, or known arrays) get their structure on the host in int64;
+    Concrete positions (numpy, or known arrays) get their structure on the host in int64
+    (`structure`: their `unique_positions(host_keys(...))`, if the caller has it already);
     traced ones by `sorted_distinct`. With fewer than `nnz` distinct positions, the result
     is padded with explicit zeros at the last position `(m - 1, n - 1)`; with more, a
     ValueError on the host, and under `jit` using the result raises at run time
@@ -110,19 +165,22 @@ def csr_from_entries(rows, cols, values, shape: tuple[int, int], nnz: int):
     index_dtype = index_dtype_for(shape, nnz)
     if nnz == 0 or m * n == 0:
         return _empty_csr(rows, cols, values, shape, nnz, index_dtype)
-    keys = host_keys(rows, cols, shape)
-    if keys is None:
-        return _csr_from_traced_entries(rows, cols, values, shape, nnz)
-    unique, inverse = np.unique(keys, return_inverse=True)
+    if structure is None:
+        keys = host_keys(rows, cols, shape)
+        if keys is None:
+            return _csr_from_traced_entries(rows, cols, values, shape, nnz)
+        structure = unique_positions(keys)
+    unique, inverse = structure
     if unique.size > nnz:
         raise ValueError(f"`nnz`={nnz} is smaller than the result's {unique.size} entries.")
     padding = np.full((nnz - unique.size,), m * n - 1, np.int64)
     unique = np.concatenate([unique, padding])
-    counts = np.bincount(unique // n, minlength=m)
+    unique_rows, unique_cols = np.divmod(unique, n)
+    counts = np.bincount(unique_rows, minlength=m)
     indptr = np.concatenate([[0], np.cumsum(counts)]).astype(index_dtype)
     return format_class("csr")(
         _summed_values(values, inverse.reshape(-1).astype(index_dtype), nnz),
-        (unique % n).astype(index_dtype),
+        unique_cols.astype(index_dtype),
         indptr,
         shape,
     )
@@ -185,21 +243,82 @@ def _csr_from_traced_entries(rows, cols, values, shape: tuple[int, int], nnz: in
 
 def entries_to_csr(rows, cols, values, shape, *, nnz: int | None, operation: str):
     """`csr_from_entries` with `nnz` counted on the host when it is not given."""
-    nnz = static_nnz(host_keys(rows, cols, shape), nnz, operation)
-    return csr_from_entries(rows, cols, values, shape, nnz)
+    keys = host_keys(rows, cols, shape)
+    structure = None if keys is None else unique_positions(keys)
+    nnz = static_nnz(None if structure is None else structure[0], nnz, operation)
+    return csr_from_entries(rows, cols, values, shape, nnz, structure=structure)
 
 
-@jax.jit
-def lookup(matrix, rows, cols):
+def lookup(matrix, rows, cols, repeats: bool | None = None):
     """`matrix[rows[p], cols[p]]` for every `p` (repeats summed), and whether the position
-    is stored: `(values, stored)`, jit-able."""
-    return _lookup(matrix, jnp.asarray(rows), jnp.asarray(cols))
+    is stored: `(values, stored)`, jit-able. `repeats`: as in `distinct_entries`."""
+    repeats = _repeats(matrix, repeats)
+    return _lookup_jitted(matrix, jnp.asarray(rows), jnp.asarray(cols), repeats=repeats)
+
+
+@functools.partial(jax.jit, static_argnames="repeats")
+def _lookup_jitted(matrix, rows, cols, repeats: bool | None):
+    return _lookup(matrix, rows, cols, repeats)
 
 
 @functools.singledispatch
-def _lookup(matrix, rows, cols):
+def _lookup(matrix, rows, cols, repeats: bool | None):
     if matrix.nnz == 0:
         return jnp.zeros(rows.shape, matrix.dtype), jnp.zeros(rows.shape, bool)
+    if matrix.nnz < 2 or repeats is False:
+        return _lookup_in_rows(matrix, rows, cols)
+    if repeats:
+        return _lookup_summed(matrix, rows, cols)
+    # As in `_reduce_distinct`: the search within rows unless a position repeats.
+    return jax.lax.cond(
+        columns_rise(matrix.indices, matrix.indptr),
+        _lookup_in_rows,
+        _lookup_summed,
+        matrix,
+        rows,
+        cols,
+    )
+
+
+def _lookup_in_rows(matrix, rows, cols):
+    """`_lookup` where the columns of every row strictly increase."""
+    position, stored = search_rows(matrix.indices, matrix.indptr, rows, cols)
+    position = jnp.clip(position, 0, matrix.nnz - 1)
+    return jnp.where(stored, matrix.data[position], jnp.zeros((), matrix.dtype)), stored
+
+
+def search_rows(indices, indptr, rows, cols):
+    """For each `(rows[p], cols[p])`, the first entry of row `rows[p]` whose column is not
+    before `cols[p]`, in a CSR structure whose columns strictly increase within rows, and
+    whether that entry is at `cols[p]`: `(position, stored)`, positions in `indptr`'s dtype.
+
+    A binary search within each row's entries, as many steps as the longest row searched
+    needs (`lax.while_loop`), not the `log2(nnz)` of a search over all entries.
+    """
+    rows = rows.astype(indptr.dtype)
+    cols = cols.astype(indices.dtype)
+    last = max(indices.shape[0] - 1, 0)
+    end = indptr[rows + 1]
+
+    def halve(bounds):
+        low, high = bounds
+        middle = (low + high) >> 1  # both non-negative: no floor division needed
+        before = indices[jnp.clip(middle, 0, last)] < cols
+        searching = low < high
+        return (
+            jnp.where(searching & before, middle + 1, low),
+            jnp.where(searching & ~before, middle, high),
+        )
+
+    low, _ = jax.lax.while_loop(
+        lambda bounds: jnp.any(bounds[0] < bounds[1]), halve, (indptr[rows], end)
+    )
+    stored = (low < end) & (indices[jnp.clip(low, 0, last)] == cols)
+    return low, stored
+
+
+def _lookup_summed(matrix, rows, cols):
+    """`_lookup` on the distinct positions, repeats summed: sorted, then searched."""
     m, n = matrix.shape
     stored_rows, stored_cols, stored_values = entries(matrix)
     # Padding slots sit at row `m`, past every position looked up.
@@ -214,7 +333,7 @@ def _lookup(matrix, rows, cols):
 
 
 @register_for_format("dia", _lookup)
-def _dia_lookup(matrix, rows, cols):
+def _dia_lookup(matrix, rows, cols, repeats: bool | None):
     order = np.argsort(np.asarray(matrix.offsets, np.int64), kind="stable")
     sorted_offsets = np.asarray(matrix.offsets, np.int64)[order]
     if len(order) == 0:
@@ -262,14 +381,14 @@ def stored_on_host(matrix, rows: np.ndarray, cols: np.ndarray) -> np.ndarray | N
     stored_rows, stored_cols, _ = entries(matrix)
     if not isinstance(stored_rows, np.ndarray):
         return None
-    return np.isin(
+    return host_isin(
         host_keys(rows, cols, matrix.shape), host_keys(stored_rows, stored_cols, matrix.shape)
     )
 
 
 @register_for_format("dia", stored_on_host)
 def _dia_stored_on_host(matrix, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
-    return np.isin(cols.astype(np.int64) - rows, np.asarray(matrix.offsets, np.int64))
+    return host_isin(cols.astype(np.int64) - rows, np.asarray(matrix.offsets, np.int64))
 
 
 def select_entries(matrix, keep: np.ndarray):
@@ -283,20 +402,81 @@ def select_entries(matrix, keep: np.ndarray):
     return format_class("csr")(matrix.data[np.flatnonzero(keep)], indices, indptr, matrix.shape)
 
 
-@jax.jit
-def distinct_entries(matrix):
+def distinct_entries(matrix, repeats: bool | None = None):
     """Each stored position once, repeats summed: `(rows, cols, values, valid)`, padded
-    to `matrix.nnz` entries (jit-able: at most `nnz` distinct positions exist).
+    to `matrix.nnz` entries (jit-able: at most `nnz` distinct positions exist), sorted by
+    row then column.
 
     Padding entries have `valid` false, value zero and row `m` (outside the matrix).
+    `repeats`: `may_repeat(matrix)`, if the caller computed it before entering `jit`.
     """
-    return _distinct_entries(matrix)
+    return _distinct_entries(matrix, repeats=_repeats(matrix, repeats))
+
+
+@functools.partial(jax.jit, static_argnames="repeats")
+def _distinct_entries(matrix, repeats: bool | None):
+    return reduce_distinct(matrix, lambda *distinct: distinct, repeats)
+
+
+def reduce_distinct(matrix, reduce, repeats: bool | None = None):
+    """`reduce(*distinct_entries(matrix))`, jit-able.
+
+    Where no stored position repeats, `reduce` gets the stored entries as they are, without
+    the sort that sums repeats. That is known on the host for a concrete structure
+    (`may_repeat`); for a traced one, a run-time check picks between the two with
+    `lax.cond` around `reduce` (both compile), so that each branch fuses its reduction.
+    """
+    return _reduce_distinct(matrix, reduce, _repeats(matrix, repeats))
+
+
+def _repeats(matrix, repeats: bool | None) -> bool | None:
+    return may_repeat(matrix) if repeats is None else repeats
 
 
 @functools.singledispatch
-def _distinct_entries(matrix):
-    if matrix.nnz == 0:
-        return _all_valid(*entries(matrix))
+def may_repeat(matrix) -> bool | None:
+    """Whether a stored position may repeat: False when the columns of every row strictly
+    increase (the canonical CSR form), checked on the host for a concrete structure; None
+    for a traced one."""
+    if not is_concrete(matrix.indices, matrix.indptr) or matrix.indices.ndim != 1:
+        return None
+    indices, indptr = np.asarray(matrix.indices), np.asarray(matrix.indptr)
+    rises = indices[1:] > indices[:-1]
+    starts = indptr[1:-1]
+    # Entry `p` starting a row needs no rise from entry `p - 1`.
+    rises[starts[(starts > 0) & (starts < indices.size)] - 1] = True
+    return not bool(np.all(rises))
+
+
+@register_for_format("dia", may_repeat)
+def _dia_may_repeat(matrix) -> bool:
+    return False
+
+
+@functools.singledispatch
+def _reduce_distinct(matrix, reduce, repeats: bool | None):
+    if matrix.nnz < 2 or repeats is False:
+        return reduce(*_all_valid(*entries(matrix)))
+    if repeats:
+        return reduce(*_summed_distinct_entries(matrix))
+    return jax.lax.cond(
+        columns_rise(matrix.indices, matrix.indptr),
+        lambda matrix: reduce(*_all_valid(*entries(matrix))),
+        lambda matrix: reduce(*_summed_distinct_entries(matrix)),
+        matrix,
+    )
+
+
+def columns_rise(indices, indptr) -> jax.Array:
+    """Whether the columns of every row strictly increase: `may_repeat` on traced arrays."""
+    rises = indices[1:] > indices[:-1]
+    starts = indptr[1:-1]
+    # Entry `p` starting a row needs no rise from entry `p - 1`.
+    lifted = jnp.where(starts > 0, starts - 1, rises.shape[0])
+    return jnp.all(rises.at[lifted].set(True, mode="drop"))
+
+
+def _summed_distinct_entries(matrix):
     rows, cols, values = entries(matrix)
     m = matrix.shape[0]
     unique_rows, unique_cols, inverse, found = sorted_distinct(rows, cols, matrix.nnz, (m, 0))
@@ -305,10 +485,10 @@ def _distinct_entries(matrix):
     return unique_rows, unique_cols, summed, valid
 
 
-@register_for_format("dia", _distinct_entries)
-def _dia_distinct_entries(matrix):
+@register_for_format("dia", _reduce_distinct)
+def _dia_reduce_distinct(matrix, reduce, repeats: bool | None):
     """A DIA matrix stores each position once."""
-    return _all_valid(*entries(matrix))
+    return reduce(*_all_valid(*entries(matrix)))
 
 
 def _all_valid(rows, cols, values):

@@ -6,7 +6,8 @@ What comes back, and where it differs from scipy's sparse arrays:
   returns a 1-D `coo_array`; jaxsparse has no 1-D format. Jit-able, `i` and `j` may be
   traced integers; a traced index out of range is clamped into it, as `jnp` indexing is
   (a Python int out of range is an IndexError).
-- `A[i, j]`: the entry, a 0-d array (repeated CSR entries summed). Jit-able.
+- `A[i, j]`: the entry, a 0-d array (repeated CSR entries summed). Jit-able. It and `A[i]`
+  read only row `i`'s entries of a CSR matrix (their derivatives read every entry).
 - `A[i:j]`, `A[:, i:j]`, `A[i:j, k:l]` (steps of 1): the same format (scipy's CSR slices
   are CSR; its `dia_array` takes no index at all). DIA slices are jit-able (the offsets
   shift by the slice starts; `data` is a column slice). CSR slices change the number of
@@ -21,6 +22,7 @@ What comes back, and where it differs from scipy's sparse arrays:
 
 import functools
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -47,20 +49,146 @@ def getitem(matrix, key):
         rows_range = _static_range(rows_key, m, "rows")
         cols_range = _static_range(cols_key, n, "columns")
         return _submatrix(matrix, rows_range, cols_range)
-    rows, cols, values = entries(matrix)
     if not rows_slice and not cols_slice:
         i, j = _index(rows_key, m, "row"), _index(cols_key, n, "column")
-        picked = jnp.where((rows == i) & (cols == j), values, jnp.zeros((), values.dtype))
-        return jnp.any(picked) if values.dtype == jnp.bool_ else jnp.sum(picked)
+        return _entry(matrix, jnp.asarray(i), jnp.asarray(j))
     if cols_slice:
         if cols_key != slice(None):
             raise IndexError("a row of a sparse matrix takes only `:` for its columns.")
-        i = _index(rows_key, m, "row")
-        return scatter_total(n, jnp.where(rows == i, cols, n), values)
+        return _row(matrix, jnp.asarray(_index(rows_key, m, "row")))
     if rows_key != slice(None):
         raise IndexError("a column of a sparse matrix takes only `:` for its rows.")
     j = _index(cols_key, n, "column")
+    rows, cols, values = entries(matrix)
     return scatter_total(m, jnp.where(cols == j, rows, m), values)
+
+
+# Entries of a CSR row read per step of `_fold_row`: one vector operation each, so that a
+# short row takes one step and a long one few, instead of a pass over every entry.
+ROW_CHUNK = 128
+
+
+@functools.singledispatch
+@jax.jit
+def _entry(matrix, i, j):
+    """`matrix[i, j]`, repeats summed (booleans: any)."""
+    if matrix.nnz == 0:
+        return jnp.zeros((), matrix.dtype)
+    entry = _entry_values if jnp.issubdtype(matrix.dtype, jnp.inexact) else _entry_in_row
+    return entry(matrix.data, matrix.indices, matrix.indptr, i, j.astype(matrix.indices.dtype))
+
+
+@functools.singledispatch
+@jax.jit
+def _row(matrix, i):
+    """`matrix[i]` as a dense row, repeats summed (booleans: any)."""
+    if matrix.nnz == 0:
+        return jnp.zeros((matrix.shape[1],), matrix.dtype)
+    row = _row_values if jnp.issubdtype(matrix.dtype, jnp.inexact) else _row_in_row
+    return row(matrix.data, matrix.indices, matrix.indptr, i, matrix.shape[1])
+
+
+def _fold_row(data, indices, indptr, i, step, carry):
+    """`step(carry, cols, values, inside)` over the entries of CSR row `i`, `ROW_CHUNK`
+    consecutive entries at a time (`inside` marks those of the row): O(row length)."""
+    nnz = indices.shape[0]
+    size = min(ROW_CHUNK, nnz)
+    end = indptr[i + 1]
+
+    def read(state):
+        start, carry = state
+        first = jnp.minimum(start, nnz - size)
+        inside = first + jnp.arange(size, dtype=start.dtype)
+        inside = (inside >= start) & (inside < end)
+        cols = jax.lax.dynamic_slice(indices, (first,), (size,))
+        values = jax.lax.dynamic_slice(data, (first,), (size,))
+        return start + size, step(carry, cols, values, inside)
+
+    return jax.lax.while_loop(lambda state: state[0] < end, read, (indptr[i], carry))[1]
+
+
+def _in_row(indices, indptr, i):
+    """Whether each stored entry lies in row `i`: O(nnz), but no row ids to compute."""
+    position = jnp.arange(indices.shape[0], dtype=indptr.dtype)
+    return (position >= indptr[i]) & (position < indptr[i + 1])
+
+
+def _entry_in_row(data, indices, indptr, i, j):
+    zero = jnp.zeros((), data.dtype)
+
+    def step(total, cols, values, inside):
+        picked = jnp.where(inside & (cols == j), values, zero)
+        return total | jnp.any(picked) if data.dtype == jnp.bool_ else total + jnp.sum(picked)
+
+    return _fold_row(data, indices, indptr, i, step, zero)
+
+
+def _entry_in_all(data, indices, indptr, i, j):
+    picked = _in_row(indices, indptr, i) & (indices == j)
+    return jnp.sum(jnp.where(picked, data, jnp.zeros((), data.dtype)))
+
+
+def _row_in_row(data, indices, indptr, i, n: int):
+    def step(row, cols, values, inside):
+        slots = row.at[jnp.where(inside, cols, n)]
+        return (
+            slots.max(values, mode="drop")
+            if data.dtype == jnp.bool_
+            else slots.add(values, mode="drop")
+        )
+
+    return _fold_row(data, indices, indptr, i, step, jnp.zeros((n,), data.dtype))
+
+
+def _row_in_all(data, indices, indptr, i, n: int):
+    return scatter_total(n, jnp.where(_in_row(indices, indptr, i), indices, n), data)
+
+
+# Reverse mode cannot transpose a loop over one row: the tangents (linear in `data`) are
+# the same sums over every entry, masked, which transpose. Values cost O(row length),
+# derivatives O(nnz).
+_entry_values = jax.custom_jvp(_entry_in_row)
+_row_values = jax.custom_jvp(_row_in_row, nondiff_argnums=(4,))
+
+
+@_entry_values.defjvp
+def _entry_values_jvp(primals, tangents):
+    return _entry_values(*primals), _entry_in_all(tangents[0], *primals[1:])
+
+
+@_row_values.defjvp
+def _row_values_jvp(n, primals, tangents):
+    return _row_values(*primals, n), _row_in_all(tangents[0], *primals[1:], n)
+
+
+@register_for_format("dia", _entry)
+@jax.jit
+def _dia_entry(matrix, i, j):
+    """One slot per diagonal: `data[d, j]` where `j - i` is offset `d`."""
+    offsets, i, j = _dia_offsets(matrix, i, j)
+    picked = jnp.where(j - i == offsets, matrix.data[:, j], jnp.zeros((), matrix.dtype))
+    return jnp.any(picked) if matrix.dtype == jnp.bool_ else jnp.sum(picked)
+
+
+@register_for_format("dia", _row)
+@jax.jit
+def _dia_row(matrix, i):
+    """Row `i` meets diagonal `d` at column `i + offsets[d]`, slot `data[d, i + offsets[d]]`."""
+    n = matrix.shape[1]
+    if n == 0:
+        return jnp.zeros((0,), matrix.dtype)
+    offsets, i, _ = _dia_offsets(matrix, i, i)
+    cols = i + offsets
+    values = matrix.data[jnp.arange(len(matrix.offsets)), jnp.clip(cols, 0, n - 1)]
+    return scatter_total(n, jnp.where((cols >= 0) & (cols < n), cols, n), values)
+
+
+def _dia_offsets(matrix, i, j):
+    """The offsets as an array, and `i`, `j`, in one integer dtype that holds them all
+    (offsets lie in `(-m, n)`)."""
+    dtype = jax.dtypes.canonicalize_dtype(np.promote_types(i.dtype, j.dtype))
+    offsets = jnp.asarray(np.asarray(matrix.offsets, np.int64), dtype)
+    return offsets, i.astype(dtype), j.astype(dtype)
 
 
 def _selects_rows(key, size: int) -> bool:
@@ -80,7 +208,7 @@ def _select(matrix, rows_key, cols_key):
     if _selects_rows(rows_key, m) and _is_colon(cols_key):
         return _select_rows(matrix.tocsr(), _host_list(rows_key, m, "row"))
     if _is_colon(rows_key) and _selects_rows(cols_key, n):
-        return _select_rows(matrix.T.tocsr(), _host_list(cols_key, n, "column")).T
+        return _select_columns(matrix.tocsr(), _host_list(cols_key, n, "column"))
     raise IndexError(
         "a list or stepped slice of rows takes `:` for the columns, and one of columns `:` "
         "for the rows (`A[[i, j]]`, `A[::2]`, `A[:, [k, l]]`)."
@@ -110,13 +238,17 @@ def _host_list(key, size: int, what: str) -> np.ndarray:
     return picked % max(size, 1)
 
 
-def _select_rows(matrix, rows: np.ndarray):
-    """The CSR matrix of `matrix`'s rows `rows`, in that order (repeats allowed)."""
+def _check_host_structure(matrix) -> None:
     if not is_concrete(matrix.indices, matrix.indptr):
         raise TypeError(
             "selecting rows of a `CSRMatrix` with traced index arrays (under `jax.jit`) "
             "changes its number of entries: select outside `jit`."
         )
+
+
+def _select_rows(matrix, rows: np.ndarray):
+    """The CSR matrix of `matrix`'s rows `rows`, in that order (repeats allowed)."""
+    _check_host_structure(matrix)
     indptr = np.asarray(matrix.indptr, np.int64)
     starts, lengths = indptr[rows], indptr[rows + 1] - indptr[rows]
     new_indptr = np.concatenate([[0], np.cumsum(lengths)])
@@ -127,6 +259,34 @@ def _select_rows(matrix, rows: np.ndarray):
         np.asarray(matrix.indices)[positions],
         new_indptr.astype(index_dtype),
         (len(rows), matrix.shape[1]),
+    )
+
+
+def _select_columns(matrix, cols: np.ndarray):
+    """The CSR matrix of `matrix`'s columns `cols`, in that order (repeats allowed).
+
+    A map from each column to its places in `cols` sends every entry to its copies, O(nnz)
+    plus a sort of the copies; ordered by row, then place, then storage order, as the
+    selected rows of the transpose, transposed back, would be.
+    """
+    _check_host_structure(matrix)
+    m, size = matrix.shape[0], len(cols)
+    indices, indptr = np.asarray(matrix.indices, np.int64), np.asarray(matrix.indptr, np.int64)
+    places = np.argsort(cols, kind="stable")  # column `c`'s places: from `first[c]` on
+    copies = np.bincount(cols, minlength=matrix.shape[1])
+    first = np.cumsum(copies) - copies
+    hit = np.flatnonzero(copies[indices])
+    counts = copies[indices[hit]]
+    entry = np.repeat(hit, counts)
+    before = np.repeat(np.cumsum(counts) - counts, counts)
+    place = places[first[indices[entry]] + np.arange(entry.size) - before]
+    rows = np.searchsorted(indptr, entry, side="right") - 1
+    order = np.argsort(rows * size + place, kind="stable")
+    entry, place = entry[order], place[order]
+    new_indptr = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=m))])
+    index_dtype = matrix.indices.dtype
+    return format_class("csr")(
+        matrix.data[entry], place.astype(index_dtype), new_indptr.astype(index_dtype), (m, size)
     )
 
 

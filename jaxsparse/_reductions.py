@@ -16,7 +16,7 @@ import numpy as np
 
 from ._base import SparseMatrix, is_concrete, register_for_format
 from ._batching import over_batch, refuse_batch
-from ._coordinates import distinct_entries, entries, scatter_total
+from ._coordinates import distinct_entries, entries, may_repeat, reduce_distinct, scatter_total
 
 
 def diagonal_length(shape: tuple[int, int], k: int) -> int:
@@ -91,11 +91,17 @@ def mean(matrix, axis=None) -> jax.Array:
 
 
 @over_batch
-@jax.jit
 def count_nonzero(matrix) -> jax.Array:
     """The number of nonzero entries, repeated CSR entries summed first."""
-    _, _, values, valid = distinct_entries(matrix)
-    return jnp.sum(valid & (values != jnp.zeros((), values.dtype)), dtype=jnp.int32)
+    return _count_nonzero(matrix, repeats=may_repeat(matrix))
+
+
+@functools.partial(jax.jit, static_argnames="repeats")
+def _count_nonzero(matrix, repeats) -> jax.Array:
+    def count(rows, cols, values, valid):
+        return jnp.sum(valid & (values != jnp.zeros((), values.dtype)), dtype=jnp.int32)
+
+    return reduce_distinct(matrix, count, repeats)
 
 
 def nonzero(matrix) -> tuple[np.ndarray, np.ndarray]:
@@ -114,14 +120,18 @@ def nonzero(matrix) -> tuple[np.ndarray, np.ndarray]:
 
 
 @over_batch
-@functools.partial(jax.jit, static_argnames=("axis", "largest"))
 def extreme(matrix, axis, *, largest: bool) -> jax.Array:
     """`matrix.max(axis)` (`largest`) or `matrix.min(axis)`, implicit zeros included."""
+    return _extreme(matrix, axis, largest=largest, repeats=may_repeat(matrix))
+
+
+@functools.partial(jax.jit, static_argnames=("axis", "largest", "repeats"))
+def _extreme(matrix, axis, *, largest: bool, repeats) -> jax.Array:
     if jnp.issubdtype(matrix.dtype, jnp.complexfloating):
         raise TypeError("`max` and `min` are not defined for complex values.")
     if matrix.dtype == jnp.bool_:
         numbers = matrix.with_data(matrix.data.astype(jnp.float32))
-        return extreme(numbers, axis, largest=largest).astype(bool)
+        return _extreme(numbers, axis, largest=largest, repeats=repeats).astype(bool)
     m, n = matrix.shape
     axis = _axis(axis)
     reduced = {None: m * n, 0: m, 1: n}[axis]
@@ -129,21 +139,24 @@ def extreme(matrix, axis, *, largest: bool) -> jax.Array:
         raise ValueError(f"`max`/`min` over an empty axis of a matrix of shape {matrix.shape}.")
     if m * n == 0:  # no result either: one per empty row (axis 1) or column (axis 0)
         return jnp.zeros((0,), matrix.dtype)
-    rows, cols, values, valid = distinct_entries(matrix)
     neutral = -jnp.inf if largest else jnp.inf
-    values = jnp.where(valid, values, neutral).astype(matrix.dtype)
     pick = jnp.maximum if largest else jnp.minimum
-    if axis is None:
-        stored = jnp.max(values, initial=neutral) if largest else jnp.min(values, initial=neutral)
-        # More positions than stored slots always leave a zero (and `m * n` may pass int32).
-        has_zero = True if m * n > values.shape[0] else jnp.sum(valid) < m * n
-        return jnp.where(has_zero, pick(stored, 0), stored).astype(matrix.dtype)
-    index, size, full = (cols, n, m) if axis == 0 else (rows, m, n)
-    index = jnp.where(valid, index, size)
-    segment = jax.ops.segment_max if largest else jax.ops.segment_min
-    stored = segment(values, index, num_segments=size)
-    counts = jax.ops.segment_sum(valid.astype(jnp.int32), index, num_segments=size)
-    return jnp.where(counts < full, pick(stored, 0), stored).astype(matrix.dtype)
+
+    def reduce(rows, cols, values, valid):
+        values = jnp.where(valid, values, neutral).astype(matrix.dtype)
+        if axis is None:
+            stored = (jnp.max if largest else jnp.min)(values, initial=neutral)
+            # More positions than stored slots leave a zero (and `m * n` may pass int32).
+            has_zero = True if m * n > values.shape[0] else jnp.sum(valid) < m * n
+            return jnp.where(has_zero, pick(stored, 0), stored).astype(matrix.dtype)
+        index, size, full = (cols, n, m) if axis == 0 else (rows, m, n)
+        index = jnp.where(valid, index, size)
+        segment = jax.ops.segment_max if largest else jax.ops.segment_min
+        stored = segment(values, index, num_segments=size)
+        counts = jax.ops.segment_sum(valid.astype(jnp.int32), index, num_segments=size)
+        return jnp.where(counts < full, pick(stored, 0), stored).astype(matrix.dtype)
+
+    return reduce_distinct(matrix, reduce, repeats)
 
 
 def norm(matrix, ord=None) -> jax.Array:
@@ -165,21 +178,26 @@ def norm(matrix, ord=None) -> jax.Array:
 
 
 @over_batch
-@functools.partial(jax.jit, static_argnames="ord")
 def _norm(matrix, ord=None) -> jax.Array:
-    rows, cols, values, _ = distinct_entries(matrix)
-    magnitude = jnp.abs(values)
-    if ord is None or ord == "fro":
-        return jnp.sqrt(jnp.sum(magnitude * magnitude))
-    if ord in (1, -1):
-        sums = jax.ops.segment_sum(magnitude, cols, num_segments=matrix.shape[1])
-    elif ord in (np.inf, -np.inf):
-        sums = jax.ops.segment_sum(magnitude, rows, num_segments=matrix.shape[0])
-    else:
+    return _norm_of(matrix, ord=ord, repeats=may_repeat(matrix))
+
+
+@functools.partial(jax.jit, static_argnames=("ord", "repeats"))
+def _norm_of(matrix, ord, repeats) -> jax.Array:
+    if ord not in (None, "fro", 1, -1, np.inf, -np.inf):
         raise ValueError(f"`ord` must be None, 'fro', 1, -1, inf or -inf, got {ord!r}.")
-    if sums.shape[0] == 0:
-        return jnp.zeros((), magnitude.dtype)
-    return jnp.max(sums) if ord > 0 else jnp.min(sums)
+
+    def reduce(rows, cols, values, valid):
+        magnitude = jnp.abs(values)
+        if ord is None or ord == "fro":
+            return jnp.sqrt(jnp.sum(magnitude * magnitude))
+        index, size = (cols, matrix.shape[1]) if ord in (1, -1) else (rows, matrix.shape[0])
+        sums = jax.ops.segment_sum(magnitude, index, num_segments=size)
+        if size == 0:
+            return jnp.zeros((), magnitude.dtype)
+        return jnp.max(sums) if ord > 0 else jnp.min(sums)
+
+    return reduce_distinct(matrix, reduce, repeats)
 
 
 def _axis(axis):

@@ -17,6 +17,8 @@ import dataclasses
 
 import numpy as np
 
+from ._coordinates import sorted_unique
+
 
 def block_size(rows: int, devices: int) -> int:
     """Rows per device when `rows` are split in `devices` blocks (the last one padded)."""
@@ -209,7 +211,7 @@ def column_plan(
 def block_needs(columns: np.ndarray, p: int, column_block: int, devices: int) -> list:
     """`needs[q]`: the sorted columns of operand block `q` that device `p`'s entries
     (`columns`, global column indices) touch; empty for `q == p` (its own block is local)."""
-    columns = np.unique(np.asarray(columns, np.int64))
+    columns = sorted_unique(np.asarray(columns, np.int64))
     owners = columns // column_block
     empty = np.zeros(0, np.int64)
     return [columns[owners == q] if q != p else empty for q in range(devices)]

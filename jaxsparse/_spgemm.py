@@ -23,8 +23,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._base import SparseMatrix, is_concrete, register_for_format
-from ._coordinates import csr_from_entries, entries, host_keys, static_nnz
+from ._base import SparseMatrix, index_dtype_for, is_concrete, register_for_format
+from ._coordinates import csr_from_entries, entries, host_keys, static_nnz, unique_positions
 from ._dia_layout import active_diagonals, diagonal_lengths, inside_slots
 from ._matmul import matmul, sparse_times_sparse
 
@@ -120,13 +120,23 @@ def _csr_times_csr_on_host(a, b, nnz):
     right = np.repeat(starts - first_pair, lengths) + np.arange(int(lengths.sum()))
     rows = a_rows[left]
     cols = np.asarray(b.indices, np.int64)[right]
-    found = int(np.unique(host_keys(rows, cols, (m, k))).size)
+    structure = unique_positions(host_keys(rows, cols, (m, k)))
+    found = structure[0].size
     nnz = found if nnz is None else static_nnz(None, nnz, "sparse @ sparse")
     if found > nnz:
         raise ValueError(f"`nnz`={nnz} is smaller than the product's {found} entries.")
     dtype = jnp.result_type(a.dtype, b.dtype)
-    values = a.data.astype(dtype)[left] * b.data.astype(dtype)[right]
-    return csr_from_entries(rows, cols, values, (m, k), nnz)
+    entry_index = index_dtype_for((a.nnz, b.nnz), 0)
+    left, right = left.astype(entry_index), right.astype(entry_index)
+    values = _pair_products(a.data, b.data, left, right, dtype)
+    return csr_from_entries(rows, cols, values, (m, k), nnz, structure=structure)
+
+
+@functools.partial(jax.jit, static_argnames="dtype")
+def _pair_products(a_data, b_data, left, right, dtype):
+    """`a_data[left] * b_data[right]` in `dtype`: one program, not an eager gather per
+    operand with host index arrays."""
+    return a_data.astype(dtype)[left] * b_data.astype(dtype)[right]
 
 
 def _csr_times_csr_traced(a, b, nnz: int, backend: str):

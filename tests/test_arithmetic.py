@@ -126,6 +126,55 @@ def test_sum_with_too_small_nnz_raises():
     np.testing.assert_allclose(padded.to_scipy().toarray(), (a + b).to_scipy().toarray())
 
 
+def test_traced_sum_merges_canonical_rows_as_the_sort_does():
+    """Two structures with rising columns merge row by row under `jit` into the same
+    matrix, bit for bit, as the sort of their entries; unsorted rows take the sort."""
+    from jaxsparse._arithmetic import _merged_rows
+    from jaxsparse._coordinates import csr_from_entries, entries
+
+    rng = np.random.default_rng(11)
+    lengths = np.array([0, 3, 5, 0, 2, 5, 1])  # empty rows, full rows: shared columns
+    a, a_twin = random_csr(rng, (7, 5), row_lengths=lengths, dtype=jnp.float64)
+    b, b_twin = random_csr(rng, (7, 5), row_lengths=lengths[::-1], dtype=jnp.float64)
+    found = (a_twin + b_twin).nnz
+    merge, add = (
+        jax.jit(_merged_rows, static_argnames="nnz"),
+        jax.jit(js.add, static_argnames="nnz"),
+    )
+    for nnz in (found, found + 2):
+        (a_rows, a_cols, _), (b_rows, b_cols, _) = entries(a), entries(b)
+        expected = csr_from_entries(
+            np.concatenate([a_rows, b_rows]),
+            np.concatenate([a_cols, b_cols]),
+            jnp.concatenate([a.data, b.data]),
+            a.shape,
+            nnz,
+        )
+        for got in (merge(a, b, jnp.concatenate([a.data, b.data]), nnz=nnz), add(a, b, nnz=nnz)):
+            for name in ("data", "indices", "indptr"):
+                np.testing.assert_array_equal(getattr(got, name), getattr(expected, name), name)
+                assert getattr(got, name).dtype == getattr(expected, name).dtype
+    shuffled, twin = random_csr(rng, (7, 5), row_lengths=lengths, shuffle_columns=True)
+    shuffled = shuffled.astype(jnp.float64)
+    result = jax.jit(lambda a, b: js.subtract(a, b, nnz=(a_twin - twin).nnz))(a, shuffled)
+    np.testing.assert_allclose(result.todense(), (a_twin - twin).toarray(), atol=1e-6)
+
+
+def test_multiply_searches_the_rows_of_an_operand_without_repeats():
+    """Entries of `b` found by a search within each row where its columns rise, else after
+    summing its repeats; a known canonical structure compiles no sort at all."""
+    rng = np.random.default_rng(12)
+    a, a_twin = random_csr(rng, (6, 7), density=0.6, dtype=jnp.float64)
+    multiply = jax.jit(lambda a, b: a.multiply(b))
+    for layout in ({}, {"shuffle_columns": True}, {"repeat_columns": True}):
+        b, b_twin = random_csr(rng, (6, 7), density=0.6, dtype=jnp.float64, **layout)
+        expected = a_twin.multiply(b_twin).toarray()
+        for result in (a.multiply(b), multiply(a, b)):
+            np.testing.assert_allclose(result.todense(), expected, atol=1e-12)
+    b, _ = random_csr(rng, (6, 7), density=0.6, dtype=jnp.float64)
+    assert "stablehlo.sort" not in jax.jit(lambda: a.multiply(b)).lower().as_text()
+
+
 @pytest.mark.parametrize("case", cases([ARITHMETIC_CASES[0], ARITHMETIC_CASES[3]]))
 def test_sum_with_dense_is_dense(case):
     rng = np.random.default_rng(5)

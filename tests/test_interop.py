@@ -101,6 +101,24 @@ def test_to_scipy_gives_arrays_of_its_own():
         np.testing.assert_array_equal(np.asarray(matrix.todense()), before)
 
 
+def test_host_structure_helpers_match_numpy():
+    # The sort-based stand-ins for numpy's values-only `np.unique` and `np.isin`, behind
+    # every structure computed on the host.
+    from jaxsparse._coordinates import host_isin, sorted_unique, unique_positions
+
+    rng = np.random.default_rng(4)
+    # The last keys leave no room for their index in the low bits: the `argsort` path.
+    large = np.array([2**62, 3, 2**62, -1, 0])
+    some = rng.integers(0, 50, 200)
+    for keys in (some, np.sort(some), np.zeros(0, np.int64), np.array([7]), large):
+        np.testing.assert_array_equal(sorted_unique(keys), np.unique(keys))
+        unique, inverse = unique_positions(keys)
+        np.testing.assert_array_equal(unique, np.unique(keys))
+        np.testing.assert_array_equal(unique[inverse], keys)
+        queries = rng.integers(-5, 60, 100)
+        np.testing.assert_array_equal(host_isin(queries, keys), np.isin(queries, keys))
+
+
 def test_eliminate_zeros():
     rng = np.random.default_rng(3)
     matrix, twin = random_csr(rng, (7, 6), density=0.5, dtype=jnp.float32)

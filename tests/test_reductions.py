@@ -94,6 +94,47 @@ def test_reductions_match_scipy(case, dtype):
     assert got["norm(fro)"].dtype == jnp.real(matrix.data).dtype
 
 
+def test_max_min_on_stored_entries_unless_positions_repeat():
+    """One jitted program for two structures of one shape and size: its run-time check sends
+    the canonical one past the sort that sums repeats; eager calls decide on the host."""
+    shape, data = (4, 5), np.array([-1.0, 4.0, -2.0, -3.0, -5.0, -6.0, -7.0, 2.0])
+    indptr = np.array([0, 0, 3, 8, 8])  # empty first and last rows, a full row
+    canonical = np.array([0, 2, 4, 0, 1, 2, 3, 4])
+    repeating = np.array([4, 0, 4, 3, 1, 2, 0, 4])  # unsorted, column 4 twice in each row
+    reduce = jax.jit(_max_min_and_counts)
+    for indices in (canonical, repeating):
+        twin = scipy.sparse.csr_array((data, indices, indptr), shape=shape)
+        summed = scipy.sparse.csr_array(twin, copy=True)
+        summed.sum_duplicates()
+        expected = {
+            f"{name}({axis})": _dense(getattr(summed, name)(axis=axis))
+            for name in ("max", "min")
+            for axis in (None, 0, 1)
+        }
+        expected |= {
+            "count": summed.count_nonzero(),
+            "norm(1)": scipy.sparse.linalg.norm(summed, 1),
+        }
+        matrix = js.CSRMatrix(jnp.asarray(data), indices, indptr, shape)
+        for got in (reduce(matrix), _max_min_and_counts(matrix)):
+            for name, value in expected.items():
+                np.testing.assert_allclose(got[name], value, rtol=1e-12, err_msg=name)
+    program = jax.jit(lambda: _max_min_and_counts(matrix)).lower().as_text()
+    assert "stablehlo.sort" in program
+    matrix = js.CSRMatrix(jnp.asarray(data), canonical, indptr, shape)
+    program = jax.jit(lambda: _max_min_and_counts(matrix)).lower().as_text()
+    assert "stablehlo.sort" not in program
+
+
+def _max_min_and_counts(matrix):
+    result = {
+        f"{name}({axis})": getattr(matrix, name)(axis=axis)
+        for name in ("max", "min")
+        for axis in (None, 0, 1)
+    }
+    return result | {"count": matrix.count_nonzero(), "norm(1)": js.linalg.norm(matrix, 1)}
+
+
 def test_max_min_errors():
     with pytest.raises(TypeError, match="complex"):
         js.DIAMatrix(jnp.ones((1, 3), jnp.complex64), (0,), (3, 3)).max()
@@ -198,6 +239,51 @@ def test_indexing_matches_scipy(case):
     with pytest.raises(IndexError, match="out of range"):
         matrix[m]
     np.testing.assert_allclose(matrix[::2].todense(), dense[::2], atol=1e-12)
+
+
+def test_rows_and_entries_read_only_their_row():
+    """`A[i]` and `A[i, j]` loop over row `i`'s entries (several steps for a row longer than
+    one step's read), whatever the row holds: repeats, unsorted columns, nothing; gradients
+    reach `data` in both modes."""
+    from jaxsparse._indexing import ROW_CHUNK
+
+    rng = np.random.default_rng(6)
+    lengths = [3, 0, 2 * ROW_CHUNK + 5, 4, 0]
+    repeating = random_csr(
+        rng, (5, 3 * ROW_CHUNK), row_lengths=lengths, dtype=jnp.float64, repeat_columns=True
+    )
+    shuffled = random_csr(
+        rng, (5, 3 * ROW_CHUNK), row_lengths=lengths, dtype=jnp.float64, shuffle_columns=True
+    )
+    access = jax.jit(lambda a, i, j: (a[i], a[i, j]))
+    for matrix, twin in (repeating, shuffled):
+        dense = twin.toarray()
+        for i in range(5):
+            columns = twin.indices[twin.indptr[i] : twin.indptr[i + 1]]
+            for j in [*columns[:2], *columns[-2:], 7]:
+                for row, entry in (access(matrix, i, j), (matrix[i], matrix[i, int(j)])):
+                    np.testing.assert_allclose(row, dense[i], atol=1e-12)
+                    np.testing.assert_allclose(entry, dense[i, j], atol=1e-12)
+    matrix, twin = repeating
+    i, j = 2, int(twin.indices[twin.indptr[2] + 1])
+    check_grads(lambda d: (matrix.with_data(d)[i], matrix.with_data(d)[i, j]), (matrix.data,), 2)
+    assert "stablehlo.while" in jax.jit(lambda a: a[i]).lower(matrix).as_text()
+
+
+def test_columns_selected_through_a_column_map(monkeypatch):
+    """`A[:, cols]` sends each entry to its places in `cols` (repeats and all) without
+    transposing the matrix; the result matches scipy's."""
+    rng = np.random.default_rng(7)
+    matrix, twin = random_csr(
+        rng, (6, 8), density=0.5, dtype=jnp.float64, shuffle_columns=True, repeat_columns=True
+    )
+    monkeypatch.setattr(type(matrix), "T", property(lambda _: pytest.fail("transposed")))
+    for cols in ([5, 0, 5, 7, 2], [3], [], np.arange(8)[::-3]):
+        picked, expected = matrix[:, cols], scipy.sparse.csr_array(twin[:, cols])
+        expected.sum_duplicates()
+        np.testing.assert_allclose(picked.todense(), expected.toarray(), atol=1e-12)
+        np.testing.assert_array_equal(picked.sum_duplicates().indices, expected.indices)
+        assert picked.shape == (6, len(cols)) and picked.nnz >= expected.nnz
 
 
 @pytest.mark.parametrize("fmt", ["dia", "csr"])
