@@ -56,10 +56,12 @@ constexpr int64_t kPrefetchEntries = 128;
 // member of the batch reads them.
 constexpr int64_t kChunkEntries = 8192;
 
-// Entries per chunk of the product or the sampled product of one matrix, whose columns are
-// checked in one pass just before the kernel reads them again from the L1 cache
-// (ChunkColumnsInRange).
-constexpr int64_t kCheckedChunkEntries = 256;
+// Entries per chunk of a kernel over one matrix, whose columns are checked in one pass
+// (ChunkColumnsInRange) just before the kernel reads them. On banded columns the chunk is
+// small, so it is reread from the L1 cache and a stencil's runs of even rows fill whole
+// chunks (SumEvenRows); on scattered columns it is large, since each chunk's checks stall
+// the cache misses of the sums around them.
+constexpr int64_t CheckedChunkEntries(bool scattered) { return scattered ? 16384 : 256; }
 
 // Checks indptr[0] == 0, indptr[m] == nnz and that indptr never decreases (in pieces over
 // the pool: it is a pass over m + 1 values before the kernel may trust any of them).
@@ -367,7 +369,8 @@ ffi::Error Matmul(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi::
 
   // Columns are checked a chunk at a time before the product reads them, which leaves the
   // product's loop only the arithmetic.
-  const bool prefetch = k >= 2 && ScatteredColumns(indices, indptr, m, nnz);
+  const bool scattered = ScatteredColumns(indices, indptr, m, nnz);
+  const bool prefetch = k >= 2 && scattered;
   const int64_t parts = NumParts(pool, batch * (nnz + m) * k);
   // Piece t owns the rows starting in its entries; its leading entries belong to a row
   // an earlier piece started, and are summed into carry[t] (row carry_row[t]).
@@ -394,7 +397,7 @@ ffi::Error Matmul(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi::
         }
       }
       // Rows in chunks of about `chunk_entries` entries, at most as many rows.
-      const int64_t chunk_entries = batch > 1 ? kChunkEntries : kCheckedChunkEntries;
+      const int64_t chunk_entries = batch > 1 ? kChunkEntries : CheckedChunkEntries(scattered);
       for (int64_t chunk_row = first_row; chunk_row < last_row;) {
         const int64_t chunk_end =
             std::lower_bound(indptr + chunk_row + 1,
@@ -456,13 +459,15 @@ JAXSPARSE_INLINE void AddEntry(T* destination, T value, const T* source, int64_t
 // the members; `rows` holds member `first_member`'s n rows of k values, members n * k
 // apart. Each chunk's columns are checked before they are used (as in the product: the
 // loop keeps only the arithmetic); returns false, at the first chunk holding a column
-// outside [0, n), before writing it.
+// outside [0, n), before writing it. `scattered`: ScatteredColumns of the structure.
 template <typename T, typename I>
 bool ScatterEntries(const T* values, int64_t values_stride, const T* cotangent, int64_t g_stride,
                     const I* indices, const I* indptr, int64_t m, int64_t n, int64_t k,
                     int64_t begin, int64_t end, int64_t first_member, int64_t last_member,
-                    bool prefetch, T* rows) {
-  const int64_t chunk_size = last_member - first_member > 1 ? kChunkEntries : kCheckedChunkEntries;
+                    bool scattered, T* rows) {
+  const bool prefetch = k >= 2 && scattered;
+  const int64_t chunk_size =
+      last_member - first_member > 1 ? kChunkEntries : CheckedChunkEntries(scattered);
   auto scatter_chunk = [&](int64_t chunk, int64_t chunk_end, int64_t chunk_row) {
     for (int64_t b = first_member; b < last_member; ++b) {
       const T* member_values = values + b * values_stride;
@@ -554,7 +559,6 @@ ffi::Error MatmulT(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi:
 
   std::atomic<bool> ok(true);
   const bool scattered = ScatteredColumns(indices, indptr, m, nnz);
-  const bool prefetch = k >= 2 && scattered;
   const int64_t work = batch * nnz * k;
   if (const int64_t parts = NumParts(pool, work); batch >= parts) {
     // Enough members for every thread: each piece scatters whole members into their own
@@ -564,7 +568,7 @@ ffi::Error MatmulT(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi:
       const int64_t first = PieceStart(batch, parts, part);
       const int64_t last = PieceStart(batch, parts, part + 1);
       if (!ScatterEntries(values, values_stride, cotangent, g_stride, indices, indptr, m, n, k, 0,
-                          nnz, first, last, prefetch, out + first * n * k)) {
+                          nnz, first, last, scattered, out + first * n * k)) {
         ok = false;
       }
     });
@@ -576,7 +580,7 @@ ffi::Error MatmulT(ffi::ThreadPool& pool, const ffi::AnyBuffer& data, const ffi:
                             [&](int64_t begin, int64_t end, T* rows) {
                               return ScatterEntries(values, values_stride, cotangent, g_stride,
                                                     indices, indptr, m, n, k, begin, end, 0, batch,
-                                                    prefetch, rows);
+                                                    scattered, rows);
                             })
           : ScatterOwnedColumns(
                 pool, indices, nnz, n, k, batch, work, out,
@@ -637,13 +641,14 @@ ffi::Error Sddmm(ffi::ThreadPool& pool, const ffi::AnyBuffer& g, const ffi::AnyB
   if (nnz == 0 || batch == 0) return ffi::Error::Success();
 
   const int64_t parts = NumParts(pool, batch * nnz * std::max<int64_t>(k, 1));
-  const bool prefetch = k >= 2 && ScatteredColumns(indices, indptr, m, nnz);
+  const bool scattered = ScatteredColumns(indices, indptr, m, nnz);
+  const bool prefetch = k >= 2 && scattered;
   std::atomic<bool> ok(true);
   ParallelFor(pool, parts, [&](int64_t part) {
     const int64_t begin = PieceStart(nnz, parts, part);
     const int64_t end = PieceStart(nnz, parts, part + 1);
     if (begin >= end) return;
-    const int64_t chunk_size = batch > 1 ? kChunkEntries : kCheckedChunkEntries;
+    const int64_t chunk_size = batch > 1 ? kChunkEntries : CheckedChunkEntries(scattered);
     auto sample_chunk = [&](int64_t chunk, int64_t chunk_end, int64_t chunk_row) {
       for (int64_t b = 0; b < batch; ++b) {
         const T* member_g = cotangent + b * g_stride;
