@@ -10,6 +10,7 @@ import jax.numpy as jnp
 from . import (
     _arithmetic,
     _comparisons,
+    _elementwise,
     _indexing,
     _interop,
     _reductions,
@@ -18,8 +19,11 @@ from . import (
 from ._matmul import matmul
 
 
+@_elementwise.with_zero_preserving_ufuncs
 class SparseOperators:
-    """Arithmetic, reductions, indexing and conversions for `DIAMatrix` and `CSRMatrix`."""
+    """Arithmetic, reductions, indexing and conversions for `DIAMatrix` and `CSRMatrix`,
+    and scipy's ufunc methods with `f(0) == 0` (`sin`, `sqrt`, ...: one per entry of
+    `_elementwise.ZERO_PRESERVING_UFUNCS`)."""
 
     def __add__(self, other):
         return _arithmetic.add(self, other)
