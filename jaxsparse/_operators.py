@@ -145,6 +145,15 @@ class SparseOperators:
         """The smallest entry, implicit zeros included (scipy's semantics)."""
         return _reductions.extreme(self, axis, largest=False)
 
+    def maximum(self, other):
+        """The elementwise maximum with a scalar, a sparse or a dense matrix, as scipy's;
+        see `jaxsparse._elementwise` for when the result is sparse."""
+        return _elementwise.maximum(self, other)
+
+    def minimum(self, other):
+        """The elementwise minimum; as `maximum`."""
+        return _elementwise.minimum(self, other)
+
     def __getitem__(self, key):
         return _indexing.getitem(self, key)
 

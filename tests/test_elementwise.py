@@ -1,6 +1,8 @@
 """scipy's elementwise methods (`sin`, `sqrt`, ... `maximum`, `minimum`, `argmax`, `argmin`,
 `nanmax`, `nanmin`) against scipy.sparse and dense numpy, in and out of `jit`."""
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -17,6 +19,7 @@ from helpers import (
     random_values,
 )
 
+import jaxsparse as js
 from jaxsparse._elementwise import ZERO_PRESERVING_UFUNCS
 
 UFUNC_CASES = [
@@ -94,3 +97,62 @@ def test_ufuncs_map_over_a_batch():
     result = batch.sin()
     assert result.batch_shape == (2,)
     assert_close(result.batch_member(1).todense(), np.sin(2 * twin.toarray()), jnp.float64)
+
+
+def _dense(value):
+    return np.asarray(value.todense() if isinstance(value, js.SparseMatrix) else value)
+
+
+@pytest.mark.parametrize("fmts", [("dia", "dia"), ("csr", "dia"), ("csr", "csr")])
+def test_maximum_minimum_match_scipy(fmts):
+    rng = np.random.default_rng(6)
+    shape = (9, 7)
+    make = {"dia": lambda: random_dia(rng, shape, (-2, 0, 3, 8), jnp.float64)}
+    make["csr"] = lambda: random_csr(
+        rng, shape, density=0.3, dtype=jnp.float64, repeat_columns=True
+    )
+    (a, a_twin), (b, b_twin) = make[fmts[0]](), make[fmts[1]]()
+    dense = random_values(rng, shape, jnp.float64)
+    # Each operation, its operand (scipy's twin) and the result's format (None: dense).
+    # `maximum(0, s) == 0` only for s <= 0, `minimum(0, s) == 0` for s >= 0.
+    union = "dia" if fmts == ("dia", "dia") else "csr"
+    operations = [
+        (name, operand, twin_operand, fmt)
+        for name, sign in (("maximum", 1), ("minimum", -1))
+        for operand, twin_operand, fmt in (
+            (b, b_twin, union),
+            (-0.5 * sign, -0.5 * sign, a.format),
+            (0.5 * sign, 0.5 * sign, None),
+            (dense, dense, None),
+        )
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", scipy.sparse.SparseEfficiencyWarning)
+        for name, operand, twin_operand, fmt in operations:
+            result = getattr(a, name)(operand)
+            expected = getattr(scipy.sparse.csr_array(a_twin), name)(twin_operand)
+            sparse = isinstance(result, js.SparseMatrix)
+            assert (result.format if sparse else None) == fmt, (name, operand)
+            assert_close(_dense(result), _dense_twin(expected), jnp.float64)
+    jitted = jax.jit(lambda a, s: (a.maximum(s), a.minimum(0.5), a.maximum(0.0)))(a, -0.5)
+    assert isinstance(jitted[0], jax.Array)  # a traced scalar: whether it keeps zeros is unknown
+    assert jitted[1].format == jitted[2].format == a.format
+    assert_close(jitted[0], np.maximum(a_twin.toarray(), -0.5), jnp.float64)
+    assert_close(jitted[1].todense(), np.minimum(a_twin.toarray(), 0.5), jnp.float64)
+
+
+def _dense_twin(value):
+    return value.toarray() if scipy.sparse.issparse(value) else np.asarray(value)
+
+
+def test_maximum_refuses_complex_and_traced_csr_unions():
+    rng = np.random.default_rng(7)
+    a, _ = random_csr(rng, (5, 4), density=0.5, dtype=jnp.complex128)
+    with pytest.raises(TypeError, match="complex"):
+        a.maximum(a)
+    with pytest.raises(TypeError, match="complex"):
+        a.real.minimum(-1j)
+    d, _ = random_dia(rng, (5, 4), (0, 1), jnp.float64)
+    assert jax.jit(lambda x, y: x.maximum(y))(d, d).format == "dia"
+    with pytest.raises(TypeError, match="traced under `jax.jit`"):
+        jax.jit(lambda x, y: x.maximum(y))(a.real, d)
