@@ -1,5 +1,5 @@
 """scipy.sparse's elementwise methods: the ufuncs that keep zeros (`A.sin()`, `A.sqrt()`,
-...) and `maximum`/`minimum`.
+...), `maximum`/`minimum`, and the reductions `argmax`/`argmin`, `nanmax`/`nanmin`.
 
 - A ufunc `f` with `f(0) == 0` (`ZERO_PRESERVING_UFUNCS`) gives a matrix of the same
   format and structure holding `jnp.f` of the stored values, after repeated CSR entries
@@ -10,8 +10,12 @@
   matrix, the union of both structures, built as `!=` builds it (DIA for two DIA
   matrices, jit-able; else CSR, which needs concrete indices); otherwise (a dense operand,
   a scalar that fills the matrix, a scalar traced under `jit`) a dense array.
+- `argmax`/`argmin` count the implicit zeros as values and return the first position of
+  the extreme in row-major order, as `numpy.argmax` of the dense matrix; `explicit=True`
+  looks at the stored entries only. `nanmax`/`nanmin` are `max`/`min` that skip NaNs.
+  These four are jit-able with the values and the CSR structure traced.
 
-Complex values have no order: `maximum` and `minimum` refuse them.
+Complex values have no order: `maximum`, `minimum` and the reductions refuse them.
 """
 
 import functools
@@ -31,8 +35,9 @@ from ._batching import (
     refuse_batch,
 )
 from ._comparisons import _dia_rows, _distinct, _host, _zero_compares_false, compare
-from ._coordinates import entries, lookup, may_repeat
+from ._coordinates import entries, lookup, may_repeat, reduce_distinct
 from ._dia_layout import inside_slots
+from ._reductions import _axis, extreme
 
 # scipy's ufunc methods (those with `f(0) == 0`), and whether each takes complex values
 # (numpy's `floor`, `ceil`, `trunc`, `deg2rad`, `rad2deg` do not).
@@ -170,3 +175,100 @@ def _values_on(union, matrix) -> jax.Array:
 @register_for_format("dia", _values_on)
 def _dia_values_on(union, matrix) -> jax.Array:
     return stored_values(union.with_data(_dia_rows(matrix, union.offsets)))
+
+
+@over_batch
+def argextreme(matrix, axis=None, *, largest: bool, explicit: bool = False) -> jax.Array:
+    """`matrix.argmax(axis)` (`largest`) or `matrix.argmin(axis)`, as numpy's on the dense
+    matrix: a 0-d index into the row-major flattened matrix for `axis=None`, else one
+    index per column (`axis=0`) or row (`axis=1`). With `explicit`, only stored entries
+    count, and a row or column without any gives 0 (as scipy)."""
+    name = "argmax" if largest else "argmin"
+    if jnp.issubdtype(matrix.dtype, jnp.complexfloating):
+        raise TypeError(f"`{name}` is not defined for complex values.")
+    axis = _axis(axis)
+    if axis is None and 0 in matrix.shape:
+        raise ValueError(f"`{name}` of an empty matrix of shape {matrix.shape}.")
+    if axis is not None and matrix.shape[axis] == 0:
+        raise ValueError(f"`{name}` along a zero-sized axis of shape {matrix.shape}.")
+    if axis is None and explicit and matrix.nnz == 0:
+        raise ValueError(f"`{name}` with `explicit=True` of a matrix that stores no entry.")
+    if matrix.dtype == jnp.bool_:
+        matrix = matrix.astype(jnp.float32)
+    # Rows in order with sorted columns: what `_row_extremes` reads its first zeros from.
+    rows_of_result = matrix.tocsr().T if axis == 0 else matrix.tocsr()
+    return _argextreme(
+        rows_of_result,
+        whole=axis is None,
+        largest=largest,
+        explicit=explicit,
+        repeats=may_repeat(rows_of_result),
+    )
+
+
+@functools.partial(jax.jit, static_argnames=("whole", "largest", "explicit", "repeats"))
+def _argextreme(matrix, *, whole: bool, largest: bool, explicit: bool, repeats):
+    best, column, present = reduce_distinct(
+        matrix, functools.partial(_row_extremes, matrix.shape, largest, explicit), repeats
+    )
+    if not whole:
+        return column
+    overall = (jnp.max if largest else jnp.min)(jnp.where(present, best, _neutral(best, largest)))
+    row = jnp.argmax(present & _same(best, overall))
+    return row * matrix.shape[1] + column[row]
+
+
+def _row_extremes(shape, largest: bool, explicit: bool, rows, cols, values, valid):
+    """For each row: its extreme value, the first column holding it, and whether the row
+    has any value that counts (a stored entry, or an implicit zero unless `explicit`).
+
+    The distinct entries come sorted by row, then column: the `k`-th entry of a row sits
+    in column `k` for every `k` before the row's first implicit zero, whose column is
+    therefore the number of entries that do. Empty rows give column 0, as scipy.
+    """
+    m, n = shape
+    index_dtype = jax.dtypes.canonicalize_dtype(np.int64)
+    segment = jax.ops.segment_max if largest else jax.ops.segment_min
+    row = jnp.where(valid, rows, m)
+    counts = jax.ops.segment_sum(valid.astype(index_dtype), row, num_segments=m)
+    stored_best = segment(jnp.where(valid, values, _neutral(values, largest)), row, num_segments=m)
+    implicit = jnp.zeros((m,), bool) if explicit else counts < n
+    pick = jnp.maximum if largest else jnp.minimum
+    best = jnp.where(implicit, pick(stored_best, jnp.zeros((), values.dtype)), stored_best)
+    safe_row = jnp.clip(rows, 0, max(m - 1, 0))
+    hits = valid & _same(values, best[safe_row])
+    first_stored = jax.ops.segment_min(
+        jnp.where(hits, cols, n).astype(index_dtype), row, num_segments=m
+    )
+    starts = jnp.cumsum(counts) - counts
+    rank = jnp.arange(values.shape[0], dtype=index_dtype) - starts[safe_row]
+    in_place = valid & (cols.astype(index_dtype) == rank)
+    first_zero = jax.ops.segment_sum(in_place.astype(index_dtype), row, num_segments=m)
+    first_zero = jnp.where(implicit & (best == 0), first_zero, n)
+    column = jnp.minimum(jnp.minimum(first_stored, n), first_zero)
+    return best, jnp.where(column == n, 0, column), implicit | (counts > 0)
+
+
+def _neutral(values, largest: bool) -> jax.Array:
+    return jnp.asarray(-jnp.inf if largest else jnp.inf, values.dtype)
+
+
+def _same(values, target) -> jax.Array:
+    """`values == target`, with NaN equal to NaN (numpy's `argmax` picks the first NaN)."""
+    return (values == target) | (jnp.isnan(values) & jnp.isnan(target))
+
+
+@over_batch
+def nanextreme(matrix, axis=None, *, largest: bool) -> jax.Array:
+    """`matrix.nanmax(axis)` (`largest`) or `matrix.nanmin(axis)`: `max`/`min` skipping
+    NaNs; NaN where a line holds nothing but NaNs (as numpy, without its warning)."""
+    if not jnp.issubdtype(matrix.dtype, jnp.floating):
+        return extreme(matrix, axis, largest=largest)
+    summed = _summed(matrix)
+    values = stored_values(summed)
+    is_nan = jnp.isnan(values)
+    skipped = summed.with_data(jnp.where(is_nan, _neutral(values, largest), values))
+    result = extreme(skipped, axis, largest=largest)
+    # The smallest NaN flag of a line is 1 only where every entry, implicit zeros too, is NaN.
+    only_nans = extreme(summed.with_data(is_nan.astype(values.dtype)), axis, largest=False)
+    return jnp.where(only_nans > 0, jnp.asarray(jnp.nan, result.dtype), result)

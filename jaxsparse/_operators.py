@@ -145,6 +145,24 @@ class SparseOperators:
         """The smallest entry, implicit zeros included (scipy's semantics)."""
         return _reductions.extreme(self, axis, largest=False)
 
+    def nanmax(self, axis=None):
+        """`max`, NaNs skipped (NaN where a line holds only NaNs)."""
+        return _elementwise.nanextreme(self, axis, largest=True)
+
+    def nanmin(self, axis=None):
+        """`min`, NaNs skipped (NaN where a line holds only NaNs)."""
+        return _elementwise.nanextreme(self, axis, largest=False)
+
+    def argmax(self, axis=None, *, explicit: bool = False):
+        """The first position of the largest entry, implicit zeros included (numpy's
+        `argmax` of the dense matrix): a 0-d row-major index for `axis=None`, else dense
+        1-D indices; `explicit=True` looks at the stored entries only (jit-able)."""
+        return _elementwise.argextreme(self, axis, largest=True, explicit=explicit)
+
+    def argmin(self, axis=None, *, explicit: bool = False):
+        """The first position of the smallest entry; as `argmax`."""
+        return _elementwise.argextreme(self, axis, largest=False, explicit=explicit)
+
     def maximum(self, other):
         """The elementwise maximum with a scalar, a sparse or a dense matrix, as scipy's;
         see `jaxsparse._elementwise` for when the result is sparse."""

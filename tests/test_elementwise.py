@@ -156,3 +156,91 @@ def test_maximum_refuses_complex_and_traced_csr_unions():
     assert jax.jit(lambda x, y: x.maximum(y))(d, d).format == "dia"
     with pytest.raises(TypeError, match="traced under `jax.jit`"):
         jax.jit(lambda x, y: x.maximum(y))(a.real, d)
+
+
+def arg_matrix():
+    """A CSR matrix with every kind of row: empty, an implicit zero before a stored zero,
+    full and negative, repeats that sum to zero, and a NaN; with its stored-position mask."""
+    rows = [1, 1, 2, 2, 2, 2, 2, 3, 3, 3, 3, 4, 4]
+    cols = [3, 0, 0, 1, 2, 3, 4, 2, 4, 2, 0, 3, 1]
+    data = [0.0, -1.0, -3.0, -1.0, -2.0, -1.0, -5.0, 2.0, 1.5, -2.0, 0.0, np.nan, 5.0]
+    order = np.argsort(rows, kind="stable")
+    counts = np.bincount(rows, minlength=5)
+    indptr = np.concatenate([[0], np.cumsum(counts)])
+    matrix = js.CSRMatrix(
+        jnp.asarray(np.asarray(data)[order]), np.asarray(cols)[order], indptr, (5, 5)
+    )
+    stored = np.zeros((5, 5), bool)
+    stored[rows, cols] = True
+    return matrix, stored
+
+
+def expected_arg(dense, stored, axis, largest, explicit):
+    """numpy's `argmax`/`argmin` of the dense matrix; with `explicit`, of the stored entries
+    (0 for a line without any, as scipy)."""
+    if explicit:
+        dense = np.where(stored, dense, -np.inf if largest else np.inf)
+    result = (np.argmax if largest else np.argmin)(dense, axis=axis)
+    if explicit and axis is not None:
+        result = np.where(stored.any(axis=axis), result, 0)
+    return result
+
+
+ARG_CALLS = [
+    (name, axis, explicit)
+    for name in ("argmax", "argmin")
+    for axis in (None, 0, 1)
+    for explicit in (False, True)
+]
+
+
+def arg_extremes(matrix):
+    """Every `argmax`/`argmin` call of `ARG_CALLS`, in order (one jitted program)."""
+    return [
+        getattr(matrix, name)(axis=axis, explicit=explicit) for name, axis, explicit in ARG_CALLS
+    ]
+
+
+def test_argmax_argmin_match_dense():
+    rng = np.random.default_rng(8)
+    handmade, stored = arg_matrix()
+    dia, dia_twin = random_dia(rng, (8, 6), (-1, 0, 2, 7), jnp.float64)
+    dia_stored = np.zeros((8, 6), bool)
+    dia_stored[dia.tocsr().row_ids(), dia.tocsr().indices] = True
+    for matrix, dense, positions in (
+        (handmade, np.asarray(handmade.todense()), stored),
+        (dia, dia_twin.toarray(), dia_stored),
+    ):
+        traced = jax.jit(arg_extremes)(matrix)
+        for (name, axis, explicit), got in zip(ARG_CALLS, traced, strict=True):
+            expected = expected_arg(dense, positions, axis, name == "argmax", explicit)
+            np.testing.assert_array_equal(got, expected, err_msg=f"{name} {axis} {explicit}")
+            if name == "argmax" and not explicit:  # eager: the structure known on the host
+                np.testing.assert_array_equal(getattr(matrix, name)(axis=axis), expected)
+    # scipy agrees on the rows without NaN (on a NaN, it returns an implicit zero's column).
+    canonical = handmade.to_scipy()
+    np.testing.assert_array_equal(handmade.argmin(axis=1)[:4], canonical.argmin(axis=1)[:4])
+    with pytest.raises(ValueError, match="stores no entry"):
+        js.CSRMatrix.fromdense(jnp.zeros((2, 2))).argmax(explicit=True)
+
+
+NAN_CALLS = [(name, axis) for name in ("nanmax", "nanmin") for axis in (None, 0, 1)]
+
+
+def nan_extremes(matrix):
+    return [getattr(matrix, name)(axis=axis) for name, axis in NAN_CALLS]
+
+
+def test_nanmax_nanmin_match_numpy():
+    rng = np.random.default_rng(9)
+    dense = np.where(rng.random((6, 5)) < 0.5, random_values(rng, (6, 5), jnp.float64), 0.0)
+    dense[1, 2] = np.nan
+    dense[3] = np.nan  # a row of NaNs only
+    dense[:, 4] = np.where(np.arange(6) == 3, np.nan, 1.0)
+    matrix = js.CSRMatrix.fromdense(jnp.asarray(dense))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        for (name, axis), got in zip(NAN_CALLS, jax.jit(nan_extremes)(matrix), strict=True):
+            expected = getattr(np, name)(dense, axis=axis)
+            np.testing.assert_array_equal(got, expected, err_msg=f"{name} {axis}")
+        np.testing.assert_array_equal(matrix.nanmax(axis=1), np.nanmax(dense, axis=1))
