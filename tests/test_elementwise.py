@@ -90,13 +90,16 @@ def test_ufunc_gradients_match_dense(fmt):
         assert not np.any(np.asarray(expected)[outside])
 
 
-def test_ufuncs_map_over_a_batch():
+def test_elementwise_methods_map_over_a_batch():
     rng = np.random.default_rng(5)
     matrix, twin = random_dia(rng, (6, 6), (-1, 0, 2), jnp.float64)
-    batch = matrix.with_data(jnp.stack([matrix.data, 2 * matrix.data]))
+    batch = matrix.with_data(jnp.stack([matrix.data, -2 * matrix.data]))
+    members = np.stack([twin.toarray(), -2 * twin.toarray()])
     result = batch.sin()
     assert result.batch_shape == (2,)
-    assert_close(result.batch_member(1).todense(), np.sin(2 * twin.toarray()), jnp.float64)
+    assert_close(result.batch_member(1).todense(), np.sin(members[1]), jnp.float64)
+    assert_close(batch.maximum(-0.1).todense(), np.maximum(members, -0.1), jnp.float64)
+    np.testing.assert_array_equal(batch.argmax(axis=1), np.argmax(members, axis=2))
 
 
 def _dense(value):
