@@ -10,6 +10,7 @@ import jax.numpy as jnp
 from . import (
     _arithmetic,
     _comparisons,
+    _elementwise,
     _indexing,
     _interop,
     _reductions,
@@ -18,8 +19,11 @@ from . import (
 from ._matmul import matmul
 
 
+@_elementwise.with_zero_preserving_ufuncs
 class SparseOperators:
-    """Arithmetic, reductions, indexing and conversions for `DIAMatrix` and `CSRMatrix`."""
+    """Arithmetic, reductions, indexing and conversions for `DIAMatrix` and `CSRMatrix`,
+    and scipy's ufunc methods with `f(0) == 0` (`sin`, `sqrt`, ...: one per entry of
+    `_elementwise.ZERO_PRESERVING_UFUNCS`)."""
 
     def __add__(self, other):
         return _arithmetic.add(self, other)
@@ -140,6 +144,33 @@ class SparseOperators:
     def min(self, axis=None):
         """The smallest entry, implicit zeros included (scipy's semantics)."""
         return _reductions.extreme(self, axis, largest=False)
+
+    def nanmax(self, axis=None):
+        """`max`, NaNs skipped (NaN where a line holds only NaNs)."""
+        return _elementwise.nanextreme(self, axis, largest=True)
+
+    def nanmin(self, axis=None):
+        """`min`, NaNs skipped (NaN where a line holds only NaNs)."""
+        return _elementwise.nanextreme(self, axis, largest=False)
+
+    def argmax(self, axis=None, *, explicit: bool = False):
+        """The first position of the largest entry, implicit zeros included (numpy's
+        `argmax` of the dense matrix): a 0-d row-major index for `axis=None`, else dense
+        1-D indices; `explicit=True` looks at the stored entries only (jit-able)."""
+        return _elementwise.argextreme(self, axis, largest=True, explicit=explicit)
+
+    def argmin(self, axis=None, *, explicit: bool = False):
+        """The first position of the smallest entry; as `argmax`."""
+        return _elementwise.argextreme(self, axis, largest=False, explicit=explicit)
+
+    def maximum(self, other):
+        """The elementwise maximum with a scalar, a sparse or a dense matrix, as scipy's;
+        see `jaxsparse._elementwise` for when the result is sparse."""
+        return _elementwise.maximum(self, other)
+
+    def minimum(self, other):
+        """The elementwise minimum; as `maximum`."""
+        return _elementwise.minimum(self, other)
 
     def __getitem__(self, key):
         return _indexing.getitem(self, key)
