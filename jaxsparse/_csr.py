@@ -145,10 +145,7 @@ class CSRMatrix(SparseMatrix, SparseOperators):
 
     @over_batch
     def todense(self) -> jax.Array:
-        dense = jnp.zeros(self.shape, self.dtype)
-        positions = dense.at[self.row_ids(), self.indices]
-        # Repeated boolean entries combine by `or`, as numbers add.
-        return positions.max(self.data) if self.dtype == jnp.bool_ else positions.add(self.data)
+        return scatter_total(self.shape, (self.row_ids(), self.indices), self.data)
 
     def tocsr(self) -> "CSRMatrix":
         return self
