@@ -116,7 +116,8 @@ class SparseMatrix(eqx.Module):
         return self.todense()
 
     def astype(self, dtype) -> "SparseMatrix":
-        """The same matrix with its values cast to `dtype` (floating or complex)."""
+        """The same matrix with its values cast to `dtype` (floating, complex or boolean)."""
+        dtype = stored_value_dtype(jnp.dtype(dtype), f"`astype({jnp.dtype(dtype)})`")
         return self.with_data(self.data.astype(dtype))
 
     @abc.abstractmethod
@@ -222,6 +223,18 @@ def as_value_array(values, name: str) -> jax.Array:
     return array
 
 
+def stored_value_dtype(dtype, operation: str) -> np.dtype:
+    """`dtype` if sparse matrices store values of it (floating, complex or boolean), else a
+    TypeError saying that `operation` would give integer values."""
+    dtype = np.dtype(dtype)
+    if jnp.issubdtype(dtype, jnp.inexact) or dtype == jnp.bool_:
+        return dtype
+    raise TypeError(
+        f"{operation} would give {dtype} values: sparse matrices store floating, complex or "
+        "boolean values, not integers. Use a floating dtype, e.g. `A.astype(jnp.float32)`."
+    )
+
+
 def is_concrete(*arrays) -> bool:
     """Whether every array holds known values (so host-side checks can run on them)."""
     return not any(isinstance(array, jax.core.Tracer) for array in arrays)
@@ -239,8 +252,15 @@ def host_values(data) -> np.ndarray:
     return np.asarray(data)
 
 
-def floating_host_values(values: np.ndarray) -> np.ndarray:
-    """scipy values in a floating or complex dtype (integers and booleans converted)."""
-    if np.issubdtype(values.dtype, np.inexact):
-        return values
-    return values.astype(jax.dtypes.canonicalize_dtype(np.float64))
+def storable_dtype(dtype) -> np.dtype:
+    """`dtype` where sparse matrices store it (floating, complex, boolean); the default
+    floating dtype for integers."""
+    dtype = np.dtype(dtype)
+    if jnp.issubdtype(dtype, jnp.inexact) or dtype == jnp.bool_:
+        return dtype
+    return np.dtype(jax.dtypes.canonicalize_dtype(np.float64))
+
+
+def storable_host_values(values: np.ndarray) -> np.ndarray:
+    """scipy values in a dtype sparse matrices store (`storable_dtype`)."""
+    return values.astype(storable_dtype(values.dtype), copy=False)

@@ -350,7 +350,7 @@ def _dia_lookup(matrix, rows, cols, repeats: bool | None):
     position = jnp.clip(jnp.searchsorted(offsets, wanted), 0, len(order) - 1)
     stored = offsets[position] == wanted
     values = matrix.data[jnp.asarray(order)[position], cols]
-    return jnp.where(stored, values, 0), stored
+    return jnp.where(stored, values, jnp.zeros((), values.dtype)), stored
 
 
 def _search_pairs(sorted_rows, sorted_cols, rows, cols):

@@ -12,11 +12,11 @@ from jaxtyping import Array, Inexact
 from ._base import (
     SparseMatrix,
     as_value_array,
-    floating_host_values,
     format_class,
     host_values,
     index_dtype_for,
     is_concrete,
+    storable_host_values,
     validate_shape,
 )
 from ._batching import over_batch, refuse_batch
@@ -193,7 +193,7 @@ class DIAMatrix(SparseMatrix, SparseOperators):
     def from_scipy(cls, matrix) -> "DIAMatrix":
         """From any `scipy.sparse` matrix or array, converted to DIA on the host.
 
-        Integer and boolean values become the default floating dtype.
+        Integer values become the default floating dtype; booleans stay boolean.
         """
         if not scipy.sparse.issparse(matrix):
             raise TypeError(
@@ -201,7 +201,7 @@ class DIAMatrix(SparseMatrix, SparseOperators):
             )
         dia = scipy.sparse.dia_array(matrix)
         m, n = dia.shape
-        values = floating_host_values(dia.data)
+        values = storable_host_values(dia.data)
         data = np.zeros((len(dia.offsets), n), values.dtype)
         width = min(values.shape[1], n)
         data[:, :width] = values[:, :width]

@@ -154,7 +154,7 @@ def _csr_times_csr_traced(a, b, nnz: int, backend: str):
     found = jnp.count_nonzero(counts > 0)
     rows, cols = jnp.nonzero(counts > 0, size=nnz, fill_value=(m - 1, k - 1))
     product = matmul(a.astype(dtype), b.astype(dtype).todense(), backend=backend)
-    values = jnp.where(jnp.arange(nnz) < found, product[rows, cols], 0)
+    values = jnp.where(jnp.arange(nnz) < found, product[rows, cols], jnp.zeros((), dtype))
     values = eqx.error_if(
         values, found > nnz, f"`nnz`={nnz} is smaller than the number of entries of the product"
     )

@@ -71,6 +71,15 @@ def test_half_precision_products_add_up_in_float32(fmt):
     np.testing.assert_array_equal(product.todense(), (wide @ wide).astype(jnp.float16))
 
 
+def test_boolean_product_under_jit_stays_boolean():
+    """A boolean CSR product with traced indices, as `jnp`'s boolean matmul (`or` of `and`s)."""
+    flags = jnp.asarray(np.array([[1, 0, 1], [0, 1, 0], [1, 1, 0]], bool))
+    matrix = js.CSRMatrix.fromdense(flags)
+    product = jax.jit(lambda a, b: js.matmul(a, b, nnz=9))(matrix, matrix)
+    assert product.dtype == jnp.bool_
+    np.testing.assert_array_equal(product.todense(), flags @ flags)
+
+
 def test_dia_times_dia_gradients_in_both_factors():
     rng = np.random.default_rng(2)
     a, _ = random_dia(rng, (7, 6), (-2, 0, 1, 6), jnp.float64)
