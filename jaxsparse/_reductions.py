@@ -109,14 +109,16 @@ def _accumulated_total(matrix, axis) -> jax.Array:
 
 @over_batch
 def count_nonzero(matrix) -> jax.Array:
-    """The number of nonzero entries, repeated CSR entries summed first."""
+    """The number of nonzero entries, repeated CSR entries summed first, in the default
+    integer dtype (int64 with `jax_enable_x64`, as scipy's count)."""
     return _count_nonzero(matrix, repeats=may_repeat(matrix))
 
 
 @functools.partial(jax.jit, static_argnames="repeats")
 def _count_nonzero(matrix, repeats) -> jax.Array:
     def count(rows, cols, values, valid):
-        return jnp.sum(valid & (values != jnp.zeros((), values.dtype)), dtype=jnp.int32)
+        nonzero = valid & (values != jnp.zeros((), values.dtype))
+        return jnp.sum(nonzero, dtype=jax.dtypes.canonicalize_dtype(np.int64))
 
     return reduce_distinct(matrix, count, repeats)
 

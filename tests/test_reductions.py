@@ -199,6 +199,14 @@ def test_half_precision_sums_accumulate_in_float32(fmt, dtype):
     np.testing.assert_array_equal(identity.mean(), jnp.mean(jnp.eye(300, dtype=dtype)))
 
 
+def test_count_nonzero_in_the_default_integer_as_scipy():
+    rng = np.random.default_rng(4)
+    matrix, twin = random_csr(rng, (6, 5), density=0.5, dtype=jnp.float32, repeat_columns=True)
+    count = matrix.count_nonzero()
+    assert count.dtype == jnp.asarray(twin.count_nonzero()).dtype
+    assert int(count) == twin.count_nonzero()
+
+
 def test_repeated_half_entries_add_up_in_float32():
     """4096 repeats of one float16 entry sum to 4096 (2048 when added in float16) wherever
     repeats are summed: `todense`, `sum_duplicates`, `todia`, `diagonal`, `max`."""
