@@ -30,10 +30,10 @@ import scipy.sparse
 from ._base import (
     SparseMatrix,
     _as_scalar,
+    check_value_dtype,
     index_dtype_for,
     is_concrete,
     register_for_format,
-    stored_value_dtype,
 )
 from ._batching import (
     batch_shape,
@@ -300,14 +300,14 @@ def multiply(a, b):
         return _with_values(a, a.data * b, f"`{a.dtype} matrix * {_operand_name(b)}`")
     factor = _broadcast_factor(_as_dense(b, "*"), a.shape)
     dtype = jnp.result_type(a.dtype, factor.dtype)
-    stored_value_dtype(dtype, f"`{a.dtype} matrix * {factor.dtype} array`")
+    check_value_dtype(dtype, f"`{a.dtype} matrix * {factor.dtype} array`")
     return a.with_data(a.data.astype(dtype) * _stored_factors(a, factor))
 
 
 def _with_values(matrix, values, operation: str):
     """`matrix` holding `values`, or a TypeError naming `operation` where they are integers
     (a boolean matrix times an integer scalar, or to an integer power)."""
-    stored_value_dtype(values.dtype, operation)
+    check_value_dtype(values.dtype, operation)
     return matrix.with_data(values)
 
 

@@ -117,7 +117,8 @@ class SparseMatrix(eqx.Module):
 
     def astype(self, dtype) -> "SparseMatrix":
         """The same matrix with its values cast to `dtype` (floating, complex or boolean)."""
-        dtype = stored_value_dtype(jnp.dtype(dtype), f"`astype({jnp.dtype(dtype)})`")
+        dtype = jnp.dtype(dtype)
+        check_value_dtype(dtype, f"`astype({dtype})`")
         return self.with_data(self.data.astype(dtype))
 
     @abc.abstractmethod
@@ -215,7 +216,7 @@ def as_value_array(values, name: str) -> jax.Array:
     """`values` as a JAX array with a floating or complex dtype (or boolean: the results
     of comparisons), or a TypeError."""
     array = jnp.asarray(values)
-    if not (jnp.issubdtype(array.dtype, jnp.inexact) or array.dtype == jnp.bool_):
+    if not is_value_dtype(array.dtype):
         raise TypeError(
             f"`{name}` must have a floating or complex dtype, got {array.dtype}; "
             f"cast it first (e.g. `{name}.astype(jnp.float32)`)."
@@ -223,12 +224,17 @@ def as_value_array(values, name: str) -> jax.Array:
     return array
 
 
-def stored_value_dtype(dtype, operation: str) -> np.dtype:
-    """`dtype` if sparse matrices store values of it (floating, complex or boolean), else a
-    TypeError saying that `operation` would give integer values."""
-    dtype = np.dtype(dtype)
-    if jnp.issubdtype(dtype, jnp.inexact) or dtype == jnp.bool_:
-        return dtype
+def is_value_dtype(dtype) -> bool:
+    """Whether sparse matrices store values of `dtype`: floating, complex or boolean (the
+    results of comparisons), never integers."""
+    return jnp.issubdtype(dtype, jnp.inexact) or np.dtype(dtype) == np.bool_
+
+
+def check_value_dtype(dtype, operation: str) -> None:
+    """A TypeError saying that `operation` would give integer values unless sparse
+    matrices store values of `dtype` (`is_value_dtype`)."""
+    if is_value_dtype(dtype):
+        return
     raise TypeError(
         f"{operation} would give {dtype} values: sparse matrices store floating, complex or "
         "boolean values, not integers. Use a floating dtype, e.g. `A.astype(jnp.float32)`."
@@ -256,9 +262,7 @@ def storable_dtype(dtype) -> np.dtype:
     """`dtype` where sparse matrices store it (floating, complex, boolean); the default
     floating dtype for integers."""
     dtype = np.dtype(dtype)
-    if jnp.issubdtype(dtype, jnp.inexact) or dtype == jnp.bool_:
-        return dtype
-    return np.dtype(jax.dtypes.canonicalize_dtype(np.float64))
+    return dtype if is_value_dtype(dtype) else np.dtype(jax.dtypes.canonicalize_dtype(np.float64))
 
 
 def storable_host_values(values: np.ndarray) -> np.ndarray:

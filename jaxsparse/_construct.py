@@ -20,7 +20,14 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ._base import SparseMatrix, index_dtype_for, is_concrete, storable_dtype, validate_shape
+from ._base import (
+    SparseMatrix,
+    index_dtype_for,
+    is_concrete,
+    is_value_dtype,
+    storable_dtype,
+    validate_shape,
+)
 from ._batching import refuse_batch
 from ._coordinates import entries, segment_total, select_entries
 from ._csr import CSRMatrix
@@ -396,7 +403,7 @@ def _values_dtype(dtype, *values) -> np.dtype:
             return np.dtype(jax.dtypes.canonicalize_dtype(np.float64))
         return storable_dtype(jnp.result_type(*values))
     dtype = np.dtype(dtype)
-    if storable_dtype(dtype) != dtype:
+    if not is_value_dtype(dtype):
         raise TypeError(f"`dtype` must be floating or complex (or boolean), got {dtype}.")
     return dtype
 
