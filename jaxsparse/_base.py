@@ -11,6 +11,7 @@ indexing come from the `_operators.SparseOperators` mixin, the format's second b
 
 import abc
 import numbers
+import warnings
 from typing import ClassVar
 
 import equinox as eqx
@@ -266,5 +267,15 @@ def storable_dtype(dtype) -> np.dtype:
 
 
 def storable_host_values(values: np.ndarray) -> np.ndarray:
-    """scipy values in a dtype sparse matrices store (`storable_dtype`)."""
-    return values.astype(storable_dtype(values.dtype), copy=False)
+    """scipy values in a dtype sparse matrices store (`storable_dtype`), with a warning
+    when integers are too large for the floating dtype to hold exactly."""
+    dtype = storable_dtype(values.dtype)
+    if np.issubdtype(values.dtype, np.integer) and values.size:
+        exact = 2 ** (np.finfo(dtype).nmant + 1)
+        if max(int(values.max()), -int(values.min())) > exact:
+            warnings.warn(
+                f"integer values beyond {exact} are rounded to the nearest {dtype}; enable "
+                "`jax_enable_x64` for float64 values, or scale them.",
+                stacklevel=3,
+            )
+    return values.astype(dtype, copy=False)

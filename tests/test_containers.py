@@ -46,6 +46,11 @@ def test_from_scipy_accepts_matrix_classes_and_integers():
         matrix = cls.from_scipy(legacy)
         assert jnp.issubdtype(matrix.dtype, jnp.floating)
         np.testing.assert_array_equal(matrix.todense(), legacy.toarray())
+    # float32 (the default without 64-bit types) holds integers exactly up to 2^24.
+    large = scipy.sparse.csr_array(np.array([[2**24 + 1]], np.int64))
+    with jax.enable_x64(False), pytest.warns(UserWarning, match="rounded"):
+        rounded = js.CSRMatrix.from_scipy(large)
+    assert rounded.todense()[0, 0] == np.float32(2**24 + 1)
 
 
 @pytest.mark.parametrize("cls", [js.DIAMatrix, js.CSRMatrix])
