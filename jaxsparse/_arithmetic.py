@@ -27,7 +27,14 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.sparse
 
-from ._base import SparseMatrix, _as_scalar, index_dtype_for, is_concrete, register_for_format
+from ._base import (
+    SparseMatrix,
+    _as_scalar,
+    check_value_dtype,
+    index_dtype_for,
+    is_concrete,
+    register_for_format,
+)
 from ._batching import (
     batch_shape,
     batches_structure,
@@ -124,12 +131,29 @@ def _add(a, b, *, sign: int, nnz, operator: str):
                 "matrix; use `todense()` first."
             )
         dense = _as_dense(dense, operator)
-        return a.todense() + sign * dense if a_sparse else dense + sign * b.todense()
+        _refuse_boolean_subtraction(sparse.dtype, dense.dtype, sign)
+        first, second = (a.todense(), dense) if a_sparse else (dense, b.todense())
+        return first + second if sign > 0 else first - second
     _check_same_shape(a, b, operator)
     dtype = jnp.result_type(a.dtype, b.dtype)
+    _refuse_boolean_subtraction(a.dtype, b.dtype, sign)
     if type(a) is type(b):
         return _add_same_format(a, b, sign=sign, dtype=dtype, nnz=nnz, operator=operator)
     return _add_entries(a, b, sign=sign, dtype=dtype, nnz=nnz, operator=operator)
+
+
+def _refuse_boolean_subtraction(a_dtype, b_dtype, sign: int) -> None:
+    """Booleans add by `or`; their difference is a TypeError, as in numpy."""
+    if sign < 0 and a_dtype == b_dtype == jnp.bool_:
+        raise TypeError(
+            "`-` of two boolean operands is not supported, as in numpy: use `A != B` for "
+            "their logical difference (xor), or cast first: `A.astype(jnp.float32)`."
+        )
+
+
+def _signed(values, sign: int):
+    """`values` or `-values` (`sign * values` would turn booleans into integers)."""
+    return values if sign > 0 else -values
 
 
 @functools.singledispatch
@@ -145,7 +169,7 @@ def _add_dia_pair(a, b, *, sign: int, dtype, nnz, operator: str):
 @register_for_format("csr", _add_same_format)
 def _add_csr_pair(a, b, *, sign: int, dtype, nnz, operator: str):
     if a.indices is b.indices and a.indptr is b.indptr:  # one structure: add the values
-        return a.with_data(a.data.astype(dtype) + sign * b.data.astype(dtype))
+        return a.with_data(a.data.astype(dtype) + _signed(b.data.astype(dtype), sign))
     traced = not is_concrete(a.indices, a.indptr, b.indices, b.indptr)
     if traced and nnz is not None and a.nnz and b.nnz and a.shape[0] * a.shape[1]:
         nnz = static_nnz(None, nnz, f"sparse `{operator}`")
@@ -158,7 +182,7 @@ def _add_csr_traced(a, b, *, sign: int, dtype, nnz: int):
     """`a + sign * b` for traced CSR structures and a static `nnz`: the rows merged where
     the columns of both strictly increase within rows (`columns_rise`, checked at run time;
     both branches compile), else the positions sorted as for any list of entries."""
-    values = jnp.concatenate([a.data.astype(dtype), sign * b.data.astype(dtype)])
+    values = jnp.concatenate([a.data.astype(dtype), _signed(b.data.astype(dtype), sign)])
 
     def sorted_positions(a, b, values):
         a_rows, a_cols, _ = entries(a)
@@ -215,7 +239,7 @@ def _add_entries(a, b, *, sign: int, dtype, nnz, operator: str):
     return entries_to_csr(
         _concatenate_indices(a_rows, b_rows),
         _concatenate_indices(a_cols, b_cols),
-        jnp.concatenate([a_values.astype(dtype), sign * b_values.astype(dtype)]),
+        jnp.concatenate([a_values.astype(dtype), _signed(b_values.astype(dtype), sign)]),
         a.shape,
         nnz=nnz,
         operation=f"sparse `{operator}` with a CSR operand",
@@ -234,7 +258,7 @@ def _concatenate_indices(first, second) -> jax.Array:
 def _add_dia(a, b, sign: int, dtype):
     """The union of the diagonals of two DIA matrices, static."""
     offsets = tuple(sorted(set(a.offsets) | set(b.offsets)))
-    data = _placed_rows(a, offsets, dtype) + sign * _placed_rows(b, offsets, dtype)
+    data = _placed_rows(a, offsets, dtype) + _signed(_placed_rows(b, offsets, dtype), sign)
     return type(a)(data, offsets, a.shape)
 
 
@@ -273,10 +297,23 @@ def multiply(a, b):
         _check_same_shape(a, b, "*")
         return _multiply_sparse(a, b)
     if _is_scalar(b):
-        return a.with_data(a.data * b)
+        return _with_values(a, a.data * b, f"`{a.dtype} matrix * {_operand_name(b)}`")
     factor = _broadcast_factor(_as_dense(b, "*"), a.shape)
     dtype = jnp.result_type(a.dtype, factor.dtype)
+    check_value_dtype(dtype, f"`{a.dtype} matrix * {factor.dtype} array`")
     return a.with_data(a.data.astype(dtype) * _stored_factors(a, factor))
+
+
+def _with_values(matrix, values, operation: str):
+    """`matrix` holding `values`, or a TypeError naming `operation` where they are integers
+    (a boolean matrix times an integer scalar, or to an integer power)."""
+    check_value_dtype(values.dtype, operation)
+    return matrix.with_data(values)
+
+
+def _operand_name(value) -> str:
+    """A scalar operand for an error message: its dtype, or its Python type."""
+    return str(getattr(value, "dtype", type(value).__name__))
 
 
 @functools.singledispatch
@@ -316,7 +353,7 @@ def _dia_slot_factors(matrix, factor: jax.Array) -> jax.Array:
     col_index = np.broadcast_to(cols, rows.shape) if factor.shape[1] != 1 else 0 * rows
     if m == 0 or n == 0:
         return jnp.zeros(rows.shape, factor.dtype)
-    return jnp.where(inside, factor[row_index, col_index], 0)
+    return jnp.where(inside, factor[row_index, col_index], jnp.zeros((), factor.dtype))
 
 
 @functools.singledispatch
@@ -377,7 +414,7 @@ def power(a, exponent):
         raise TypeError("`**` of a sparse matrix takes a scalar exponent.")
     if is_concrete(exponent) and exponent == 0:
         raise ValueError("a zero power is not supported: it would fill the matrix.")
-    return a.with_data(a.data**exponent)
+    return _with_values(a, a.data**exponent, f"`{a.dtype} matrix ** {_operand_name(exponent)}`")
 
 
 def conj(a):

@@ -11,6 +11,7 @@ indexing come from the `_operators.SparseOperators` mixin, the format's second b
 
 import abc
 import numbers
+import warnings
 from typing import ClassVar
 
 import equinox as eqx
@@ -116,7 +117,9 @@ class SparseMatrix(eqx.Module):
         return self.todense()
 
     def astype(self, dtype) -> "SparseMatrix":
-        """The same matrix with its values cast to `dtype` (floating or complex)."""
+        """The same matrix with its values cast to `dtype` (floating, complex or boolean)."""
+        dtype = jnp.dtype(dtype)
+        check_value_dtype(dtype, f"`astype({dtype})`")
         return self.with_data(self.data.astype(dtype))
 
     @abc.abstractmethod
@@ -214,12 +217,29 @@ def as_value_array(values, name: str) -> jax.Array:
     """`values` as a JAX array with a floating or complex dtype (or boolean: the results
     of comparisons), or a TypeError."""
     array = jnp.asarray(values)
-    if not (jnp.issubdtype(array.dtype, jnp.inexact) or array.dtype == jnp.bool_):
+    if not is_value_dtype(array.dtype):
         raise TypeError(
             f"`{name}` must have a floating or complex dtype, got {array.dtype}; "
             f"cast it first (e.g. `{name}.astype(jnp.float32)`)."
         )
     return array
+
+
+def is_value_dtype(dtype) -> bool:
+    """Whether sparse matrices store values of `dtype`: floating, complex or boolean (the
+    results of comparisons), never integers."""
+    return jnp.issubdtype(dtype, jnp.inexact) or np.dtype(dtype) == np.bool_
+
+
+def check_value_dtype(dtype, operation: str) -> None:
+    """A TypeError saying that `operation` would give integer values unless sparse
+    matrices store values of `dtype` (`is_value_dtype`)."""
+    if is_value_dtype(dtype):
+        return
+    raise TypeError(
+        f"{operation} would give {dtype} values: sparse matrices store floating, complex or "
+        "boolean values, not integers. Use a floating dtype, e.g. `A.astype(jnp.float32)`."
+    )
 
 
 def is_concrete(*arrays) -> bool:
@@ -239,8 +259,23 @@ def host_values(data) -> np.ndarray:
     return np.asarray(data)
 
 
-def floating_host_values(values: np.ndarray) -> np.ndarray:
-    """scipy values in a floating or complex dtype (integers and booleans converted)."""
-    if np.issubdtype(values.dtype, np.inexact):
-        return values
-    return values.astype(jax.dtypes.canonicalize_dtype(np.float64))
+def storable_dtype(dtype) -> np.dtype:
+    """`dtype` where sparse matrices store it (floating, complex, boolean); the default
+    floating dtype for integers."""
+    dtype = np.dtype(dtype)
+    return dtype if is_value_dtype(dtype) else np.dtype(jax.dtypes.canonicalize_dtype(np.float64))
+
+
+def storable_host_values(values: np.ndarray) -> np.ndarray:
+    """scipy values in a dtype sparse matrices store (`storable_dtype`), with a warning
+    when integers are too large for the floating dtype to hold exactly."""
+    dtype = storable_dtype(values.dtype)
+    if np.issubdtype(values.dtype, np.integer) and values.size:
+        exact = 2 ** (np.finfo(dtype).nmant + 1)
+        if max(int(values.max()), -int(values.min())) > exact:
+            warnings.warn(
+                f"integer values beyond {exact} are rounded to the nearest {dtype}; enable "
+                "`jax_enable_x64` for float64 values, or scale them.",
+                stacklevel=3,
+            )
+    return values.astype(dtype, copy=False)

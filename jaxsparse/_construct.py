@@ -20,7 +20,14 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ._base import SparseMatrix, index_dtype_for, is_concrete, validate_shape
+from ._base import (
+    SparseMatrix,
+    index_dtype_for,
+    is_concrete,
+    is_value_dtype,
+    storable_dtype,
+    validate_shape,
+)
 from ._batching import refuse_batch
 from ._coordinates import entries, segment_total, select_entries
 from ._csr import CSRMatrix
@@ -48,8 +55,8 @@ def diags(diagonals, offsets=0, shape=None, dtype=None) -> DIAMatrix:
         when `offsets` is an int.
     - `offsets`: distinct Python ints (or one int).
     - `shape`: `(m, n)`; by default square, `len(diagonals[0]) + abs(offsets[0])`.
-    - `dtype`: of the values; by default that of the diagonals (`jnp.result_type`), and
-        the default floating dtype for integers.
+    - `dtype`: of the values (floating, complex or boolean); by default that of the
+        diagonals (`jnp.result_type`), and the default floating dtype for integers.
 
     **Returns:** a `DIAMatrix` with these offsets, in the given order.
     """
@@ -104,7 +111,7 @@ def eye(m: int, n: int | None = None, k: int = 0, dtype=None) -> DIAMatrix:
 
     - `m`, `n`: rows and columns (`n` defaults to `m`).
     - `k`: the offset of the diagonal of ones (0 main, > 0 above, < 0 below).
-    - `dtype`: floating or complex; the default floating dtype if `None`.
+    - `dtype`: floating, complex or boolean; the default floating dtype if `None`.
 
     **Returns:** a `DIAMatrix` with offsets `(k,)`.
     """
@@ -259,13 +266,15 @@ def _triangle(A, k: int, *, lower: bool):
         return DIAMatrix(data, tuple(A.offsets[d] for d in keep), A.shape)
     refuse_batch("`js.tril`/`js.triu` of a `CSRMatrix`", A)
     rows, cols, _ = entries(A)
-    if lower:
-        inside = cols.astype(np.int64) - rows <= k
-    else:
-        inside = cols.astype(np.int64) - rows >= k
+    # Differences of non-negative indices fit their dtype; `k` beyond `[-m, n]` acts as
+    # its bound does.
+    index_dtype = np.promote_types(rows.dtype, cols.dtype)
+    diagonal = cols.astype(index_dtype) - rows.astype(index_dtype)
+    k = min(max(k, -A.shape[0]), A.shape[1])
+    inside = diagonal <= k if lower else diagonal >= k
     if isinstance(rows, np.ndarray):
         return select_entries(A, inside)
-    return A.with_data(jnp.where(inside, A.data, 0))
+    return A.with_data(jnp.where(inside, A.data, jnp.zeros((), A.dtype)))
 
 
 def bmat(blocks) -> CSRMatrix:
@@ -351,6 +360,8 @@ def random(
             "it outside `jit`."
         )
     dtype = _values_dtype(dtype)
+    if dtype == jnp.bool_:
+        raise TypeError("`dtype` must be floating or complex: random values are numbers.")
     m, n = shape
     total = m * n
     nnz = int(round(density * total))
@@ -385,15 +396,15 @@ def _holds_one_diagonal(diagonals) -> bool:
 
 
 def _values_dtype(dtype, *values) -> np.dtype:
-    """`dtype` if given (floating or complex), else that of `values`, integers and an
-    empty list giving the default floating dtype."""
-    default = jax.dtypes.canonicalize_dtype(np.float64)
+    """`dtype` if given (floating, complex or boolean), else that of `values`, integers and
+    an empty list giving the default floating dtype (`storable_dtype`)."""
     if dtype is None:
-        dtype = jnp.result_type(*values) if values else default
-        return np.dtype(dtype if jnp.issubdtype(dtype, jnp.inexact) else default)
+        if not values:
+            return np.dtype(jax.dtypes.canonicalize_dtype(np.float64))
+        return storable_dtype(jnp.result_type(*values))
     dtype = np.dtype(dtype)
-    if not jnp.issubdtype(dtype, jnp.inexact):
-        raise TypeError(f"`dtype` must be floating or complex, got {dtype}.")
+    if not is_value_dtype(dtype):
+        raise TypeError(f"`dtype` must be floating or complex (or boolean), got {dtype}.")
     return dtype
 
 

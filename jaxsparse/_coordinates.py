@@ -19,6 +19,7 @@ import numpy as np
 from ._base import format_class, index_dtype_for, is_concrete, register_for_format
 from ._csr_layout import indptr_from_counts, row_ids
 from ._dia_layout import stored_positions
+from .kernels._precision import accumulation_dtype
 
 
 @functools.singledispatch
@@ -187,21 +188,25 @@ def csr_from_entries(rows, cols, values, shape: tuple[int, int], nnz: int, *, st
 
 
 def segment_total(values, segments, num_segments: int):
-    """`jax.ops.segment_sum`, with booleans combined by `or` (numpy's bool sum; XLA has no
-    bool add)."""
+    """`jax.ops.segment_sum` in `values`' dtype, added up in its `accumulation_dtype` (half
+    precision in float32, as the products: float16 stops counting ones at 2048), booleans
+    combined by `or` (numpy's bool sum; XLA has no bool add)."""
     if values.dtype == jnp.bool_:
         counts = jax.ops.segment_sum(values.astype(jnp.int32), segments, num_segments=num_segments)
         return counts != 0
-    return jax.ops.segment_sum(values, segments, num_segments=num_segments)
+    wide = values.astype(accumulation_dtype(values.dtype))
+    return jax.ops.segment_sum(wide, segments, num_segments=num_segments).astype(values.dtype)
 
 
-def scatter_total(size: int, positions, values):
-    """The dense `(size,)` vector of `values` summed at `positions` (those at `size`
-    dropped), booleans combined by `or` as in `segment_total`."""
-    slots = jnp.zeros((size,), values.dtype).at[positions]
+def scatter_total(shape, positions, values):
+    """The dense array of `shape` (an int for a vector) holding `values` summed at
+    `positions` (an index or a tuple of them; those outside dropped), added up as in
+    `segment_total`."""
     if values.dtype == jnp.bool_:
-        return slots.max(values, mode="drop")
-    return slots.add(values, mode="drop")
+        return jnp.zeros(shape, values.dtype).at[positions].max(values, mode="drop")
+    wide = values.astype(accumulation_dtype(values.dtype))
+    slots = jnp.zeros(shape, wide.dtype).at[positions]
+    return slots.add(wide, mode="drop").astype(values.dtype)
 
 
 @functools.partial(jax.jit, static_argnums=2)
@@ -345,7 +350,7 @@ def _dia_lookup(matrix, rows, cols, repeats: bool | None):
     position = jnp.clip(jnp.searchsorted(offsets, wanted), 0, len(order) - 1)
     stored = offsets[position] == wanted
     values = matrix.data[jnp.asarray(order)[position], cols]
-    return jnp.where(stored, values, 0), stored
+    return jnp.where(stored, values, jnp.zeros((), values.dtype)), stored
 
 
 def _search_pairs(sorted_rows, sorted_cols, rows, cols):

@@ -10,12 +10,12 @@ from jaxtyping import Array, Inexact, Integer
 from ._base import (
     SparseMatrix,
     as_value_array,
-    floating_host_values,
     format_class,
     host_values,
     index_dtype_for,
     is_concrete,
     leaf_dtype_name,
+    storable_host_values,
     validate_shape,
 )
 from ._batching import over_batch, refuse_batch
@@ -145,10 +145,7 @@ class CSRMatrix(SparseMatrix, SparseOperators):
 
     @over_batch
     def todense(self) -> jax.Array:
-        dense = jnp.zeros(self.shape, self.dtype)
-        positions = dense.at[self.row_ids(), self.indices]
-        # Repeated boolean entries combine by `or`, as numbers add.
-        return positions.max(self.data) if self.dtype == jnp.bool_ else positions.add(self.data)
+        return scatter_total(self.shape, (self.row_ids(), self.indices), self.data)
 
     def tocsr(self) -> "CSRMatrix":
         return self
@@ -200,7 +197,7 @@ class CSRMatrix(SparseMatrix, SparseOperators):
         """From any `scipy.sparse` matrix or array, converted to CSR on the host.
 
         Entries, their order and explicit zeros are kept. Indices are int32 when they fit.
-        Integer and boolean values become the default floating dtype.
+        Integer values become the default floating dtype; booleans stay boolean.
         """
         if not scipy.sparse.issparse(matrix):
             raise TypeError(
@@ -209,7 +206,7 @@ class CSRMatrix(SparseMatrix, SparseOperators):
         csr = scipy.sparse.csr_array(matrix)
         index_dtype = index_dtype_for(csr.shape, csr.nnz)
         return cls(
-            floating_host_values(csr.data),
+            storable_host_values(csr.data),
             csr.indices.astype(index_dtype),
             csr.indptr.astype(index_dtype),
             csr.shape,
@@ -264,7 +261,8 @@ class CSRMatrix(SparseMatrix, SparseOperators):
 
         **Arguments:**
 
-        - `data`: `(k,)` floating or complex values (integers become the default float).
+        - `data`: `(k,)` floating, complex or boolean values (integers become the default
+          float).
         - `row`, `col`: `(k,)` integer positions, in range (checked when concrete; under
           `jit`, using the result raises for positions out of range).
         - `shape`: `(m, n)`.

@@ -12,11 +12,11 @@ from jaxtyping import Array, Inexact
 from ._base import (
     SparseMatrix,
     as_value_array,
-    floating_host_values,
     format_class,
     host_values,
     index_dtype_for,
     is_concrete,
+    storable_host_values,
     validate_shape,
 )
 from ._batching import over_batch, refuse_batch
@@ -135,7 +135,9 @@ class DIAMatrix(SparseMatrix, SparseOperators):
         """The matrix with diagonal `k` set to `values` (a new matrix, jit-able), as scipy's
         `setdiag`: `values[i]` becomes `A[i, i + k]` (`A[i - k, i]` below the main
         diagonal); a scalar fills the diagonal, a shorter array its first entries.
-        Offset `k` is added to the offsets (static) when the matrix has none.
+        Offset `k` is added to the offsets (static) when the matrix has none. The values
+        are cast to the matrix's dtype, as scipy's and `.at[].set` do; complex values into
+        a real matrix are a TypeError (their imaginary parts would be dropped).
         """
         refuse_batch("`setdiag`", self)
         (k,) = _validate_offsets(k)
@@ -150,13 +152,14 @@ class DIAMatrix(SparseMatrix, SparseOperators):
         data = self.data
         if k not in self.offsets:
             data = jnp.concatenate([data, jnp.zeros((1, n), data.dtype)])
-        dtype = jnp.result_type(data.dtype, filled.dtype)
-        if not jnp.issubdtype(dtype, jnp.inexact):
-            dtype = data.dtype
+        if jnp.iscomplexobj(filled) and not jnp.iscomplexobj(data):
+            raise TypeError(
+                f"`values` are complex ({filled.dtype}) but the matrix is real ({data.dtype}): "
+                "their imaginary parts would be dropped. Cast the matrix first, e.g. "
+                "`A.astype(jnp.complex64)`."
+            )
         start = max(k, 0)
-        data = (
-            data.astype(dtype).at[offsets.index(k), start : start + count].set(filled.astype(dtype))
-        )
+        data = data.at[offsets.index(k), start : start + count].set(filled.astype(data.dtype))
         return DIAMatrix(data, offsets, self.shape)
 
     def eliminate_zeros(self) -> "DIAMatrix":
@@ -193,7 +196,7 @@ class DIAMatrix(SparseMatrix, SparseOperators):
     def from_scipy(cls, matrix) -> "DIAMatrix":
         """From any `scipy.sparse` matrix or array, converted to DIA on the host.
 
-        Integer and boolean values become the default floating dtype.
+        Integer values become the default floating dtype; booleans stay boolean.
         """
         if not scipy.sparse.issparse(matrix):
             raise TypeError(
@@ -201,7 +204,7 @@ class DIAMatrix(SparseMatrix, SparseOperators):
             )
         dia = scipy.sparse.dia_array(matrix)
         m, n = dia.shape
-        values = floating_host_values(dia.data)
+        values = storable_host_values(dia.data)
         data = np.zeros((len(dia.offsets), n), values.dtype)
         width = min(values.shape[1], n)
         data[:, :width] = values[:, :width]

@@ -101,7 +101,7 @@ def transpose_data(data, offsets: tuple[int, ...], shape: tuple[int, int]) -> ja
         columns = jnp.asarray(np.asarray(offsets, np.int32))[:, None] + lax.iota(np.int32, m)
         inside = (columns >= 0) & (columns < n)
         stored = jnp.take_along_axis(data, jnp.clip(columns, 0, n - 1), axis=1)
-        return jnp.where(inside, stored, 0)
+        return jnp.where(inside, stored, jnp.zeros((), data.dtype))
     rows = []
     for d, off in enumerate(offsets):
         lo, hi = valid_rows(off, shape)

@@ -11,13 +11,18 @@ depends on values and has no `jit` form). Unlike scipy's, they return a new matr
 import functools
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 import numpy as np
 import scipy.sparse
 from jax.experimental import sparse as jsparse
 
-from ._base import format_class, index_dtype_for, is_concrete, register_for_format
+from ._base import (
+    format_class,
+    index_dtype_for,
+    is_concrete,
+    register_for_format,
+    storable_dtype,
+)
 from ._batching import refuse_batch
 from ._coordinates import entries, entries_to_csr, select_entries
 from ._csr_layout import indptr_from_counts
@@ -64,7 +69,7 @@ def from_bcoo(matrix: jsparse.BCOO):
     inside = (rows >= 0) & (rows < m) & (cols >= 0) & (cols < n)
     rows = jnp.where(inside, rows, max(m - 1, 0))
     cols = jnp.where(inside, cols, 0)
-    values = jnp.where(inside, matrix.data, 0)
+    values = jnp.where(inside, matrix.data, jnp.zeros((), matrix.dtype))
     order = jnp.argsort(rows, stable=True)
     index_dtype = index_dtype_for(matrix.shape, matrix.nse)
     counts = jnp.zeros((m,), index_dtype).at[rows].add(1, mode="drop")
@@ -91,7 +96,7 @@ def from_bcsr(matrix: jsparse.BCSR):
     stored = jnp.arange(matrix.nse, dtype=matrix.indptr.dtype) < matrix.indptr[-1]
     indptr = matrix.indptr.astype(index_dtype)
     return format_class("csr")(
-        jnp.where(stored, matrix.data, 0),
+        jnp.where(stored, matrix.data, jnp.zeros((), matrix.dtype)),
         jnp.where(stored, matrix.indices, 0).astype(index_dtype),
         indptr.at[-1].set(matrix.nse),
         matrix.shape,
@@ -129,8 +134,7 @@ def sum_duplicates(matrix, *, nnz: int | None = None):
 def from_coordinates(data, row, col, shape, nnz):
     """The CSR matrix of `data[p]` at `(row[p], col[p])`, repeats summed (`from_coo`)."""
     values = jnp.asarray(data)
-    if not jnp.issubdtype(values.dtype, jnp.inexact):
-        values = values.astype(jax.dtypes.canonicalize_dtype(np.float64))
+    values = values.astype(storable_dtype(values.dtype))
     positions = []
     for name, index, size in (("row", row, shape[0]), ("col", col, shape[1])):
         index = index if isinstance(index, np.ndarray) else jnp.asarray(index)

@@ -17,6 +17,7 @@ import numpy as np
 from ._base import SparseMatrix, is_concrete, register_for_format
 from ._batching import over_batch, refuse_batch
 from ._coordinates import distinct_entries, entries, may_repeat, reduce_distinct, scatter_total
+from .kernels._precision import accumulation_dtype
 
 
 def diagonal_length(shape: tuple[int, int], k: int) -> int:
@@ -65,12 +66,41 @@ def trace(matrix, offset: int = 0) -> jax.Array:
 @functools.partial(jax.jit, static_argnames="axis")
 def total(matrix, axis=None) -> jax.Array:
     """`matrix.sum(axis)`: a scalar for `axis=None`, else a dense 1-D array (sparse arrays'
-    convention): `(n,)` for `axis=0` (column sums), `(m,)` for `axis=1` (row sums)."""
-    rows, cols, values = entries(matrix)
+    convention): `(n,)` for `axis=0` (column sums), `(m,)` for `axis=1` (row sums).
+
+    In the matrix's dtype, added up in its `accumulation_dtype` (half precision in float32,
+    as `jnp.sum`); booleans (comparison results) sum to counts in the default integer, as in
+    numpy."""
+    sums = _accumulated_total(matrix, _axis(axis))
+    if matrix.dtype == jnp.bool_:
+        return sums
+    return sums.astype(matrix.dtype)
+
+
+@over_batch
+@functools.partial(jax.jit, static_argnames="axis")
+def mean(matrix, axis=None) -> jax.Array:
+    """`matrix.mean(axis)`: `sum(axis)` over the number of entries it sums, implicit zeros
+    included (as scipy), divided before rounding to the matrix's dtype (as `jnp.mean`: a
+    float16 count overflows past 65504); integer and boolean sums divide into the default
+    float."""
     axis = _axis(axis)
+    m, n = matrix.shape
+    count = m * n if axis is None else (m if axis == 0 else n)
+    sums = _accumulated_total(matrix, axis)
+    dtype = matrix.dtype
+    if not jnp.issubdtype(sums.dtype, jnp.inexact):
+        dtype = jax.dtypes.canonicalize_dtype(np.float64)
+        sums = sums.astype(dtype)
+    return (sums / np.asarray(count, jnp.finfo(sums.dtype).dtype)).astype(dtype)
+
+
+def _accumulated_total(matrix, axis) -> jax.Array:
+    """`total`, left in the accumulation dtype (booleans as integer counts)."""
+    rows, cols, values = entries(matrix)
     if values.dtype == jnp.bool_:
-        # Booleans (comparison results) sum to counts, as in numpy.
         values = values.astype(jax.dtypes.canonicalize_dtype(np.int64))
+    values = values.astype(accumulation_dtype(values.dtype))
     if axis is None:
         return jnp.sum(values)
     index, size = (cols, matrix.shape[1]) if axis == 0 else (rows, matrix.shape[0])
@@ -78,28 +108,17 @@ def total(matrix, axis=None) -> jax.Array:
 
 
 @over_batch
-def mean(matrix, axis=None) -> jax.Array:
-    """`matrix.mean(axis)`: `sum(axis)` over the number of entries it sums, implicit zeros
-    included (as scipy); integer and boolean sums divide into the default float."""
-    axis = _axis(axis)
-    m, n = matrix.shape
-    count = m * n if axis is None else (m if axis == 0 else n)
-    sums = total(matrix, axis)
-    if not jnp.issubdtype(sums.dtype, jnp.inexact):
-        sums = sums.astype(jax.dtypes.canonicalize_dtype(np.float64))
-    return sums / np.asarray(count, jnp.finfo(sums.dtype).dtype)
-
-
-@over_batch
 def count_nonzero(matrix) -> jax.Array:
-    """The number of nonzero entries, repeated CSR entries summed first."""
+    """The number of nonzero entries, repeated CSR entries summed first, in the default
+    integer dtype (int64 with `jax_enable_x64`, as scipy's count)."""
     return _count_nonzero(matrix, repeats=may_repeat(matrix))
 
 
 @functools.partial(jax.jit, static_argnames="repeats")
 def _count_nonzero(matrix, repeats) -> jax.Array:
     def count(rows, cols, values, valid):
-        return jnp.sum(valid & (values != jnp.zeros((), values.dtype)), dtype=jnp.int32)
+        nonzero = valid & (values != jnp.zeros((), values.dtype))
+        return jnp.sum(nonzero, dtype=jax.dtypes.canonicalize_dtype(np.int64))
 
     return reduce_distinct(matrix, count, repeats)
 
@@ -189,15 +208,21 @@ def _norm_of(matrix, ord, repeats) -> jax.Array:
 
     def reduce(rows, cols, values, valid):
         magnitude = jnp.abs(values)
-        if ord is None or ord == "fro":
-            return jnp.sqrt(jnp.sum(magnitude * magnitude))
-        index, size = (cols, matrix.shape[1]) if ord in (1, -1) else (rows, matrix.shape[0])
-        sums = jax.ops.segment_sum(magnitude, index, num_segments=size)
-        if size == 0:
-            return jnp.zeros((), magnitude.dtype)
-        return jnp.max(sums) if ord > 0 else jnp.min(sums)
+        wide = magnitude.astype(accumulation_dtype(magnitude.dtype))
+        return _norm_of_magnitudes(wide, rows, cols, ord, matrix.shape).astype(magnitude.dtype)
 
     return reduce_distinct(matrix, reduce, repeats)
+
+
+def _norm_of_magnitudes(magnitude, rows, cols, ord, shape) -> jax.Array:
+    """The norm `ord` of the entries' absolute values `magnitude` at `(rows, cols)`."""
+    if ord is None or ord == "fro":
+        return jnp.sqrt(jnp.sum(magnitude * magnitude))
+    index, size = (cols, shape[1]) if ord in (1, -1) else (rows, shape[0])
+    sums = jax.ops.segment_sum(magnitude, index, num_segments=size)
+    if size == 0:
+        return jnp.zeros((), magnitude.dtype)
+    return jnp.max(sums) if ord > 0 else jnp.min(sums)
 
 
 def _axis(axis):

@@ -22,7 +22,7 @@ from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from ._base import SparseMatrix, floating_host_values, index_dtype_for
+from ._base import SparseMatrix, index_dtype_for, storable_host_values
 from ._shard import ShardedCSRMatrix, ShardedDIAMatrix, ShardedMatrix, check_mesh
 from ._shard_plan import (
     block_needs,
@@ -121,7 +121,7 @@ def _block(rows, start: int, stop: int, n: int) -> scipy.sparse.csr_array:
     block.sum_duplicates()
     # Integer and boolean values become floating, as `from_scipy` makes them.
     return scipy.sparse.csr_array(
-        (floating_host_values(block.data), block.indices, block.indptr), shape=block.shape
+        (storable_host_values(block.data), block.indices, block.indptr), shape=block.shape
     )
 
 

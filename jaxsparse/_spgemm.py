@@ -27,6 +27,7 @@ from ._base import SparseMatrix, index_dtype_for, is_concrete, register_for_form
 from ._coordinates import csr_from_entries, entries, host_keys, static_nnz, unique_positions
 from ._dia_layout import active_diagonals, diagonal_lengths, inside_slots
 from ._matmul import matmul, sparse_times_sparse
+from .kernels._precision import accumulation_dtype
 
 
 @sparse_times_sparse.register(SparseMatrix)
@@ -89,8 +90,10 @@ def _dia_times_dia(a, b):
     if not offsets:
         return type(a)(jnp.zeros((0, k), dtype), offsets, (m, k))
     position = {off: r for r, off in enumerate(offsets)}
-    a_clean = inside_slots(a.data, a.offsets, a.shape, a_index).astype(dtype)
-    b_clean = inside_slots(b.data, b.offsets, b.shape, b_index).astype(dtype)
+    # Half precision multiplies and adds in float32, as the products do, rounded once.
+    accumulate = accumulation_dtype(dtype)
+    a_clean = inside_slots(a.data, a.offsets, a.shape, a_index).astype(accumulate)
+    b_clean = inside_slots(b.data, b.offsets, b.shape, b_index).astype(accumulate)
     # `a_clean` padded by `k` columns on each side, so that a shift by any offset of B that
     # meets B (`-inner < b_q < k`) is one static slice.
     padded = jnp.pad(a_clean, ((0, 0), (k, k)))
@@ -105,7 +108,7 @@ def _dia_times_dia(a, b):
             if r is not None:
                 term = shifted[p] * b_clean[q]
                 sums[r] = term if sums[r] is None else sums[r] + term
-    return type(a)(jnp.stack(sums), offsets, (m, k))
+    return type(a)(jnp.stack(sums).astype(dtype), offsets, (m, k))
 
 
 def _csr_times_csr_on_host(a, b, nnz):
@@ -151,7 +154,7 @@ def _csr_times_csr_traced(a, b, nnz: int, backend: str):
     found = jnp.count_nonzero(counts > 0)
     rows, cols = jnp.nonzero(counts > 0, size=nnz, fill_value=(m - 1, k - 1))
     product = matmul(a.astype(dtype), b.astype(dtype).todense(), backend=backend)
-    values = jnp.where(jnp.arange(nnz) < found, product[rows, cols], 0)
+    values = jnp.where(jnp.arange(nnz) < found, product[rows, cols], jnp.zeros((), dtype))
     values = eqx.error_if(
         values, found > nnz, f"`nnz`={nnz} is smaller than the number of entries of the product"
     )

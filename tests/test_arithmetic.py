@@ -239,6 +239,39 @@ def test_python_bools_are_scalars(fmt):
             a + True
 
 
+FLAGS = np.array([[1, 0, 1, 0], [0, 1, 0, 0], [1, 1, 0, 1]], bool)
+OTHER_FLAGS = np.array([[0, 0, 1, 1], [1, 0, 0, 0], [0, 1, 0, 0]], bool)
+
+
+@pytest.mark.parametrize("fmt", ["dia", "csr"])
+def test_boolean_arithmetic_follows_numpy(fmt):
+    """Booleans add by `or` (sparse or dense operands, in and out of `jit`) and multiply by
+    `and`; subtracting two booleans is a TypeError, as in numpy, and so is any result with
+    integer values (times an integer, an integer power), which no sparse matrix stores."""
+    make = js.DIAMatrix.fromdense if fmt == "dia" else js.CSRMatrix.fromdense
+    flags, other = jnp.asarray(FLAGS), jnp.asarray(OTHER_FLAGS)
+    a, b = make(flags), make(other)
+    sums = [a + b, a + js.CSRMatrix.fromdense(other), a + other, other + a]
+    sums.append(jax.jit(lambda a, b: js.add(a, b, nnz=9))(a, b))
+    for result in sums:
+        assert result.dtype == jnp.bool_
+        dense = result.todense() if isinstance(result, js.SparseMatrix) else result
+        np.testing.assert_array_equal(dense, flags + other)
+    products = [(a.multiply(other), flags * other), (a.multiply(b), flags * other)]
+    for product, expected in products + [(a * True, flags * True)]:
+        assert product.dtype == jnp.bool_
+        np.testing.assert_array_equal(product.todense(), expected)
+    for difference in (lambda: a - b, lambda: a - other, lambda: other - a):
+        with pytest.raises(TypeError, match="two boolean operands"):
+            difference()
+    with jax.numpy_dtype_promotion("standard"):
+        for integers in (lambda: a * 2, lambda: 2 * a, lambda: a * np.int64(2), lambda: a**2):
+            with pytest.raises(TypeError, match="not integers.*astype"):
+                integers()
+    with pytest.raises(TypeError, match="not integers"):
+        a.astype(jnp.int32)
+
+
 @pytest.mark.parametrize("dtype", FEW_DTYPES, ids=dtype_id)
 @pytest.mark.parametrize("case", cases([ARITHMETIC_CASES[1], ARITHMETIC_CASES[4]]))
 def test_unary_operations_match_scipy(case, dtype):

@@ -58,6 +58,20 @@ def test_diags_dtype(dtype):
     assert js.diags([jnp.ones(3, dtype)], [0]).dtype == np.dtype(dtype)
 
 
+def test_boolean_eye_and_diags_as_scipy():
+    """`dtype=bool` and boolean diagonals give boolean matrices, as in scipy."""
+    flags = np.array([True, False, True])
+    expected = scipy.sparse.diags_array([flags, flags[:2]], offsets=[0, 1], dtype=bool).toarray()
+    numbers = [flags.astype(np.float64), flags[:2].astype(np.float64)]
+    for matrix in (js.diags([flags, flags[:2]], [0, 1]), js.diags(numbers, [0, 1], dtype=bool)):
+        assert matrix.dtype == jnp.bool_
+        np.testing.assert_array_equal(matrix.todense(), expected)
+    identity = js.eye(3, 4, k=1, dtype=bool)
+    assert identity.dtype == jnp.bool_
+    expected = scipy.sparse.eye_array(3, 4, k=1, dtype=bool).toarray()
+    np.testing.assert_array_equal(identity.todense(), expected)
+
+
 def test_diags_gradient_through_the_diagonals():
     rng = np.random.default_rng(0)
     main, lower = random_values(rng, (5,), np.float64), random_values(rng, (4,), np.float64)

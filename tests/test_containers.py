@@ -46,6 +46,30 @@ def test_from_scipy_accepts_matrix_classes_and_integers():
         matrix = cls.from_scipy(legacy)
         assert jnp.issubdtype(matrix.dtype, jnp.floating)
         np.testing.assert_array_equal(matrix.todense(), legacy.toarray())
+    # float32 (the default without 64-bit types) holds integers exactly up to 2^24.
+    large = scipy.sparse.csr_array(np.array([[2**24 + 1]], np.int64))
+    with jax.enable_x64(False), pytest.warns(UserWarning, match="rounded"):
+        rounded = js.CSRMatrix.from_scipy(large)
+    assert rounded.todense()[0, 0] == np.float32(2**24 + 1)
+
+
+@pytest.mark.parametrize("cls", [js.DIAMatrix, js.CSRMatrix])
+def test_boolean_scipy_and_coordinates_stay_boolean(cls, tmp_path):
+    """Boolean values keep their dtype through `from_scipy`, `load_npz` and `from_coo`, as
+    through `fromdense` and `to_scipy`."""
+    flags = np.array([[1, 0, 1], [0, 1, 0], [1, 1, 0]], bool)
+    matrix = cls.from_scipy(scipy.sparse.csr_array(flags))
+    js.save_npz(tmp_path / "flags.npz", matrix)
+    row, col = np.nonzero(flags)
+    coo = js.CSRMatrix.from_coo(jnp.ones(row.shape, bool), row, col, flags.shape)
+    for result in (
+        matrix,
+        cls.from_scipy(matrix.to_scipy()),
+        js.load_npz(tmp_path / "flags.npz"),
+        coo,
+    ):
+        assert result.dtype == jnp.bool_
+        np.testing.assert_array_equal(result.todense(), flags)
 
 
 def test_dia_nnz_matches_scipy():

@@ -62,6 +62,24 @@ def test_from_bcsr_with_padding_slots():
         js.from_bcsr(jsparse.BCSR(empty, shape=(0, 3)))
 
 
+def test_boolean_bcoo_bcsr_and_triangles_under_jit_stay_boolean():
+    """Boolean values survive the conversions and `js.tril` under `jit` that fill padding
+    slots with zeros (a literal 0 would make them integers)."""
+    flags = jnp.asarray(np.array([[1, 0, 1], [0, 1, 0], [1, 1, 0]], bool))
+    coo = jsparse.BCOO.fromdense(flags.astype(jnp.float32), nse=6)  # one padding entry
+    csr = jsparse.BCSR.fromdense(flags.astype(jnp.float32), nse=6)
+    converted = [
+        js.from_bcoo(jsparse.BCOO((coo.data > 0, coo.indices), shape=coo.shape)),
+        js.from_bcsr(jsparse.BCSR((csr.data > 0, csr.indices, csr.indptr), shape=csr.shape)),
+    ]
+    for matrix in converted:
+        assert matrix.dtype == jnp.bool_
+        np.testing.assert_array_equal(matrix.todense(), flags)
+    lower = jax.jit(js.tril)(js.CSRMatrix.fromdense(flags))
+    assert lower.dtype == jnp.bool_
+    np.testing.assert_array_equal(lower.todense(), jnp.tril(flags))
+
+
 def test_sum_duplicates_and_sort_indices_match_scipy():
     rng = np.random.default_rng(2)
     matrix, twin = random_csr(

@@ -108,6 +108,19 @@ def test_setdiag_and_eliminate_zeros_on_dia():
     assert kept.eliminate_zeros().offsets == (-3,)
 
 
+def test_setdiag_keeps_the_matrix_dtype():
+    """Values are cast to the matrix's dtype, as scipy's `setdiag` and `.at[].set` do;
+    complex values into a real matrix are refused rather than losing their imaginary part."""
+    dense = jnp.eye(3, dtype=jnp.float16)
+    values = np.array([1.5, 2.5, 3.5])  # float64
+    result = js.DIAMatrix.fromdense(dense).setdiag(values, 1)
+    assert result.dtype == jnp.float16
+    expected = dense.at[[0, 1], [1, 2]].set(values[:2].astype(np.float16))
+    np.testing.assert_array_equal(result.todense(), expected)
+    with pytest.raises(TypeError, match="imaginary parts"):
+        js.eye(3).setdiag(1j)
+
+
 def test_bmat_aliases_and_npz(tmp_path):
     A = js.CSRMatrix.from_scipy(TWIN)
     B = js.eye(3)

@@ -181,6 +181,45 @@ def test_half_and_boolean_values_reduce(fmt):
     np.testing.assert_allclose(js.linalg.norm(flags, 1), 2.0)
 
 
+@pytest.mark.parametrize("dtype", [jnp.float16, jnp.bfloat16], ids=["float16", "bfloat16"])
+@pytest.mark.parametrize("fmt", ["dia", "csr"])
+def test_half_precision_sums_accumulate_in_float32(fmt, dtype):
+    """Sums along an axis, means and norms of half values add up in float32 as `jnp.sum`
+    (in half, 4096 ones would sum to 2048 in float16, 256 in bfloat16)."""
+    dense = jnp.ones((2, 4096), dtype)
+    matrix = js.CSRMatrix.fromdense(dense)
+    matrix = matrix.todia() if fmt == "dia" else matrix
+    row_sums = jax.jit(lambda matrix: matrix.sum(axis=1))(matrix)
+    assert row_sums.dtype == dtype
+    np.testing.assert_array_equal(row_sums, jnp.sum(dense, axis=1))
+    np.testing.assert_array_equal(matrix.sum(axis=1), jnp.sum(dense, axis=1))
+    np.testing.assert_array_equal(matrix.mean(axis=1), jnp.mean(dense, axis=1))
+    np.testing.assert_array_equal(js.linalg.norm(matrix, jnp.inf), jnp.sum(dense, axis=1)[0])
+    identity = js.eye(300, dtype=dtype)  # 90000 positions: more than float16 can count
+    np.testing.assert_array_equal(identity.mean(), jnp.mean(jnp.eye(300, dtype=dtype)))
+
+
+def test_count_nonzero_in_the_default_integer_as_scipy():
+    rng = np.random.default_rng(4)
+    matrix, twin = random_csr(rng, (6, 5), density=0.5, dtype=jnp.float32, repeat_columns=True)
+    count = matrix.count_nonzero()
+    assert count.dtype == jnp.asarray(twin.count_nonzero()).dtype
+    assert int(count) == twin.count_nonzero()
+
+
+def test_repeated_half_entries_add_up_in_float32():
+    """4096 repeats of one float16 entry sum to 4096 (2048 when added in float16) wherever
+    repeats are summed: `todense`, `sum_duplicates`, `todia`, `diagonal`, `max`."""
+    data = jnp.ones((4096,), jnp.float16)
+    matrix = js.CSRMatrix(data, np.zeros(4096, np.int32), np.array([0, 4096], np.int32), (1, 1))
+    expected = jnp.sum(data)
+    np.testing.assert_array_equal(matrix.todense(), expected.reshape(1, 1))
+    np.testing.assert_array_equal(matrix.sum_duplicates().data, expected.reshape(1))
+    np.testing.assert_array_equal(matrix.todia().data, expected.reshape(1, 1))
+    np.testing.assert_array_equal(matrix.diagonal(), expected.reshape(1))
+    np.testing.assert_array_equal(matrix.max(), expected)
+
+
 @pytest.mark.parametrize("fmt", ["dia", "csr"])
 def test_reduction_gradients(fmt):
     rng = np.random.default_rng(1)

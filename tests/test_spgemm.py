@@ -56,6 +56,30 @@ def test_dia_times_dia_dtypes_and_cache(dtype):
     assert times._cache_size() == 1
 
 
+@pytest.mark.parametrize("fmt", ["dia", "csr"])
+def test_half_precision_products_add_up_in_float32(fmt):
+    """Sparse @ sparse in float16 sums its products in float32 and rounds once: small
+    integers, whose products and float32 sums are exact, against the float32 dense product
+    rounded to float16 (sums in float16 round at every term past 2048)."""
+    rng = np.random.default_rng(3)
+    band = np.abs(np.subtract.outer(np.arange(24), np.arange(24))) <= 8
+    dense = jnp.asarray(np.where(band, rng.integers(1, 32, (24, 24)), 0), jnp.float16)
+    matrix = js.DIAMatrix.fromdense(dense) if fmt == "dia" else js.CSRMatrix.fromdense(dense)
+    product = matrix @ matrix
+    assert product.dtype == jnp.float16
+    wide = dense.astype(jnp.float32)
+    np.testing.assert_array_equal(product.todense(), (wide @ wide).astype(jnp.float16))
+
+
+def test_boolean_product_under_jit_stays_boolean():
+    """A boolean CSR product with traced indices, as `jnp`'s boolean matmul (`or` of `and`s)."""
+    flags = jnp.asarray(np.array([[1, 0, 1], [0, 1, 0], [1, 1, 0]], bool))
+    matrix = js.CSRMatrix.fromdense(flags)
+    product = jax.jit(lambda a, b: js.matmul(a, b, nnz=9))(matrix, matrix)
+    assert product.dtype == jnp.bool_
+    np.testing.assert_array_equal(product.todense(), flags @ flags)
+
+
 def test_dia_times_dia_gradients_in_both_factors():
     rng = np.random.default_rng(2)
     a, _ = random_dia(rng, (7, 6), (-2, 0, 1, 6), jnp.float64)
