@@ -75,6 +75,48 @@ def test_large_norm_takes_many_steps_and_matches_scipy():
     assert degree * steps > 100
 
 
+@pytest.mark.parametrize(
+    "dtype, size, scale",
+    [
+        (jnp.float32, 50.0, 1.0),
+        (jnp.float32, 1.0, 1e-25),
+        (jnp.float64, 400.0, 1.0),
+        (jnp.float64, 1.0, 1e-170),
+    ],
+)
+def test_huge_and_tiny_magnitudes_match_scipy(dtype, size, scale):
+    """Terms whose squares overflow or underflow must not end the Taylor sum early."""
+    twin = scipy.sparse.diags_array(
+        [[0.1, 0.2], [size, -size, 0.5 * size], [0.3, 0.1]], offsets=[-1, 0, 1]
+    )
+    A = js.DIAMatrix.from_scipy(twin.todia()).astype(dtype)
+    B = np.full((3, 2), scale)
+    expected = scipy.sparse.linalg.expm_multiply(twin.tocsr(), B)
+    for operand, reference in [(B[:, 0], expected[:, 0]), (B, expected)]:
+        out = js.linalg.expm_multiply(A, jnp.asarray(operand, dtype))
+        np.testing.assert_allclose(
+            np.asarray(out, np.float64),
+            reference,
+            atol=TOLERANCE[np.dtype(dtype)] * 10 * np.max(np.abs(reference)),
+        )
+
+
+def test_gradient_of_tiny_magnitudes_matches_dense_expm():
+    data = jnp.array([[0.3, 0.2, 0.0], [1.0, -1.0, 0.5], [0.0, 0.4, 0.1]])
+    A = js.DIAMatrix(data, offsets=(-1, 0, 1), shape=(3, 3))
+    b = jnp.full(3, 1e-170)
+
+    def sparse_loss(data):
+        return jnp.sum(js.linalg.expm_multiply(A.with_data(data), b, norm_bound=4.0)) * 1e170
+
+    def dense_loss(data):
+        return jnp.sum(jax.scipy.linalg.expm(A.with_data(data).todense()) @ b) * 1e170
+
+    np.testing.assert_allclose(
+        np.asarray(jax.grad(sparse_loss)(data)), np.asarray(jax.grad(dense_loss)(data)), rtol=1e-10
+    )
+
+
 def test_grid_of_times_matches_scipy():
     A, twin = generator("csr", jnp.complex128)
     B = random_values(np.random.default_rng(3), (30,), jnp.complex128)

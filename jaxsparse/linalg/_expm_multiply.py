@@ -189,13 +189,13 @@ def _static_schedule(A, t, norm_bound) -> tuple[int, int]:
 
 
 def _max_abs(X) -> jax.Array:
-    """`||X||_inf` (a stopping test only, so not differentiated). For a vector, the largest
-    squared magnitude is found first: one square root instead of one per entry."""
+    """`||X||_inf` (a stopping test only, so not differentiated). Magnitudes are never
+    squared: a square overflows or underflows far inside the dtype's range (a complex
+    `abs` is a scaled hypot), which would make the test `inf <= inf` or `0 <= 0`."""
     X = lax.stop_gradient(X)
     if X.ndim == 2:
         return jnp.max(jnp.sum(jnp.abs(X), axis=-1))
-    squared = jnp.real(X) ** 2 + jnp.imag(X) ** 2 if jnp.iscomplexobj(X) else X * X
-    return jnp.sqrt(jnp.max(squared))
+    return jnp.max(jnp.abs(X))
 
 
 @functools.partial(jax.jit, static_argnames=("degree", "steps", "tol"))
