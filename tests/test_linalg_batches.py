@@ -16,6 +16,7 @@ OPERATIONS = {
     "eigsh": lambda A, b: js.linalg.eigsh(A, 1)[0],
     "expm_multiply": lambda A, b: js.linalg.expm_multiply(A, b, norm_bound=20.0),
     "spilu0": lambda A, b: js.linalg.spilu0(A) @ b,
+    "jacobi": lambda A, b: js.linalg.jacobi(A) @ b,
 }
 
 
@@ -27,6 +28,7 @@ DENSE = {
     "eigsh": lambda D, b: np.max(np.linalg.eigvalsh(D), keepdims=True),
     "expm_multiply": lambda D, b: scipy.linalg.expm(D) @ b,
     "spilu0": np.linalg.solve,
+    "jacobi": lambda D, b: b / np.diagonal(D),
 }
 
 
