@@ -9,7 +9,7 @@ import pytest
 import scipy.linalg
 import scipy.sparse
 import scipy.sparse.linalg
-from helpers import random_values
+from helpers import ignored_slots, random_values
 from jax.test_util import check_grads
 
 import jaxsparse as js
@@ -183,7 +183,7 @@ def _exact_bound(twin, t):
     return abs(t) * scipy.sparse.linalg.norm(twin - shift, 1)
 
 
-def test_a_norm_bound_below_the_norm_is_an_error():
+def test_a_norm_bound_below_the_norm_gives_nan():
     A, twin = generator("dia", jnp.float64, n=12)
     b = np.ones(12)
     exact = _exact_bound(twin, 0.8)
@@ -193,8 +193,21 @@ def test_a_norm_bound_below_the_norm_is_an_error():
     )
     expected = scipy.sparse.linalg.expm_multiply(0.8 * twin, b)
     np.testing.assert_allclose(np.asarray(evolve(A.data, exact)), expected, rtol=1e-11)
-    with pytest.raises(Exception, match="norm_bound"):
-        evolve(A.data, 0.9 * exact)
+    assert np.all(np.isnan(evolve(A.data, 0.9 * exact)))
+    gradient = jax.grad(lambda data: jnp.sum(evolve(data, 0.9 * exact)))(A.data)
+    assert np.all(np.isnan(gradient[~ignored_slots(A.offsets, A.shape)]))
+
+
+def test_the_bound_check_keeps_expm_multiply_exportable():
+    """The check needs no host callback: a jitted `expm_multiply` with `norm_bound` exports."""
+    A, twin = generator("dia", jnp.float64, n=8)
+    bound = 2 * float(js.linalg.norm(A, 1))
+    evolve = jax.jit(
+        lambda data, b: js.linalg.expm_multiply(A.with_data(data), b, norm_bound=bound)
+    )
+    exported = jax.export.export(evolve)(A.data, jnp.ones(8))
+    expected = scipy.sparse.linalg.expm_multiply(twin, np.ones(8))
+    np.testing.assert_allclose(np.asarray(exported.call(A.data, jnp.ones(8))), expected, rtol=1e-11)
 
 
 def test_the_bound_check_sums_repeats_and_shifts_missing_diagonal_entries():
