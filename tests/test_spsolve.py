@@ -17,6 +17,7 @@ from helpers import (
     as_float64,
     counted_compilations,
     dtype_id,
+    ignored_slots,
     random_csr,
     random_dia,
     random_values,
@@ -391,6 +392,27 @@ def test_host_factors_answer_only_for_their_own_matrix():
     replaced = eqx.tree_at(lambda f: f.matrix, other, matrix * 2.0)
     _assert_solution(replaced.solve(b), _oracle(twin * 2.0, b), jnp.float64)
     _assert_solution(other.solve(b), _oracle(twin * 3.0, b), jnp.float64)
+
+
+@pytest.mark.parametrize("name", ["dia-tridiagonal", "dia-band-wider-than-dense"])
+def test_band_factors_of_a_replaced_matrix_give_nan(name):
+    """`BandedLU` and `DenseLU` keep their factors as arrays: solves and derivatives after
+    `matrix` was replaced would mix old factors and new values, so they are `nan`; a copy
+    of the same values solves as before."""
+    rng = np.random.default_rng(13)
+    matrix, twin = SYSTEMS[name](rng, jnp.float64)
+    b = random_values(rng, (matrix.shape[0],), jnp.float64)
+    lu = js.linalg.factorized(matrix)
+    same = eqx.tree_at(lambda f: f.matrix, lu, matrix.with_data(jnp.array(matrix.data)))
+    _assert_solution(same.solve(b, "T"), _oracle(twin, b, "T"), jnp.float64)
+    replaced = eqx.tree_at(lambda f: f.matrix, lu, matrix * 2.0)
+    assert np.all(np.isnan(replaced.solve(b)))
+
+    def loss(data):
+        return jnp.sum(eqx.tree_at(lambda f: f.matrix.data, lu, data).solve(b))
+
+    gradient = jax.jit(jax.grad(loss))(replaced.matrix.data)
+    assert np.all(np.isnan(gradient[~ignored_slots(matrix.offsets, matrix.shape)]))
 
 
 @pytest.mark.parametrize("system", ["dia-tridiagonal", "csr-random"])

@@ -68,7 +68,8 @@ def factorized(A) -> Factorization:
     - `DIAMatrix`: `BandedLU`, LU with partial pivoting of the band (LAPACK's `gbtrf`),
       factors in a fixed-size `(2 * kl + ku + 1, n)` array; native kernels on CPU, LAPACK
       on the host elsewhere (on GPUs a tridiagonal band's solves run on the device). A
-      band at least as tall as the matrix is factored densely (`DenseLU`).
+      band at least as tall as the matrix is factored densely (`DenseLU`). Both keep the
+      matrix they factored: a solve whose `matrix` was replaced afterwards gives `nan`.
     - `CSRMatrix`: `SuperLU`, scipy's SuperLU on the host (COLAMD ordering, partial
       pivoting); the factors stay in a bounded host cache named by a handle.
 
