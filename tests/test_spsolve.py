@@ -22,6 +22,7 @@ from helpers import (
     random_dia,
     random_values,
 )
+from jax.test_util import check_grads
 
 import jaxsparse as js
 from jaxsparse.kernels import native_banded_lu
@@ -337,6 +338,31 @@ def test_invalid_structure_under_jit_gives_nan(column):
     np.testing.assert_allclose(solve(jnp.array([0, 1], jnp.int32), indptr), [1.0, 1.0])
 
 
+@pytest.mark.parametrize("name", ["dia-tridiagonal", "csr-random"])
+def test_spsolve_promotes_as_scipy(name):
+    """A complex `b` with a real `A`, or a float64 `b` with a float32 `A`, is solved in the
+    promoted dtype, as scipy's `spsolve` does; gradients reach `A`'s real values."""
+    rng = np.random.default_rng(14)
+    matrix, twin = SYSTEMS[name](rng, jnp.float64)
+    b = random_values(rng, (matrix.shape[0],), jnp.complex128)
+    x = js.linalg.spsolve(matrix, b)
+    expected = scipy.sparse.linalg.spsolve(twin.tocsc(), b)
+    assert x.dtype == expected.dtype == np.complex128
+    np.testing.assert_allclose(np.asarray(x), expected, rtol=1e-10)
+    x = js.linalg.spsolve(matrix.astype(jnp.float32), b.real)
+    expected = scipy.sparse.linalg.spsolve(twin.astype(np.float32).tocsc(), b.real)
+    assert x.dtype == expected.dtype == np.float64
+    np.testing.assert_allclose(np.asarray(x), expected, rtol=1e-5)
+    check_grads(
+        lambda data, b: js.linalg.spsolve(matrix.with_data(data), b),
+        (matrix.data, jnp.asarray(b)),
+        order=1,
+        modes=("fwd", "rev"),
+        atol=1e-6,
+        rtol=1e-6,
+    )
+
+
 def test_bad_input_is_a_clear_error():
     rng = np.random.default_rng(7)
     square, _ = random_dia(rng, (5, 5), (-1, 0, 1), jnp.float64)
@@ -351,8 +377,10 @@ def test_bad_input_is_a_clear_error():
         js.linalg.spsolve(np.eye(5), jnp.ones(5))
     with pytest.raises(TypeError, match="`A` must be float32, float64"):
         js.linalg.factorized(square.astype(jnp.bfloat16))
-    with pytest.raises(TypeError, match="`b` is complex"):
-        js.linalg.spsolve(square, jnp.ones(5, jnp.complex128))
+    with pytest.raises(TypeError, match="`b` is complex128 but the factors are float64"):
+        js.linalg.factorized(square).solve(jnp.ones(5, jnp.complex128))
+    with pytest.raises(TypeError, match="`b` is float64 but the factors are float32"):
+        js.linalg.factorized(square.astype(jnp.float32)).solve(jnp.ones(5))
     with pytest.raises(ValueError, match="`trans` must be"):
         js.linalg.factorized(square).solve(jnp.ones(5), "X")
 
