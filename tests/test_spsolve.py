@@ -363,6 +363,16 @@ def test_spsolve_promotes_as_scipy(name):
     )
 
 
+def test_a_scipy_sparse_b_is_solved_dense():
+    rng = np.random.default_rng(15)
+    matrix, twin = SYSTEMS["csr-random"](rng, jnp.float64)
+    b = scipy.sparse.random_array((matrix.shape[0], 2), density=0.3, rng=rng, format="csr")
+    expected = scipy.sparse.linalg.spsolve(twin.tocsc(), b.tocsc()).toarray()
+    np.testing.assert_allclose(np.asarray(js.linalg.spsolve(matrix, b)), expected, rtol=1e-10)
+    factors = js.linalg.factorized(matrix)
+    np.testing.assert_allclose(np.asarray(factors.solve(b)), expected, rtol=1e-10)
+
+
 def test_bad_input_is_a_clear_error():
     rng = np.random.default_rng(7)
     square, _ = random_dia(rng, (5, 5), (-1, 0, 1), jnp.float64)

@@ -17,8 +17,17 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+import scipy.sparse
+
+from .._batching import refuse_batch
 
 _OPERATIONS = ("N", "T", "H")
+
+
+def dense_rhs(b):
+    """`b` as an array; a scipy sparse `b` is made dense on the host (`.toarray()`): the
+    solution is dense anyway."""
+    return b.toarray() if scipy.sparse.issparse(b) else b
 
 
 def solve_dtype(matrix_dtype, b) -> np.dtype:
@@ -88,6 +97,7 @@ class Factorization(eqx.Module):
     def _solve(self, b: jax.Array, op: str) -> jax.Array:
         if op not in _OPERATIONS:
             raise ValueError(f"`trans` must be 'N', 'T' or 'H', got {op!r}.")
+        refuse_batch("`Factorization.solve`", self.matrix)
         n = self.matrix.shape[0]
         b = check_rhs(b, n, self.matrix.dtype)
         vector = b.ndim == 1
@@ -122,7 +132,8 @@ class Factorization(eqx.Module):
 
         **Arguments:**
 
-        - `b`: `(n,)` or `(n, k)` right-hand sides; converted to the matrix's dtype. A
+        - `b`: `(n,)` or `(n, k)` right-hand sides (a scipy sparse `b` is made dense on
+          the host); converted to the matrix's dtype. A
           `b` that would be rounded (complex with a real matrix, float64 with float32) is
           a `TypeError`, as in scipy's `SuperLU.solve`.
         - `trans`: "N", "T" or "H", as `scipy.sparse.linalg.SuperLU.solve`.
@@ -130,7 +141,7 @@ class Factorization(eqx.Module):
         **Returns:** `x`, shaped like `b`, in the matrix's dtype. A singular matrix gives
         `nan` (a nearly singular one, large or non-finite entries).
         """
-        return run_compiled(Factorization._solve, self, jnp.asarray(b), trans)
+        return run_compiled(Factorization._solve, self, jnp.asarray(dense_rhs(b)), trans)
 
     def __call__(self, b) -> jax.Array:
         """`solve(b)`: the factorization is also the solve function that
