@@ -169,6 +169,8 @@ def test_bad_arguments_raise():
     n = A.shape[0]
     with pytest.raises(ValueError, match="`v0` must not be zero"):
         js.linalg.eigsh(A, 2, v0=jnp.zeros(n))
+    with pytest.raises(Exception, match="`v0` must not be zero"):
+        jax.jit(lambda v0: js.linalg.eigsh(A, 2, v0=v0, maxiter=2))(jnp.zeros(n))
     with pytest.raises(TypeError, match="`v0` is complex"):
         js.linalg.eigsh(A, 2, v0=jnp.ones(n, jnp.complex128))
     with pytest.raises(ValueError, match="`k`"):

@@ -6,9 +6,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import scipy.linalg
 import scipy.sparse
 import scipy.sparse.linalg
-from helpers import random_values
+from helpers import ignored_slots, random_values
 from jax.test_util import check_grads
 
 import jaxsparse as js
@@ -75,6 +76,53 @@ def test_large_norm_takes_many_steps_and_matches_scipy():
     assert degree * steps > 100
 
 
+@pytest.mark.parametrize(
+    "dtype, size, scale",
+    [
+        (jnp.float32, 50.0, 1.0),
+        (jnp.float32, 1.0, 1e-25),
+        (jnp.float64, 400.0, 1.0),
+        (jnp.float64, 1.0, 1e-170),
+    ],
+)
+def test_huge_and_tiny_magnitudes_match_scipy(dtype, size, scale):
+    """Terms whose squares overflow or underflow must not end the Taylor sum early."""
+    twin = scipy.sparse.diags_array(
+        [[0.1, 0.2], [size, -size, 0.5 * size], [0.3, 0.1]], offsets=[-1, 0, 1]
+    )
+    A = js.DIAMatrix.from_scipy(twin.todia()).astype(dtype)
+    B = np.full((3, 2), scale)
+    expected = scipy.sparse.linalg.expm_multiply(twin.tocsr(), B)
+    for operand, reference in [(B[:, 0], expected[:, 0]), (B, expected)]:
+        out = js.linalg.expm_multiply(A, jnp.asarray(operand, dtype))
+        np.testing.assert_allclose(
+            np.asarray(out, np.float64),
+            reference,
+            atol=TOLERANCE[np.dtype(dtype)] * 10 * np.max(np.abs(reference)),
+        )
+
+
+def test_gradient_of_tiny_magnitudes_matches_scipy_frechet_derivative():
+    offsets = (-1, 0, 1)
+    data = jnp.array([[0.3, 0.2, 0.0], [1.0, -1.0, 0.5], [0.0, 0.4, 0.1]])
+    A = js.DIAMatrix(data, offsets=offsets, shape=(3, 3))
+    b = jnp.full(3, 1e-170)
+    gradient = jax.jit(
+        jax.grad(
+            lambda data: (
+                jnp.sum(js.linalg.expm_multiply(A.with_data(data), b, norm_bound=4.0)) * 1e170
+            )
+        )
+    )(data)
+    # d sum(expm(A) @ b) / dA = L(A^T, ones b^T), L the Frechet derivative of expm.
+    dense_gradient = scipy.linalg.expm_frechet(np.asarray(A.todense()).T, np.ones((3, 3)))[1]
+    # data[k, j] is A[j - offsets[k], j]; rows -1 and 3 (outside) read the zero padding.
+    padded = np.pad(dense_gradient, ((1, 1), (0, 0)))
+    columns = np.arange(3)
+    expected = np.stack([padded[columns - o + 1, columns] for o in offsets])
+    np.testing.assert_allclose(np.asarray(gradient), expected, rtol=1e-10)
+
+
 def test_grid_of_times_matches_scipy():
     A, twin = generator("csr", jnp.complex128)
     B = random_values(np.random.default_rng(3), (30,), jnp.complex128)
@@ -127,6 +175,56 @@ def test_jit_and_vmap_over_values_and_operands():
     )
     over_values = jax.vmap(evolve, in_axes=(0, None))(jnp.stack([A.data, A.data]), B[0])
     np.testing.assert_allclose(np.asarray(over_values), np.stack([expected[0]] * 2), rtol=1e-11)
+
+
+def _exact_bound(twin, t):
+    n = twin.shape[0]
+    shift = twin.diagonal().sum() / n * scipy.sparse.eye_array(n)
+    return abs(t) * scipy.sparse.linalg.norm(twin - shift, 1)
+
+
+def test_a_norm_bound_below_the_norm_gives_nan():
+    A, twin = generator("dia", jnp.float64, n=12)
+    b = np.ones(12)
+    exact = _exact_bound(twin, 0.8)
+    evolve = jax.jit(
+        lambda data, bound: js.linalg.expm_multiply(A.with_data(data), b, 0.8, norm_bound=bound),
+        static_argnums=1,
+    )
+    expected = scipy.sparse.linalg.expm_multiply(0.8 * twin, b)
+    np.testing.assert_allclose(np.asarray(evolve(A.data, exact)), expected, rtol=1e-11)
+    assert np.all(np.isnan(evolve(A.data, 0.9 * exact)))
+    gradient = jax.grad(lambda data: jnp.sum(evolve(data, 0.9 * exact)))(A.data)
+    assert np.all(np.isnan(gradient[~ignored_slots(A.offsets, A.shape)]))
+
+
+def test_the_bound_check_keeps_expm_multiply_exportable():
+    """The check needs no host callback: a jitted `expm_multiply` with `norm_bound` exports."""
+    A, twin = generator("dia", jnp.float64, n=8)
+    bound = 2 * float(js.linalg.norm(A, 1))
+    evolve = jax.jit(
+        lambda data, b: js.linalg.expm_multiply(A.with_data(data), b, norm_bound=bound)
+    )
+    exported = jax.export.export(evolve)(A.data, jnp.ones(8))
+    expected = scipy.sparse.linalg.expm_multiply(twin, np.ones(8))
+    np.testing.assert_allclose(np.asarray(exported.call(A.data, jnp.ones(8))), expected, rtol=1e-11)
+
+
+def test_the_bound_check_sums_repeats_and_shifts_missing_diagonal_entries():
+    """A CSR matrix storing (0, 1) twice and no (0, 0) or (2, 2): the exact bound passes."""
+    C = js.CSRMatrix(
+        jnp.array([2.0, -1.0, 3.0, 1.0, -2.0]),
+        jnp.array([1, 1, 1, 0, 3], jnp.int32),
+        jnp.array([0, 2, 3, 4, 5], jnp.int32),
+        shape=(4, 4),
+    )
+    twin = C.to_scipy().tocsr()
+    exact = _exact_bound(twin, 1.0)
+    out = jax.jit(
+        lambda data: js.linalg.expm_multiply(C.with_data(data), jnp.ones(4), norm_bound=exact)
+    )(C.data)
+    expected = scipy.sparse.linalg.expm_multiply(twin, np.ones(4))
+    np.testing.assert_allclose(np.asarray(out), expected, rtol=1e-11)
 
 
 def test_bad_arguments_raise():

@@ -16,6 +16,7 @@ OPERATIONS = {
     "eigsh": lambda A, b: js.linalg.eigsh(A, 1)[0],
     "expm_multiply": lambda A, b: js.linalg.expm_multiply(A, b, norm_bound=20.0),
     "spilu0": lambda A, b: js.linalg.spilu0(A) @ b,
+    "jacobi": lambda A, b: js.linalg.jacobi(A) @ b,
 }
 
 
@@ -27,6 +28,7 @@ DENSE = {
     "eigsh": lambda D, b: np.max(np.linalg.eigvalsh(D), keepdims=True),
     "expm_multiply": lambda D, b: scipy.linalg.expm(D) @ b,
     "spilu0": np.linalg.solve,
+    "jacobi": lambda D, b: b / np.diagonal(D),
 }
 
 
@@ -48,3 +50,16 @@ def test_a_batched_matrix_is_refused_and_vmap_solves_each_member(name, fmt):
     dense = np.asarray(A.todense())
     for c, member in zip(scales, members, strict=True):
         np.testing.assert_allclose(member, DENSE[name](float(c) * dense, b), rtol=1e-10)
+
+
+def test_a_factorization_made_under_vmap_solves_only_inside_vmap():
+    A = _tridiagonal()
+    scales = jnp.array([1.0, 2.0], jnp.float64)
+    factorizations = jax.vmap(lambda c: js.linalg.factorized(c * A))(scales)
+    b = jnp.ones(A.shape[0], jnp.float64)
+    with pytest.raises(ValueError, match=r"`Factorization.solve` .*batch=\(2,\)"):
+        factorizations.solve(b)
+    members = jax.vmap(lambda factors: factors.solve(b))(factorizations)
+    dense = np.asarray(A.todense())
+    for c, member in zip(scales, members, strict=True):
+        np.testing.assert_allclose(member, np.linalg.solve(float(c) * dense, b), rtol=1e-10)

@@ -17,10 +17,12 @@ from helpers import (
     as_float64,
     counted_compilations,
     dtype_id,
+    ignored_slots,
     random_csr,
     random_dia,
     random_values,
 )
+from jax.test_util import check_grads
 
 import jaxsparse as js
 from jaxsparse.kernels import native_banded_lu
@@ -336,6 +338,41 @@ def test_invalid_structure_under_jit_gives_nan(column):
     np.testing.assert_allclose(solve(jnp.array([0, 1], jnp.int32), indptr), [1.0, 1.0])
 
 
+@pytest.mark.parametrize("name", ["dia-tridiagonal", "csr-random"])
+def test_spsolve_promotes_as_scipy(name):
+    """A complex `b` with a real `A`, or a float64 `b` with a float32 `A`, is solved in the
+    promoted dtype, as scipy's `spsolve` does; gradients reach `A`'s real values."""
+    rng = np.random.default_rng(14)
+    matrix, twin = SYSTEMS[name](rng, jnp.float64)
+    b = random_values(rng, (matrix.shape[0],), jnp.complex128)
+    x = js.linalg.spsolve(matrix, b)
+    expected = scipy.sparse.linalg.spsolve(twin.tocsc(), b)
+    assert x.dtype == expected.dtype == np.complex128
+    np.testing.assert_allclose(np.asarray(x), expected, rtol=1e-10)
+    x = js.linalg.spsolve(matrix.astype(jnp.float32), b.real)
+    expected = scipy.sparse.linalg.spsolve(twin.astype(np.float32).tocsc(), b.real)
+    assert x.dtype == expected.dtype == np.float64
+    np.testing.assert_allclose(np.asarray(x), expected, rtol=1e-5)
+    check_grads(
+        lambda data, b: js.linalg.spsolve(matrix.with_data(data), b),
+        (matrix.data, jnp.asarray(b)),
+        order=1,
+        modes=("fwd", "rev"),
+        atol=1e-6,
+        rtol=1e-6,
+    )
+
+
+def test_a_scipy_sparse_b_is_solved_dense():
+    rng = np.random.default_rng(15)
+    matrix, twin = SYSTEMS["csr-random"](rng, jnp.float64)
+    b = scipy.sparse.random_array((matrix.shape[0], 2), density=0.3, rng=rng, format="csr")
+    expected = scipy.sparse.linalg.spsolve(twin.tocsc(), b.tocsc()).toarray()
+    np.testing.assert_allclose(np.asarray(js.linalg.spsolve(matrix, b)), expected, rtol=1e-10)
+    factors = js.linalg.factorized(matrix)
+    np.testing.assert_allclose(np.asarray(factors.solve(b)), expected, rtol=1e-10)
+
+
 def test_bad_input_is_a_clear_error():
     rng = np.random.default_rng(7)
     square, _ = random_dia(rng, (5, 5), (-1, 0, 1), jnp.float64)
@@ -350,8 +387,10 @@ def test_bad_input_is_a_clear_error():
         js.linalg.spsolve(np.eye(5), jnp.ones(5))
     with pytest.raises(TypeError, match="`A` must be float32, float64"):
         js.linalg.factorized(square.astype(jnp.bfloat16))
-    with pytest.raises(TypeError, match="`b` is complex"):
-        js.linalg.spsolve(square, jnp.ones(5, jnp.complex128))
+    with pytest.raises(TypeError, match="`b` is complex128 but the factors are float64"):
+        js.linalg.factorized(square).solve(jnp.ones(5, jnp.complex128))
+    with pytest.raises(TypeError, match="`b` is float64 but the factors are float32"):
+        js.linalg.factorized(square.astype(jnp.float32)).solve(jnp.ones(5))
     with pytest.raises(ValueError, match="`trans` must be"):
         js.linalg.factorized(square).solve(jnp.ones(5), "X")
 
@@ -391,6 +430,27 @@ def test_host_factors_answer_only_for_their_own_matrix():
     replaced = eqx.tree_at(lambda f: f.matrix, other, matrix * 2.0)
     _assert_solution(replaced.solve(b), _oracle(twin * 2.0, b), jnp.float64)
     _assert_solution(other.solve(b), _oracle(twin * 3.0, b), jnp.float64)
+
+
+@pytest.mark.parametrize("name", ["dia-tridiagonal", "dia-band-wider-than-dense"])
+def test_band_factors_of_a_replaced_matrix_give_nan(name):
+    """`BandedLU` and `DenseLU` keep their factors as arrays: solves and derivatives after
+    `matrix` was replaced would mix old factors and new values, so they are `nan`; a copy
+    of the same values solves as before."""
+    rng = np.random.default_rng(13)
+    matrix, twin = SYSTEMS[name](rng, jnp.float64)
+    b = random_values(rng, (matrix.shape[0],), jnp.float64)
+    lu = js.linalg.factorized(matrix)
+    same = eqx.tree_at(lambda f: f.matrix, lu, matrix.with_data(jnp.array(matrix.data)))
+    _assert_solution(same.solve(b, "T"), _oracle(twin, b, "T"), jnp.float64)
+    replaced = eqx.tree_at(lambda f: f.matrix, lu, matrix * 2.0)
+    assert np.all(np.isnan(replaced.solve(b)))
+
+    def loss(data):
+        return jnp.sum(eqx.tree_at(lambda f: f.matrix.data, lu, data).solve(b))
+
+    gradient = jax.jit(jax.grad(loss))(replaced.matrix.data)
+    assert np.all(np.isnan(gradient[~ignored_slots(matrix.offsets, matrix.shape)]))
 
 
 @pytest.mark.parametrize("system", ["dia-tridiagonal", "csr-random"])

@@ -22,6 +22,8 @@ from ._eigsh_lanczos import start_vector
 from ._eigsh_shift_invert import inverse_operator
 from ._working_dtype import working_dtype
 
+_ZERO_V0 = "eigsh: `v0` must not be zero."
+
 _WHICH = ("LA", "SA", "LM")
 
 
@@ -103,8 +105,8 @@ def eigsh(
         if jnp.iscomplexobj(v0) and not jnp.issubdtype(A.dtype, jnp.complexfloating):
             raise TypeError(f"eigsh: `v0` is complex ({v0.dtype}) but `A` is real ({A.dtype}).")
         if is_concrete(v0) and not jnp.any(v0 != 0):
-            raise ValueError("eigsh: `v0` must not be zero.")
-        v0 = v0.astype(dtype)
+            raise ValueError(_ZERO_V0)
+        v0 = eqx.error_if(v0, ~jnp.any(v0 != 0), _ZERO_V0).astype(dtype)
     values, vectors = _compiled_eigsh(A.astype(dtype), v0, sigma, settings=settings)
     return (values, vectors) if return_eigenvectors else values
 

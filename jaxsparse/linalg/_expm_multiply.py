@@ -19,6 +19,7 @@ from jax import lax
 
 from .._base import SparseMatrix, is_concrete
 from .._batching import refuse_batch
+from .._coordinates import reduce_distinct
 from .._dia import DIAMatrix
 from .._reductions import trace
 from ._working_dtype import working_dtype
@@ -33,6 +34,10 @@ _THETA = {
     23: 2.01, 24: 2.22, 25: 2.43, 26: 2.64, 27: 2.86, 28: 3.08, 29: 3.31, 30: 3.54, 35: 4.7,
     40: 6.0, 45: 7.2, 50: 8.5, 55: 9.9,
 }  # fmt: skip
+
+# A given `norm_bound` may fall short of the norm computed in the program by this relative
+# rounding margin (the two sums round differently); `theta_m` has far more slack than that.
+_BOUND_ROUNDING = 1e-3
 
 
 def taylor_degree_and_steps(norm: float) -> tuple[int, int]:
@@ -74,6 +79,33 @@ def _dia_shifted_one_norm(A: DIAMatrix) -> float:
     mu = values[main].sum() / n
     values[main] -= mu
     return float(np.max(np.abs(values).sum(axis=0), initial=0))
+
+
+def traced_shifted_one_norm(A: SparseMatrix, mu: jax.Array) -> jax.Array:
+    """`||A - mu I||_1` inside the program (jit-able), in one pass over the stored values:
+    each column's off-diagonal magnitudes plus `|A[j, j] - mu|` (`|mu|` where no diagonal
+    entry is stored). Not differentiated: it only checks a bound."""
+    n = A.shape[0]
+    A, mu = lax.stop_gradient((A, mu))
+
+    def reduce(rows, cols, values, valid):
+        on_diagonal = valid & (rows == cols)
+        off_diagonal = jnp.where(valid & ~on_diagonal, jnp.abs(values), 0)
+        diagonal = jax.ops.segment_sum(jnp.where(on_diagonal, values, 0), cols, n)
+        column_sums = jax.ops.segment_sum(off_diagonal, cols, n) + jnp.abs(diagonal - mu)
+        return jnp.max(column_sums)
+
+    return reduce_distinct(A, reduce)
+
+
+def _check_norm_bound(B, A, t, mu, norm_bound: float) -> jax.Array:
+    """`B`, or `nan` where `norm_bound` is below `||t (A - mu I)||_1`: too few Taylor terms
+    would give a plausible but wrong result. `B` is multiplied by a factor of 1 or `nan`, so
+    that the result and every derivative are `nan`; `nan` rather than `eqx.error_if`, whose
+    host callback would keep `expm_multiply` from exporting."""
+    norm = jnp.abs(lax.stop_gradient(t)) * traced_shifted_one_norm(A, mu)
+    enough = norm <= norm_bound * (1 + _BOUND_ROUNDING)
+    return B * jnp.where(enough, 1, jnp.nan).astype(B.dtype)
 
 
 def _shifted(A: SparseMatrix, mu: jax.Array):
@@ -118,7 +150,9 @@ def expm_multiply(
       static degree and steps and is needed when `A`'s values or `t` are traced (under
       `jit`, `grad` or `vmap`); when both are concrete it is computed on the host. For a
       grid it must hold for `t = start` and for `t` the step between times.
-      Too small a bound loses accuracy, too large costs products.
+      A given bound is checked against `||t (A - mu I)||_1` computed in the program (one
+      pass over the stored values): too small a bound makes the result (and its
+      derivatives) `nan`, too large costs products.
 
     **Returns:** `exp(t A) @ B` in the dtype of `A @ B`, shaped as `B`; with a grid,
     `(num, *B.shape)`.
@@ -153,6 +187,8 @@ def expm_multiply(
     degree, steps = _static_schedule(A, t, norm_bound)
     tol = float(jnp.finfo(dtype).eps) / 2
     mu = (trace(A) / n).astype(dtype)
+    if norm_bound is not None:
+        B = _check_norm_bound(B, A, t, mu, norm_bound)
     if not grid:
         return _taylor(A, B, t, mu, degree=degree, steps=steps, tol=tol)
     first = expm_multiply(A, B, _real_scalar(start, real, "start"), norm_bound=norm_bound)
@@ -189,13 +225,13 @@ def _static_schedule(A, t, norm_bound) -> tuple[int, int]:
 
 
 def _max_abs(X) -> jax.Array:
-    """`||X||_inf` (a stopping test only, so not differentiated). For a vector, the largest
-    squared magnitude is found first: one square root instead of one per entry."""
+    """`||X||_inf` (a stopping test only, so not differentiated). Magnitudes are never
+    squared: a square overflows or underflows far inside the dtype's range (a complex
+    `abs` is a scaled hypot), which would make the test `inf <= inf` or `0 <= 0`."""
     X = lax.stop_gradient(X)
     if X.ndim == 2:
         return jnp.max(jnp.sum(jnp.abs(X), axis=-1))
-    squared = jnp.real(X) ** 2 + jnp.imag(X) ** 2 if jnp.iscomplexobj(X) else X * X
-    return jnp.sqrt(jnp.max(squared))
+    return jnp.max(jnp.abs(X))
 
 
 @functools.partial(jax.jit, static_argnames=("degree", "steps", "tol"))

@@ -16,12 +16,39 @@ import functools
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
+import scipy.sparse
+
+from .._batching import refuse_batch
 
 _OPERATIONS = ("N", "T", "H")
 
 
+def dense_rhs(b):
+    """`b` as an array; a scipy sparse `b` is made dense on the host (`.toarray()`): the
+    solution is dense anyway."""
+    return b.toarray() if scipy.sparse.issparse(b) else b
+
+
+def solve_dtype(matrix_dtype, b) -> np.dtype:
+    """The dtype `spsolve` solves in and returns, as scipy's: `A`'s and `b`'s promoted (a
+    complex `b` with a real `A` gives a complex solution; an integer `b` takes `A`'s)."""
+    b_dtype = jnp.asarray(b).dtype
+    if not jnp.issubdtype(b_dtype, jnp.inexact):
+        return np.dtype(matrix_dtype)
+    return _promoted(matrix_dtype, b_dtype)
+
+
+def _promoted(a, b) -> np.dtype:
+    # An explicit promotion, allowed under `jax_numpy_dtype_promotion="strict"` too.
+    with jax.numpy_dtype_promotion("standard"):
+        return np.dtype(jnp.promote_types(a, b))
+
+
 def check_rhs(b, n: int, dtype, name: str = "b") -> jax.Array:
-    """`b` as an array of `dtype`, of shape `(n,)` or `(n, k)`, or a clear error."""
+    """`b` as an array of `dtype`, of shape `(n,)` or `(n, k)`, or a clear error. A `b`
+    that `dtype` cannot hold without rounding (complex into real, float64 into float32) is
+    a TypeError, as scipy's `SuperLU.solve` refuses it."""
     b = jnp.asarray(b)
     if b.ndim not in (1, 2) or b.shape[0] != n:
         raise ValueError(
@@ -29,12 +56,11 @@ def check_rhs(b, n: int, dtype, name: str = "b") -> jax.Array:
         )
     if not jnp.issubdtype(b.dtype, jnp.inexact) and not jnp.issubdtype(b.dtype, jnp.integer):
         raise TypeError(f"`{name}` must hold numbers, got dtype {b.dtype}.")
-    if jnp.issubdtype(b.dtype, jnp.complexfloating) and not jnp.issubdtype(
-        dtype, jnp.complexfloating
-    ):
+    if jnp.issubdtype(b.dtype, jnp.inexact) and _promoted(b.dtype, dtype) != dtype:
         raise TypeError(
-            f"`{name}` is complex ({b.dtype}) but the matrix is real ({dtype}): convert the "
-            "matrix with `.astype` first."
+            f"`{name}` is {b.dtype} but the factors are {dtype}: solving would round `{name}`. "
+            f"Factor `A.astype(jnp.{_promoted(b.dtype, dtype)})` (or use `spsolve`, which "
+            "promotes as scipy's does)."
         )
     return b.astype(dtype)
 
@@ -71,6 +97,7 @@ class Factorization(eqx.Module):
     def _solve(self, b: jax.Array, op: str) -> jax.Array:
         if op not in _OPERATIONS:
             raise ValueError(f"`trans` must be 'N', 'T' or 'H', got {op!r}.")
+        refuse_batch("`Factorization.solve`", self.matrix)
         n = self.matrix.shape[0]
         b = check_rhs(b, n, self.matrix.dtype)
         vector = b.ndim == 1
@@ -105,14 +132,16 @@ class Factorization(eqx.Module):
 
         **Arguments:**
 
-        - `b`: `(n,)` or `(n, k)` right-hand sides; converted to the matrix's dtype (a
-          complex `b` with a real matrix is a `TypeError`).
+        - `b`: `(n,)` or `(n, k)` right-hand sides (a scipy sparse `b` is made dense on
+          the host); converted to the matrix's dtype. A
+          `b` that would be rounded (complex with a real matrix, float64 with float32) is
+          a `TypeError`, as in scipy's `SuperLU.solve`.
         - `trans`: "N", "T" or "H", as `scipy.sparse.linalg.SuperLU.solve`.
 
         **Returns:** `x`, shaped like `b`, in the matrix's dtype. A singular matrix gives
         `nan` (a nearly singular one, large or non-finite entries).
         """
-        return run_compiled(Factorization._solve, self, jnp.asarray(b), trans)
+        return run_compiled(Factorization._solve, self, jnp.asarray(dense_rhs(b)), trans)
 
     def __call__(self, b) -> jax.Array:
         """`solve(b)`: the factorization is also the solve function that

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from .._base import SparseMatrix
+from .._batching import refuse_batch
 from .._reductions import diagonal
 from ._working_dtype import working_dtype
 
@@ -94,12 +95,14 @@ def jacobi(A: SparseMatrix) -> JacobiPreconditioner:
 
     **Arguments:**
 
-    - `A`: a square `DIAMatrix` or `CSRMatrix` (jit-able). A zero on the diagonal gives
-      `inf` in `M @ r`.
+    - `A`: a square `DIAMatrix` or `CSRMatrix` (jit-able), one matrix: a batched one is
+      refused (build one preconditioner per member inside `jax.vmap`). A zero on the
+      diagonal gives `inf` in `M @ r`.
 
     **Returns:** a `JacobiPreconditioner` (see the module for its uses).
     """
     check_square(A, "jacobi")
+    refuse_batch("`jacobi`", A)
     dtype = working_dtype(A.dtype)
     main = lax.stop_gradient(diagonal(A).astype(dtype))
     return JacobiPreconditioner(inverse_diagonal=1 / main, shape=A.shape)

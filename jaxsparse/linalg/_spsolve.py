@@ -15,7 +15,7 @@ import numpy as np
 from .._batching import refuse_batch
 from .._csr import CSRMatrix
 from .._dia import DIAMatrix
-from ._factor import Factorization, check_rhs, run_compiled
+from ._factor import Factorization, check_rhs, dense_rhs, run_compiled, solve_dtype
 from ._factor_banded import factor_dia, solve_dia
 from ._factor_superlu import factor_csr
 
@@ -68,7 +68,8 @@ def factorized(A) -> Factorization:
     - `DIAMatrix`: `BandedLU`, LU with partial pivoting of the band (LAPACK's `gbtrf`),
       factors in a fixed-size `(2 * kl + ku + 1, n)` array; native kernels on CPU, LAPACK
       on the host elsewhere (on GPUs a tridiagonal band's solves run on the device). A
-      band at least as tall as the matrix is factored densely (`DenseLU`).
+      band at least as tall as the matrix is factored densely (`DenseLU`). Both keep the
+      matrix they factored: a solve whose `matrix` was replaced afterwards gives `nan`.
     - `CSRMatrix`: `SuperLU`, scipy's SuperLU on the host (COLAMD ordering, partial
       pivoting); the factors stay in a bounded host cache named by a handle.
 
@@ -94,14 +95,19 @@ def spsolve(A, b) -> jnp.ndarray:
 
     - `A`: a square `DIAMatrix` or `CSRMatrix` of shape `(n, n)` (float32, float64,
       complex64 or complex128).
-    - `b`: `(n,)` or `(n, k)`; converted to `A`'s dtype.
+    - `b`: `(n,)` or `(n, k)`; a scipy sparse `b` is made dense on the host (scipy then
+      returns a sparse `x`; here `x` is dense). As in scipy, the solve runs in `A`'s and
+      `b`'s promoted dtype (a complex `b` with a real `A` gives a complex `x`; a float64
+      `b` with a float32 `A`, a float64 `x`); the gradient reaches `A`'s own values.
 
-    **Returns:** `x`, shaped like `b`, in `A`'s dtype. A singular matrix gives `nan` (as
+    **Returns:** `x`, shaped like `b`, in the promoted dtype. A singular matrix gives `nan` (as
     scipy's `spsolve` does, without its warning); a numerically singular one, large or
     non-finite entries.
     """
     _check_matrix(A)
-    return run_compiled(_solve, A, check_rhs(b, A.shape[0], A.dtype))
+    b = dense_rhs(b)
+    dtype = solve_dtype(A.dtype, b)
+    return run_compiled(_solve, A.astype(dtype), check_rhs(b, A.shape[0], dtype))
 
 
 def _solve(A, b):
