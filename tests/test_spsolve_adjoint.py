@@ -8,6 +8,7 @@ product's transpose), on the split and one-pass paths, under `vmap`, and against
 path."""
 
 import functools
+import os
 
 import jax
 import jax.numpy as jnp
@@ -126,14 +127,16 @@ KEPT_OFFSETS = [(-1, 0, 1), (-3, 0, 1), (0, 2), (-1, 0), (-2, 0, 5)]
 @pytest.mark.parametrize("columns", [1, 3])
 def test_kept_solves_match_scipy(offsets, dtype, dominant, columns):
     """Solves with `A` and `A^T` from the kept factors, on the split's two blocks (odd size:
-    blocks of unequal rows) and on one pass, against scipy's."""
+    blocks of unequal rows; one pass on a single core) and on one pass, against scipy's."""
     rng = np.random.default_rng(44)
     n = SPLIT_ROWS + 1
     matrix = _band(rng, n, offsets, dtype, dominant)
     b = jnp.asarray(random_values(rng, (n, columns), dtype))
     g = jnp.asarray(random_values(rng, (n, columns), dtype))
     x, kept = native_banded_kept.solve_keeping(matrix.data, b, offsets=offsets)
-    assert int(kept.status) == (2 if dominant else 1)
+    # The split needs two of XLA's intra-op threads, one per usable core.
+    splits = dominant and len(os.sched_getaffinity(0)) >= 2
+    assert int(kept.status) == (2 if splits else 1)
     S = matrix.to_scipy().tocsc()
     solve = functools.partial(native_banded_kept.kept_solve, matrix.data, kept, offsets=offsets)
     for op, system, rhs in (("N", S, g), ("T", S.T.tocsc(), g)):
