@@ -56,6 +56,7 @@ from ._coordinates import (
     stored_on_host,
 )
 from ._csr_layout import indptr_from_counts, row_ids
+from ._dia_layout import inside_mask
 
 
 def _is_scalar(value) -> bool:
@@ -414,7 +415,24 @@ def power(a, exponent):
         raise TypeError("`**` of a sparse matrix takes a scalar exponent.")
     if is_concrete(exponent) and exponent == 0:
         raise ValueError("a zero power is not supported: it would fill the matrix.")
-    return _with_values(a, a.data**exponent, f"`{a.dtype} matrix ** {_operand_name(exponent)}`")
+    powered = _powered_values(a, exponent)
+    return _with_values(a, powered, f"`{a.dtype} matrix ** {_operand_name(exponent)}`")
+
+
+@functools.singledispatch
+def _powered_values(matrix, exponent) -> jax.Array:
+    """`matrix.data ** exponent`, in `matrix.data`'s layout."""
+    return matrix.data**exponent
+
+
+@register_for_format("dia", _powered_values)
+def _dia_powered_values(matrix, exponent) -> jax.Array:
+    """The DIA slots outside the matrix hold 0, raised from a base of 1: neither the power
+    of their values nor its derivative (infinite at 0 for exponents below 1) reaches them."""
+    inside = inside_mask(matrix.offsets, matrix.shape, range(len(matrix.offsets)))
+    base = jnp.where(inside, matrix.data, jnp.ones((), matrix.data.dtype))
+    powered = base**exponent
+    return jnp.where(inside, powered, jnp.zeros((), powered.dtype))
 
 
 def conj(a):

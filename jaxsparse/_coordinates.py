@@ -119,9 +119,9 @@ def static_nnz(unique_keys: np.ndarray | None, nnz: int | None, operation: str) 
     if unique_keys is None:
         raise TypeError(
             f"{operation}: the result's structure depends on the operands' index values, "
-            "which are traced under `jax.jit`. Pass a static `nnz` (the number of stored "
-            "entries of the result, e.g. computed once outside `jit`), or compute it "
-            "outside `jit`."
+            "which are traced (under `jax.jit` or `jax.vmap`). Pass a static `nnz` (the "
+            "number of stored entries of the result, e.g. computed once outside `jit`), or "
+            "compute it outside `jit`."
         )
     return int(unique_keys.size)
 

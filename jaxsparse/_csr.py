@@ -236,7 +236,8 @@ class CSRMatrix(SparseMatrix, SparseOperators):
             if found is None:
                 raise TypeError(
                     "`CSRMatrix.fromdense` needs a static `nnz` when `dense` is traced "
-                    "(under jit): the number of entries fixes the arrays' shapes."
+                    "(under `jax.jit`, `jax.grad` or `jax.vmap`): the number of entries fixes "
+                    "the arrays' shapes."
                 )
             nnz = found
         if not isinstance(nnz, int) or nnz < 0:

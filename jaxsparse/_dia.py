@@ -170,7 +170,8 @@ class DIAMatrix(SparseMatrix, SparseOperators):
         if not is_concrete(self.data):
             raise TypeError(
                 "`eliminate_zeros()` drops diagonals by value, so the offsets (static) depend "
-                "on values traced under `jax.jit`: call it outside `jit`."
+                "on the values, which are traced (under `jax.jit`, `jax.grad` or `jax.vmap`): "
+                "call it on concrete values, once, and pass traced ones in with `with_data`."
             )
         diagonals, _, cols = stored_positions(self.offsets, self.shape)
         nonzero = np.zeros(len(self.offsets), bool)
@@ -226,7 +227,8 @@ class DIAMatrix(SparseMatrix, SparseOperators):
         if offsets is None:
             if not is_concrete(dense):
                 raise TypeError(
-                    "`DIAMatrix.fromdense` needs `offsets` when `dense` is traced (under jit): "
+                    "`DIAMatrix.fromdense` needs `offsets` when `dense` is traced (under "
+                    "`jax.jit`, `jax.grad` or `jax.vmap`): "
                     "the offsets are static and cannot depend on traced values."
                 )
             rows, cols = np.nonzero(np.asarray(dense))

@@ -48,14 +48,20 @@ def _meets_matrix(offset: int, shape: tuple[int, int]) -> bool:
     return hi > lo
 
 
-def inside_slots(data, offsets: tuple[int, ...], shape: tuple[int, int], index) -> jax.Array:
-    """Rows `index` of `data` (diagonals of a matrix with these offsets and shape), with
-    the slots outside the matrix zeroed. The mask comes from an iota, not a constant the
-    size of `data`, so large matrices keep small programs."""
+def inside_mask(offsets: tuple[int, ...], shape: tuple[int, int], index) -> jax.Array:
+    """Whether each slot of the diagonals `index` (of a matrix with these offsets and shape)
+    lies inside the matrix, shape `(len(index), n)`. From an iota, not a constant the size
+    of the data, so large matrices keep small programs."""
     m, n = shape
     picked_offsets = np.asarray([offsets[d] for d in index], np.int32)[:, None]
     columns = lax.broadcasted_iota(jnp.int32, (1, n), 1)
-    inside = (columns >= picked_offsets) & (columns - picked_offsets < m)
+    return (columns >= picked_offsets) & (columns - picked_offsets < m)
+
+
+def inside_slots(data, offsets: tuple[int, ...], shape: tuple[int, int], index) -> jax.Array:
+    """Rows `index` of `data` (diagonals of a matrix with these offsets and shape), with
+    the slots outside the matrix zeroed."""
+    inside = inside_mask(offsets, shape, index)
     # Every diagonal in order is the common case: a plain use of `data`, not a gather.
     every = tuple(index) == tuple(range(len(offsets)))
     picked = data if every else data[np.asarray(index)]

@@ -115,7 +115,10 @@ def sort_indices(matrix):
     """The CSR matrix with the columns of every row in increasing order (jit-able: a stable
     sort; repeats stay)."""
     rows, cols, values = entries(matrix)
-    order = jnp.lexsort((cols, rows))
+    # A structure known on the host (numpy `rows`, `cols`) is sorted there, as numpy arrays
+    # cannot be indexed by a traced order.
+    lexsort = np.lexsort if isinstance(cols, np.ndarray) else jnp.lexsort
+    order = lexsort((cols, rows))
     return format_class("csr")(values[order], cols[order], matrix.indptr, matrix.shape)
 
 
@@ -186,7 +189,8 @@ def eliminate_zeros(matrix):
     if not is_concrete(matrix.data, matrix.indices, matrix.indptr):
         raise TypeError(
             "`eliminate_zeros()` removes entries by value, so its structure depends on the "
-            "values, which are traced under `jax.jit`: call it outside `jit`."
+            "values, which are traced (under `jax.jit`, `jax.grad` or `jax.vmap`): call it "
+            "outside `jit`, on concrete values, and pass traced ones in with `with_data`."
         )
     return select_entries(matrix, np.asarray(matrix.data) != 0)
 

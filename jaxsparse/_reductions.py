@@ -129,7 +129,8 @@ def nonzero(matrix) -> tuple[np.ndarray, np.ndarray]:
     if not is_concrete(*jax.tree_util.tree_leaves(matrix)):
         raise TypeError(
             "`nonzero()` returns as many positions as there are nonzeros, which depends on "
-            "values traced under `jax.jit`: call it outside `jit`."
+            "values traced (under `jax.jit`, `jax.grad` or `jax.vmap`): call it outside "
+            "`jit`, on concrete values."
         )
     rows, cols, values, valid = (np.asarray(x) for x in distinct_entries(matrix))
     keep = valid & (values != 0)
@@ -207,17 +208,26 @@ def _norm_of(matrix, ord, repeats) -> jax.Array:
         raise ValueError(f"`ord` must be None, 'fro', 1, -1, inf or -inf, got {ord!r}.")
 
     def reduce(rows, cols, values, valid):
-        magnitude = jnp.abs(values)
-        wide = magnitude.astype(accumulation_dtype(magnitude.dtype))
-        return _norm_of_magnitudes(wide, rows, cols, ord, matrix.shape).astype(magnitude.dtype)
+        wide = values.astype(accumulation_dtype(values.dtype))
+        real_dtype = jnp.finfo(values.dtype).dtype
+        if ord is None or ord == "fro":
+            return jnp.sqrt(jnp.sum(_squared_magnitudes(wide))).astype(real_dtype)
+        return _extreme_line_sum(jnp.abs(wide), rows, cols, ord, matrix.shape).astype(real_dtype)
 
     return reduce_distinct(matrix, reduce, repeats)
 
 
-def _norm_of_magnitudes(magnitude, rows, cols, ord, shape) -> jax.Array:
-    """The norm `ord` of the entries' absolute values `magnitude` at `(rows, cols)`."""
-    if ord is None or ord == "fro":
-        return jnp.sqrt(jnp.sum(magnitude * magnitude))
+def _squared_magnitudes(values) -> jax.Array:
+    """`|v|^2` as `re^2 + im^2`: smooth at 0, where the derivative of complex `abs` is 0 and
+    `abs(v) * abs(v)` would lose the curvature (second derivatives) there."""
+    if jnp.iscomplexobj(values):
+        return jnp.real(values) ** 2 + jnp.imag(values) ** 2
+    return values * values
+
+
+def _extreme_line_sum(magnitude, rows, cols, ord, shape) -> jax.Array:
+    """The largest (`ord` 1, inf) or smallest (-1, -inf) sum of the entries' absolute values
+    `magnitude` at `(rows, cols)` over columns (1, -1) or rows (inf, -inf)."""
     index, size = (cols, shape[1]) if ord in (1, -1) else (rows, shape[0])
     sums = jax.ops.segment_sum(magnitude, index, num_segments=size)
     if size == 0:

@@ -80,6 +80,29 @@ def test_sum_difference_and_product_match_scipy(case, other):
         assert result.sum_duplicates().nnz == np.count_nonzero(expected.toarray())
 
 
+@pytest.mark.parametrize("exponent", [0.5, -1.0])
+def test_dia_power_keeps_the_slots_outside_the_matrix_zero(exponent):
+    """Powers below 1 have an infinite derivative at 0, the value of the slots outside the
+    matrix: their values and gradients stay 0, as the ufunc methods' do."""
+    a = js.diags([jnp.array([1.0, 2.0, 3.0]), jnp.array([4.0, 5.0])], [0, 1])
+    outside = np.zeros(a.data.shape, bool)
+    outside[1, 0] = True  # column 0 of diagonal 1
+    dense = np.asarray(a.todense())
+    stored = dense != 0
+    powered = a**exponent
+    assert powered.data[1, 0] == 0
+    np.testing.assert_allclose(
+        powered.todense(), np.where(stored, np.where(stored, dense, 1) ** exponent, 0), rtol=1e-6
+    )
+
+    def total(data):
+        return jnp.sum((a.with_data(data) ** exponent) @ jnp.ones(3))
+
+    gradient = jax.grad(total)(a.data)
+    expected = np.where(outside, 0.0, exponent * np.asarray(a.data) ** (exponent - 1))
+    np.testing.assert_allclose(gradient, expected, rtol=1e-6)
+
+
 @pytest.mark.parametrize("dtype", FEW_DTYPES, ids=dtype_id)
 @pytest.mark.parametrize("fmts", [("dia", "dia"), ("csr", "dia"), ("csr", "csr")])
 def test_sum_under_jit_with_static_nnz(fmts, dtype):

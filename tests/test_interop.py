@@ -100,6 +100,9 @@ def test_sum_duplicates_and_sort_indices_match_scipy():
     assert ordered.nnz == matrix.nnz
     assert ordered.to_scipy().has_sorted_indices
     np.testing.assert_allclose(ordered.to_scipy().toarray(), twin.toarray(), atol=1e-12)
+    # A structure closed over (known on the host) with values traced.
+    values = jax.jit(lambda data: matrix.with_data(data).sort_indices().data)(matrix.data)
+    np.testing.assert_array_equal(values, ordered.data)
 
 
 def test_to_scipy_gives_arrays_of_its_own():
@@ -149,6 +152,8 @@ def test_eliminate_zeros():
     np.testing.assert_array_equal(result.to_scipy().toarray(), expected.toarray())
     with pytest.raises(TypeError, match="call it outside `jit`"):
         jax.jit(lambda a: a.eliminate_zeros())(zeroed)
+    with pytest.raises(TypeError, match="`jax.grad`.*`with_data`"):
+        jax.grad(lambda data: zeroed.with_data(data).eliminate_zeros().sum())(zeroed.data)
 
 
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16, jnp.bool_])

@@ -151,6 +151,29 @@ def test_max_min_errors():
 
 
 @pytest.mark.parametrize("fmt", ["dia", "csr"])
+def test_frobenius_curvature_at_stored_complex_zeros_matches_dense(fmt):
+    """The Hessian of `norm(A)**2` in the values is 2 everywhere, stored zeros included
+    (the derivative of complex `abs` is 0 at 0, so a norm built on it loses it there)."""
+    values = jnp.array([1 + 1j, 0j, 2 - 1j])
+    if fmt == "csr":
+        matrix = js.CSRMatrix(values, jnp.array([0, 1, 1]), jnp.array([0, 2, 3, 3]), (3, 3))
+    else:
+        matrix = js.DIAMatrix(values[None, :], (0,), (3, 3))
+
+    def squared(data):
+        return js.linalg.norm(matrix.with_data(data)) ** 2
+
+    def squared_dense(data):
+        return jnp.linalg.norm(matrix.with_data(data).todense()) ** 2
+
+    tangent = jnp.ones_like(matrix.data)
+    hvp = jax.jvp(jax.grad(squared), (matrix.data,), (tangent,))[1]
+    expected = jax.jvp(jax.grad(squared_dense), (matrix.data,), (tangent,))[1]
+    np.testing.assert_allclose(hvp, expected, atol=1e-6)
+    assert np.all(np.asarray(expected) != 0)
+
+
+@pytest.mark.parametrize("fmt", ["dia", "csr"])
 @pytest.mark.parametrize("shape", [(0, 3), (3, 0)])
 def test_max_min_along_a_full_axis_of_an_empty_matrix(fmt, shape):
     """As scipy: one result per row (or column), none here, when only the other axis is
