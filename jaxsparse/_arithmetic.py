@@ -40,10 +40,12 @@ from ._batching import (
     batches_structure,
     is_batched,
     map_over_batch,
+    over_batch,
     pair_dense_with_batch,
     refuse_batch,
 )
 from ._coordinates import (
+    at_distinct_positions,
     columns_rise,
     csr_from_entries,
     entries,
@@ -403,11 +405,14 @@ def negative(a):
     return a.with_data(-a.data)
 
 
+@over_batch
 def absolute(a):
-    """`abs(a)`: absolute stored values (complex becomes real)."""
-    return a.with_data(jnp.abs(a.data))
+    """`abs(a)`: absolute stored values (complex becomes real), of each position's total
+    where a CSR position repeats."""
+    return a.with_data(at_distinct_positions(a, jnp.abs))
 
 
+@over_batch
 def power(a, exponent):
     """`a ** exponent` on the stored values; a zero exponent is a ValueError (it would fill
     the matrix), as scipy's."""
@@ -421,8 +426,9 @@ def power(a, exponent):
 
 @functools.singledispatch
 def _powered_values(matrix, exponent) -> jax.Array:
-    """`matrix.data ** exponent`, in `matrix.data`'s layout."""
-    return matrix.data**exponent
+    """`matrix.data ** exponent`, in `matrix.data`'s layout (of each position's total where a
+    CSR position repeats)."""
+    return at_distinct_positions(matrix, lambda values: values**exponent)
 
 
 @register_for_format("dia", _powered_values)

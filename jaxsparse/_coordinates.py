@@ -481,6 +481,41 @@ def columns_rise(indices, indptr) -> jax.Array:
     return jnp.all(rises.at[lifted].set(True, mode="drop"))
 
 
+def at_distinct_positions(matrix, function) -> jax.Array:
+    """Values in `matrix.data`'s layout, on the same structure, whose sum at each position
+    is `function` of the position's total, for a `function` that does not distribute over
+    sums (`abs`, a power): the first entry of a position holds `function(total)`, any
+    repeat of it 0, as scipy applies such functions to its summed (`_deduped_data`)
+    values. A structure that stores each position once (known on the host, or found so at
+    run time under `jit`) takes `function(data)` as it is."""
+    repeats = may_repeat(matrix)
+    if repeats is False:
+        return function(matrix.data)
+    of_totals = functools.partial(_function_of_totals, matrix, function)
+    if repeats is None:
+        canonical = columns_rise(matrix.indices, matrix.indptr)
+        return jax.lax.cond(canonical, function, of_totals, matrix.data)
+    return of_totals(matrix.data)
+
+
+def _function_of_totals(matrix, function, values) -> jax.Array:
+    rows, cols, _ = entries(matrix)
+    nnz = values.shape[0]
+    keys = host_keys(rows, cols, matrix.shape)
+    if keys is not None:
+        _, inverse = unique_positions(keys)
+        first_entry = np.full(nnz, nnz)
+        np.minimum.at(first_entry, inverse, np.arange(nnz))
+        first = first_entry[inverse] == np.arange(nnz)
+    else:
+        _, _, inverse, _ = sorted_distinct(rows, cols, nnz, (0, 0))
+        entry = jnp.arange(nnz, dtype=jnp.int32)
+        first_entry = jnp.full((nnz,), nnz, jnp.int32).at[inverse].min(entry)
+        first = first_entry[inverse] == entry
+    result = function(segment_total(values, inverse, num_segments=nnz)[inverse])
+    return jnp.where(first, result, jnp.zeros((), result.dtype))
+
+
 def _summed_distinct_entries(matrix):
     rows, cols, values = entries(matrix)
     m = matrix.shape[0]

@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import scipy.sparse
 from helpers import (
     MATRICES,
     as_float64,
@@ -78,6 +79,24 @@ def test_sum_difference_and_product_match_scipy(case, other):
     assert_close(result.to_scipy().toarray(), expected.toarray(), jnp.float64)
     if result.format == "csr":
         assert result.sum_duplicates().nnz == np.count_nonzero(expected.toarray())
+
+
+def test_abs_and_powers_of_repeated_csr_entries_take_their_totals():
+    """As scipy (its `_deduped_data`): `abs(A)` and `A ** p` of a position stored twice are
+    those of the position's total, eagerly and with the structure traced under `jit`, and
+    their gradients reach every repeat."""
+    data, indices, indptr = np.array([1.0, -3.0, 2.0, 0.5, 0.5]), [0, 0, 1, 1, 1], [0, 2, 5]
+    twin = scipy.sparse.csr_array((data, indices, indptr), shape=(2, 2))
+    a = js.CSRMatrix(jnp.asarray(data), jnp.asarray(indices), jnp.asarray(indptr), (2, 2))
+    for function, expected in ((abs, abs(twin)), (lambda m: m**-1, twin.power(-1))):
+        np.testing.assert_allclose(function(a).todense(), expected.toarray())
+        traced = jax.jit(lambda m, function=function: function(m).todense())(a)
+        np.testing.assert_allclose(traced, expected.toarray())
+
+    def weighted(values):
+        return jnp.sum(abs(a.with_data(values)) ** 3 @ jnp.array([1.0, 2.0]))
+
+    check_grads(weighted, (a.data,), order=1, modes=("rev",))
 
 
 @pytest.mark.parametrize("exponent", [0.5, -1.0])
