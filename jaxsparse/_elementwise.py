@@ -2,9 +2,10 @@
 ...), `maximum`/`minimum`, and the reductions `argmax`/`argmin`, `nanmax`/`nanmin`.
 
 - A ufunc `f` with `f(0) == 0` (`ZERO_PRESERVING_UFUNCS`) gives a matrix of the same
-  format and structure holding `jnp.f` of the stored values, after repeated CSR entries
-  are summed (as scipy does). DIA slots outside the matrix are zeroed first, so `f` of
-  whatever they held (a NaN for `sqrt(-1)`) never reaches a product or a gradient.
+  format and structure holding `jnp.f` of the stored values, of each position's total
+  where a CSR position repeats (as scipy). DIA slots outside the matrix are zeroed first,
+  so `f` of whatever they held (a NaN for `sqrt(-1)`) never reaches a product or a
+  gradient.
 - `maximum`/`minimum` follow the rules of the comparisons (`_comparisons.py`): with a
   concrete scalar `s` whose `maximum(0, s) == 0`, the same structure; with a sparse
   matrix, the union of both structures, built as `!=` builds it (DIA for two DIA
@@ -34,8 +35,8 @@ from ._batching import (
     pair_dense_with_batch,
     refuse_batch,
 )
-from ._comparisons import _dia_rows, _distinct, _host, _zero_compares_false, compare
-from ._coordinates import entries, lookup, may_repeat, reduce_distinct
+from ._comparisons import _dia_rows, _host, _zero_compares_false, compare
+from ._coordinates import at_distinct_positions, entries, lookup, may_repeat, reduce_distinct
 from ._dia_layout import inside_slots
 from ._reductions import _axis, extreme
 
@@ -88,13 +89,14 @@ def apply_ufunc(matrix, name: str):
     """`jnp.<name>` of the matrix's entries, on its structure (see the module docstring)."""
     if jnp.issubdtype(matrix.dtype, jnp.complexfloating) and not ZERO_PRESERVING_UFUNCS[name]:
         raise TypeError(f"`{name}` is not defined for complex values (as in numpy and scipy).")
-    summed = _summed(matrix)
-    return summed.with_data(getattr(jnp, name)(stored_values(summed)))
+    return matrix.with_data(_of_values(matrix, getattr(jnp, name)))
 
 
-def _summed(matrix):
-    """`matrix` with each position stored once: itself when that is known on the host."""
-    return matrix if may_repeat(matrix) is False else _distinct(matrix)
+def _of_values(matrix, function) -> jax.Array:
+    """`function` of the stored values, in `matrix.data`'s layout: of each position's total
+    where a CSR position repeats (`at_distinct_positions`), DIA slots outside the matrix
+    zeroed first."""
+    return at_distinct_positions(matrix.with_data(stored_values(matrix)), function)
 
 
 @functools.singledispatch
@@ -137,8 +139,7 @@ def _elementwise_extreme(matrix, other, name: str, function):
     dense = jnp.asarray(other)
     fills = functools.partial(_fills, getattr(np, name))
     if dense.ndim == 0 and _zero_compares_false(other, dense, fills):
-        summed = _summed(matrix)
-        return summed.with_data(function(stored_values(summed), dense))
+        return matrix.with_data(_of_values(matrix, lambda values: function(values, dense)))
     return function(matrix.todense(), dense)
 
 
@@ -264,11 +265,11 @@ def nanextreme(matrix, axis=None, *, largest: bool) -> jax.Array:
     NaNs; NaN where a line holds nothing but NaNs (as numpy, without its warning)."""
     if not jnp.issubdtype(matrix.dtype, jnp.floating):
         return extreme(matrix, axis, largest=largest)
-    summed = _summed(matrix)
-    values = stored_values(summed)
+    # Repeats hold 0 beside their position's total, which `extreme` adds back up.
+    values = _of_values(matrix, lambda values: values)
     is_nan = jnp.isnan(values)
-    skipped = summed.with_data(jnp.where(is_nan, _neutral(values, largest), values))
+    skipped = matrix.with_data(jnp.where(is_nan, _neutral(values, largest), values))
     result = extreme(skipped, axis, largest=largest)
     # The smallest NaN flag of a line is 1 only where every entry, implicit zeros too, is NaN.
-    only_nans = extreme(summed.with_data(is_nan.astype(values.dtype)), axis, largest=False)
+    only_nans = extreme(matrix.with_data(is_nan.astype(values.dtype)), axis, largest=False)
     return jnp.where(only_nans > 0, jnp.asarray(jnp.nan, result.dtype), result)
