@@ -56,6 +56,7 @@ from ._coordinates import (
     select_entries,
     static_nnz,
     stored_on_host,
+    stored_values,
 )
 from ._csr_layout import indptr_from_counts, row_ids
 from ._dia_layout import inside_mask
@@ -185,7 +186,9 @@ def _add_csr_traced(a, b, *, sign: int, dtype, nnz: int):
     """`a + sign * b` for traced CSR structures and a static `nnz`: the rows merged where
     the columns of both strictly increase within rows (`columns_rise`, checked at run time;
     both branches compile), else the positions sorted as for any list of entries."""
-    values = jnp.concatenate([a.data.astype(dtype), _signed(b.data.astype(dtype), sign)])
+    values = jnp.concatenate(
+        [stored_values(a).astype(dtype), _signed(stored_values(b).astype(dtype), sign)]
+    )
 
     def sorted_positions(a, b, values):
         a_rows, a_cols, _ = entries(a)

@@ -17,8 +17,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._base import format_class, index_dtype_for, is_concrete, register_for_format
-from ._csr_layout import indptr_from_counts, row_ids
+from ._csr_layout import dropped_outside, indptr_from_counts, row_ids, structure_valid
 from ._dia_layout import stored_positions
+from .kernels._csr_common import nan_unless
 from .kernels._precision import accumulation_dtype
 
 
@@ -35,7 +36,27 @@ def entries(matrix):
         indptr = np.asarray(matrix.indptr)
         rows = np.repeat(np.arange(matrix.shape[0], dtype=indptr.dtype), np.diff(indptr))
         return rows, np.asarray(matrix.indices), matrix.data
-    return row_ids(matrix.indptr, matrix.nnz), matrix.indices, matrix.data
+    return row_ids(matrix.indptr, matrix.nnz), matrix.indices, stored_values(matrix)
+
+
+def stored_values(matrix) -> jax.Array:
+    """A CSR matrix's `data`, as every operation other than the products reads it: where
+    the structure is traced (unchecked by the constructor) and invalid, NaN throughout, as
+    the products answer (an error for booleans, which hold no NaN). One pass over the
+    structure, under `jit` only: a concrete structure was checked at construction."""
+    if is_concrete(matrix.indices, matrix.indptr):
+        return matrix.data
+    return unless_invalid(
+        structure_valid(matrix.indices, matrix.indptr, matrix.shape[1]), matrix.data
+    )
+
+
+def unless_invalid(valid, out) -> jax.Array:
+    """`out` where the boolean scalar `valid` holds; where it does not, NaN throughout
+    (`nan_unless`), or for booleans an error at run time."""
+    if out.dtype == jnp.bool_:
+        return eqx.error_if(out, ~valid, "invalid CSR structure: `A.check()` names the fault")
+    return nan_unless(valid, out)
 
 
 @register_for_format("dia", entries)
@@ -202,6 +223,10 @@ def scatter_total(shape, positions, values):
     """The dense array of `shape` (an int for a vector) holding `values` summed at
     `positions` (an index or a tuple of them; those outside dropped), added up as in
     `segment_total`."""
+    if isinstance(positions, tuple):
+        positions = tuple(map(dropped_outside, positions, shape))
+    else:
+        positions = dropped_outside(positions, shape if isinstance(shape, int) else shape[0])
     if values.dtype == jnp.bool_:
         return jnp.zeros(shape, values.dtype).at[positions].max(values, mode="drop")
     wide = values.astype(accumulation_dtype(values.dtype))
@@ -477,7 +502,7 @@ def columns_rise(indices, indptr) -> jax.Array:
     rises = indices[1:] > indices[:-1]
     starts = indptr[1:-1]
     # Entry `p` starting a row needs no rise from entry `p - 1`.
-    lifted = jnp.where(starts > 0, starts - 1, rises.shape[0])
+    lifted = dropped_outside(starts - 1, rises.shape[0])
     return jnp.all(rises.at[lifted].set(True, mode="drop"))
 
 

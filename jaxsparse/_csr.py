@@ -19,7 +19,7 @@ from ._base import (
     validate_shape,
 )
 from ._batching import over_batch, refuse_batch
-from ._coordinates import entries, scatter_total
+from ._coordinates import entries, scatter_total, stored_values
 from ._csr_layout import indptr_from_counts, row_ids, structure_faults
 from ._csr_ops import csr_matmul_p, csr_matmul_t_p
 from ._csr_transpose import transposed_structure
@@ -48,7 +48,11 @@ class CSRMatrix(SparseMatrix, SparseOperators):
 
     Construction checks shapes and dtypes always, and the index values (indptr starts at
     0, never decreases, ends at `nnz`; indices in range) whenever they are concrete. Under
-    `jit`, call `check()` for the value checks.
+    `jit`, call `check()` for the value checks; without it an invalid traced structure
+    never gives a finite wrong answer: the native products fail the call, the others give
+    NaN, and every other operation reads the values as NaN (`A[i]` and `A[i, j]`: NaN
+    where row `i` is invalid; booleans: an error at run time). `docs/backends.md` says
+    which results are NaN.
 
     **Arguments:**
 
@@ -145,7 +149,7 @@ class CSRMatrix(SparseMatrix, SparseOperators):
 
     @over_batch
     def todense(self) -> jax.Array:
-        return scatter_total(self.shape, (self.row_ids(), self.indices), self.data)
+        return scatter_total(self.shape, (self.row_ids(), self.indices), stored_values(self))
 
     def tocsr(self) -> "CSRMatrix":
         return self

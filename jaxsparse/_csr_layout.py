@@ -24,11 +24,21 @@ def row_ids(indptr, nnz: int) -> jax.Array:
     rather than `jnp.cumsum`: on CPU XLA lowers `cumsum` through a `reduce_window` that
     measured 1.4-1.6x slower at 10^7 entries.
     """
-    starts = indptr[1:-1]
+    starts = dropped_outside(indptr[1:-1], nnz)
     marks = jnp.zeros((nnz,), indptr.dtype).at[starts].add(1, mode="drop")
     if nnz == 0:
         return marks
     return lax.associative_scan(jnp.add, marks)
+
+
+def dropped_outside(positions, size: int) -> jax.Array:
+    """`positions` with those outside `[0, size)` replaced by `size`, which a gather with
+    `mode="fill"` fills and a scatter with `mode="drop"` drops.
+
+    Compared in the positions' own dtype before indexing: JAX casts int64 indices to int32
+    when the axis fits, so that 2**32 + 1 would index 1, and it wraps negative ones.
+    """
+    return jnp.where((positions >= 0) & (positions < size), positions, size)
 
 
 def structure_faults(indices, indptr, num_cols: int) -> list[tuple[jax.Array, str]]:
@@ -71,6 +81,12 @@ def indptr_from_counts(counts) -> jax.Array:
     return jnp.concatenate([jnp.zeros((1,), counts.dtype), jnp.cumsum(counts, dtype=counts.dtype)])
 
 
+# `indptr_t` throughout for the transpose of an invalid structure: every check of an index
+# pointer sees it (it does not start at 0, and every row's bounds lie outside `[0, nnz]`),
+# so products on the transpose answer as on the invalid matrix.
+INVALID_TRANSPOSE_INDPTR = -1
+
+
 def transposed_structure(indices, indptr, num_cols: int):
     """The CSR structure of `A^T` for `A` with `num_cols` columns.
 
@@ -79,9 +95,12 @@ def transposed_structure(indices, indptr, num_cols: int):
     `_csr_transpose.transposed_structure`, which runs a native counting sort on a CPU.
 
     **Returns:** `(order, indices_t, indptr_t)`: entry `q` of `A^T` is entry `order[q]` of
-    `A`, at column `indices_t[q]` (its old row); `indptr_t` has `num_cols + 1` entries.
+    `A`, at column `indices_t[q]` (its old row); `indptr_t` has `num_cols + 1` entries,
+    all `INVALID_TRANSPOSE_INDPTR` if `indices` and `indptr` are not a valid structure.
     """
     nnz = indices.shape[0]
     order = jnp.argsort(indices, stable=True)
-    counts = jnp.zeros((num_cols,), indptr.dtype).at[indices].add(1, mode="drop")
-    return order, row_ids(indptr, nnz)[order], indptr_from_counts(counts)
+    counts = jnp.zeros((num_cols,), indptr.dtype).at[dropped_outside(indices, num_cols)]
+    indptr_t = indptr_from_counts(counts.add(1, mode="drop"))
+    valid = structure_valid(indices, indptr, num_cols)
+    return order, row_ids(indptr, nnz)[order], jnp.where(valid, indptr_t, INVALID_TRANSPOSE_INDPTR)

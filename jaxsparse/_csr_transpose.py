@@ -5,8 +5,9 @@ CPU, XLA's sort everywhere else.
 `_csr_layout.transposed_structure` does, all three in the index dtype: entry `q` of `A^T`
 is entry `order[q]` of `A`, so `A^T`'s values are `data[order]`, a gather through which
 gradients reach `data`. Both implementations give the same arrays for any structure, an
-invalid one included (there an in-bounds structure, never an error: the products check
-the structure they are given).
+invalid one included: there no error, since a transpose is only built, but an `indptr_t`
+of `_csr_layout.INVALID_TRANSPOSE_INDPTR` throughout, so that the products on `A^T`
+answer as on `A` (native: an error; XLA and Pallas: NaN).
 
 The implementation is chosen at lowering, by the products' rule
 (`_backend.choose_implementation`): `"auto"` takes the `native` family (`O(nnz + m + n)`,

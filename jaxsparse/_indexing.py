@@ -28,7 +28,8 @@ import numpy as np
 
 from ._base import format_class, is_concrete, register_for_format
 from ._batching import is_batched, refuse_batch
-from ._coordinates import entries, scatter_total, select_entries
+from ._coordinates import entries, scatter_total, select_entries, unless_invalid
+from ._csr_layout import dropped_outside
 
 
 def getitem(matrix, key):
@@ -75,7 +76,8 @@ def _entry(matrix, i, j):
     if matrix.nnz == 0:
         return jnp.zeros((), matrix.dtype)
     entry = _entry_values if jnp.issubdtype(matrix.dtype, jnp.inexact) else _entry_in_row
-    return entry(matrix.data, matrix.indices, matrix.indptr, i, j.astype(matrix.indices.dtype))
+    j = j.astype(matrix.indices.dtype)
+    return entry(matrix.data, matrix.indices, matrix.indptr, i, j, matrix.shape[1])
 
 
 @functools.singledispatch
@@ -88,23 +90,36 @@ def _row(matrix, i):
     return row(matrix.data, matrix.indices, matrix.indptr, i, matrix.shape[1])
 
 
-def _fold_row(data, indices, indptr, i, step, carry):
+def _fold_row(data, indices, indptr, i, n: int, step, carry):
     """`step(carry, cols, values, inside)` over the entries of CSR row `i`, `ROW_CHUNK`
-    consecutive entries at a time (`inside` marks those of the row): O(row length)."""
+    consecutive entries at a time (`inside` marks those of the row): O(row length).
+
+    **Returns:** `(carry, valid)`: `valid` is the Pallas products' rule for a row, checked
+    without reading beyond it: `indptr` starts at 0 and ends at `nnz`, the row's bounds are
+    ordered inside `[0, nnz]` and its columns inside `[0, n)`.
+    """
     nnz = indices.shape[0]
     size = min(ROW_CHUNK, nnz)
-    end = indptr[i + 1]
+    start, end = indptr[i], indptr[i + 1]
+    bounds_valid = (indptr[0] == 0) & (indptr[-1] == nnz) & (start >= 0) & (start <= end)
+    bounds_valid &= end <= nnz
+    # Bounds clamped into `[0, nnz]`: an invalid `indptr` ends the loop within `nnz / size`
+    # steps, and `start + size` stays far from the index dtype's end.
+    start, end = jnp.clip(start, 0, nnz), jnp.clip(end, 0, nnz)
 
     def read(state):
-        start, carry = state
+        start, carry, columns_valid = state
         first = jnp.minimum(start, nnz - size)
         inside = first + jnp.arange(size, dtype=start.dtype)
         inside = (inside >= start) & (inside < end)
         cols = jax.lax.dynamic_slice(indices, (first,), (size,))
         values = jax.lax.dynamic_slice(data, (first,), (size,))
-        return start + size, step(carry, cols, values, inside)
+        columns_valid &= ~jnp.any(inside & ((cols < 0) | (cols >= n)))
+        return start + size, step(carry, cols, values, inside), columns_valid
 
-    return jax.lax.while_loop(lambda state: state[0] < end, read, (indptr[i], carry))[1]
+    state = (start, carry, jnp.asarray(True))
+    _, carry, columns_valid = jax.lax.while_loop(lambda state: state[0] < end, read, state)
+    return carry, bounds_valid & columns_valid
 
 
 def _in_row(indices, indptr, i):
@@ -113,14 +128,15 @@ def _in_row(indices, indptr, i):
     return (position >= indptr[i]) & (position < indptr[i + 1])
 
 
-def _entry_in_row(data, indices, indptr, i, j):
+def _entry_in_row(data, indices, indptr, i, j, n: int):
     zero = jnp.zeros((), data.dtype)
 
     def step(total, cols, values, inside):
         picked = jnp.where(inside & (cols == j), values, zero)
         return total | jnp.any(picked) if data.dtype == jnp.bool_ else total + jnp.sum(picked)
 
-    return _fold_row(data, indices, indptr, i, step, zero)
+    total, valid = _fold_row(data, indices, indptr, i, n, step, zero)
+    return unless_invalid(valid, total)
 
 
 def _entry_in_all(data, indices, indptr, i, j):
@@ -130,14 +146,15 @@ def _entry_in_all(data, indices, indptr, i, j):
 
 def _row_in_row(data, indices, indptr, i, n: int):
     def step(row, cols, values, inside):
-        slots = row.at[jnp.where(inside, cols, n)]
+        slots = row.at[jnp.where(inside, dropped_outside(cols, n), n)]
         return (
             slots.max(values, mode="drop")
             if data.dtype == jnp.bool_
             else slots.add(values, mode="drop")
         )
 
-    return _fold_row(data, indices, indptr, i, step, jnp.zeros((n,), data.dtype))
+    row, valid = _fold_row(data, indices, indptr, i, n, step, jnp.zeros((n,), data.dtype))
+    return unless_invalid(valid, row)
 
 
 def _row_in_all(data, indices, indptr, i, n: int):
@@ -147,13 +164,13 @@ def _row_in_all(data, indices, indptr, i, n: int):
 # Reverse mode cannot transpose a loop over one row: the tangents (linear in `data`) are
 # the same sums over every entry, masked, which transpose. Values cost O(row length),
 # derivatives O(nnz).
-_entry_values = jax.custom_jvp(_entry_in_row)
+_entry_values = jax.custom_jvp(_entry_in_row, nondiff_argnums=(5,))
 _row_values = jax.custom_jvp(_row_in_row, nondiff_argnums=(4,))
 
 
 @_entry_values.defjvp
-def _entry_values_jvp(primals, tangents):
-    return _entry_values(*primals), _entry_in_all(tangents[0], *primals[1:])
+def _entry_values_jvp(n, primals, tangents):
+    return _entry_values(*primals, n), _entry_in_all(tangents[0], *primals[1:])
 
 
 @_row_values.defjvp

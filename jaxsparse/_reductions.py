@@ -17,6 +17,7 @@ import numpy as np
 from ._base import SparseMatrix, is_concrete, register_for_format
 from ._batching import over_batch, refuse_batch
 from ._coordinates import distinct_entries, entries, may_repeat, reduce_distinct, scatter_total
+from ._csr_layout import dropped_outside
 from .kernels._precision import accumulation_dtype
 
 
@@ -170,7 +171,7 @@ def _extreme(matrix, axis, *, largest: bool, repeats) -> jax.Array:
             has_zero = True if m * n > values.shape[0] else jnp.sum(valid) < m * n
             return jnp.where(has_zero, pick(stored, 0), stored).astype(matrix.dtype)
         index, size, full = (cols, n, m) if axis == 0 else (rows, m, n)
-        index = jnp.where(valid, index, size)
+        index = jnp.where(valid, dropped_outside(index, size), size)
         segment = jax.ops.segment_max if largest else jax.ops.segment_min
         stored = segment(values, index, num_segments=size)
         counts = jax.ops.segment_sum(valid.astype(jnp.int32), index, num_segments=size)
@@ -229,7 +230,7 @@ def _extreme_line_sum(magnitude, rows, cols, ord, shape) -> jax.Array:
     """The largest (`ord` 1, inf) or smallest (-1, -inf) sum of the entries' absolute values
     `magnitude` at `(rows, cols)` over columns (1, -1) or rows (inf, -inf)."""
     index, size = (cols, shape[1]) if ord in (1, -1) else (rows, shape[0])
-    sums = jax.ops.segment_sum(magnitude, index, num_segments=size)
+    sums = jax.ops.segment_sum(magnitude, dropped_outside(index, size), num_segments=size)
     if size == 0:
         return jnp.zeros((), magnitude.dtype)
     return jnp.max(sums) if ord > 0 else jnp.min(sums)

@@ -272,9 +272,15 @@ INVALID_STRUCTURES = [
 ]
 
 
+# int64 columns past int32, which JAX's gathers would read as column 1 (x64 is on).
+WIDE_STRUCTURES = [("column-past-int32", GOOD_INDPTR, [0, 1, 2, 3, 4, 0, 2**32 + 1, 2], [3])]
+
+
 def _invalid_case(name):
-    _, indptr, indices, bad_rows = next(c for c in INVALID_STRUCTURES if c[0] == name)
-    return jnp.array(indptr, jnp.int32), jnp.array(indices, jnp.int32), bad_rows
+    case = next(c for c in INVALID_STRUCTURES + WIDE_STRUCTURES if c[0] == name)
+    _, indptr, indices, bad_rows = case
+    dtype = jnp.int64 if case in WIDE_STRUCTURES else jnp.int32
+    return jnp.array(indptr, dtype), jnp.array(indices, dtype), bad_rows
 
 
 def _expected_rows(indptr, indices, x, bad_rows):
@@ -324,7 +330,7 @@ def test_invalid_structures_give_nan_rows(name):
     assert np.isnan(np.asarray(sorted_t)).all()
 
 
-@pytest.mark.parametrize("name", [c[0] for c in INVALID_STRUCTURES])
+@pytest.mark.parametrize("name", [c[0] for c in INVALID_STRUCTURES + WIDE_STRUCTURES])
 def test_invalid_structures_on_the_xla_path_give_nan(name):
     """The portable XLA path: a bad column makes its row (and its sampled entry) NaN and
     all of the transposed product; bad bounds make every element NaN."""

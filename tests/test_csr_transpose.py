@@ -88,19 +88,42 @@ def assert_same_structures(native, by_sort, index_dtype, name=""):
         np.testing.assert_array_equal(got, want.astype(index_dtype), err_msg=name)
 
 
+# Past int32: JAX's own gathers and scatters would read it as column 1.
+INVALID_INT64 = [("column-past-int32", [0, 2, 2, 3], [0, 2**32 + 1, 1])]
+
+
+@jax.jit
+def _transposed_products(data, x, indices, indptr):
+    """`A.T @ x` on the portable and the Pallas families."""
+    transposed = js.CSRMatrix(data, indices, indptr, (3, 3)).T
+    return tuple(js.matmul(transposed, x, backend=b) for b in ("xla", "interpret"))
+
+
+@jax.jit
+def _native_transposed_product(data, x, indices, indptr):
+    return js.CSRMatrix(data, indices, indptr, (3, 3)).T @ x
+
+
 @needs_native
 @pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
 def test_invalid_structures_under_jit_get_the_sorts_structure(index_dtype):
-    """Under `jit` an invalid structure is transposed as XLA's sort transposes it (positions
-    wrapped or dropped, never an error nor an access outside the arrays), so `A.T @ x`
-    answers as before; one matrix and a batch of structures."""
-    indptr = jnp.asarray([case[1] for case in INVALID], index_dtype)
-    indices = jnp.asarray([case[2] for case in INVALID], index_dtype)
+    """Under `jit` an invalid structure is transposed as XLA's sort transposes it (never an
+    error nor an access outside the arrays), with an index pointer that marks it invalid,
+    so `A.T @ x` answers as `x @ A` does: an error naming the cause natively, NaN on the
+    XLA and Pallas families; one matrix and a batch of structures."""
+    cases = INVALID + (INVALID_INT64 if index_dtype == np.int64 else [])
+    indptr = jnp.asarray([case[1] for case in cases], index_dtype)
+    indices = jnp.asarray([case[2] for case in cases], index_dtype)
     assert "jaxsparse_csr_transpose" in _both_structures.lower(indices[0], indptr[0]).as_text()
-    for member, (name, *_) in enumerate(INVALID):
-        assert_same_structures(
-            *_both_structures(indices[member], indptr[member]), index_dtype, name
-        )
+    data, x = jnp.ones(3), jnp.ones(3)
+    for member, (name, *_) in enumerate(cases):
+        native, by_sort = _both_structures(indices[member], indptr[member])
+        assert_same_structures(native, by_sort, index_dtype, name)
+        np.testing.assert_array_equal(native[2], -1, err_msg=name)
+        for product in _transposed_products(data, x, indices[member], indptr[member]):
+            assert np.isnan(np.asarray(product)).all(), name
+        with pytest.raises(Exception, match=r"transpose \(A.T under jit\).*A.check\(\)"):
+            _native_transposed_product(data, x, indices[member], indptr[member]).block_until_ready()
     assert_same_structures(*jax.vmap(_both_structures)(indices, indptr), index_dtype)
 
 

@@ -4,6 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import scipy.sparse
 
 import jaxsparse as js
 
@@ -151,3 +152,65 @@ def test_environment_backend_is_validated(monkeypatch):
     monkeypatch.setenv("JAXSPARSE_BACKEND", "cuda")
     with pytest.raises(ValueError, match="JAXSPARSE_BACKEND"):
         matrix @ np.ones(4, np.float32)
+
+
+def _every_operation(data, indices, indptr):
+    """Operations other than the products on a CSR matrix whose structure is traced."""
+    A = js.CSRMatrix(data, indices, indptr, (3, 3))
+    return {
+        "row": A[1],
+        "entry": A[1, 0],
+        "column": A[:, 1],
+        "todense": A.todense(),
+        "sum": A.sum(axis=0),
+        "diagonal": A.diagonal(),
+        "A + A": (A + A).todense(),
+        "abs": abs(A).todense(),
+        "max": A.max(axis=1),
+        "norm": js.linalg.norm(A, 1),
+        "sort_indices": A.sort_indices().todense(),
+        "A.T": A.T.todense(),
+    }
+
+
+_every_operation_jitted = jax.jit(_every_operation)
+
+# (what is wrong, indices, indptr) of a 3 x 3 matrix with 3 entries, as `CSR`; each fault
+# touches row 1, as `A[1]` reads only that row.
+INVALID_TRACED = [
+    ("column-negative", [0, -1, 1], [0, 1, 2, 3]),
+    ("column-past-the-end", [0, 3, 1], [0, 1, 2, 3]),
+    ("indptr-decreasing", [0, 2, 1], [0, 3, 2, 3]),
+    ("indptr-start", [0, 2, 1], [1, 2, 2, 3]),
+    # Row 1 would end past 2**31: the row loop of `A[1]` once ran forever on it.
+    ("indptr-huge", [0, 2, 1], [0, 2, 2**31 - 1, 3]),
+]
+# JAX's gathers and scatters once read column 2**32 + 1 of int64 indices as column 1.
+INVALID_TRACED_INT64 = [("column-past-int32", [0, 2**32 + 1, 1], [0, 1, 2, 3])]
+
+
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+def test_operations_on_an_invalid_traced_structure_give_nan(index_dtype):
+    """Under `jit` the constructor cannot check the structure: every operation reading it
+    answers NaN (rows and entries as the products do, everything else through its values),
+    never a finite wrong answer, and a valid one gets the dense answer."""
+    data = np.array([1.0, -2.0, 3.0])
+    dense = scipy.sparse.csr_array((data, CSR["indices"], CSR["indptr"]), shape=(3, 3))
+    dense = dense.toarray()
+    good = _every_operation_jitted(
+        data, *(CSR[k].astype(index_dtype) for k in ("indices", "indptr"))
+    )
+    expected = _every_operation(data, CSR["indices"], CSR["indptr"])
+    for name, value in good.items():
+        np.testing.assert_allclose(value, expected[name], err_msg=name)
+    np.testing.assert_allclose(good["todense"], dense)
+    cases = INVALID_TRACED + (INVALID_TRACED_INT64 if index_dtype == np.int64 else [])
+    for fault, indices, indptr in cases:
+        results = _every_operation_jitted(
+            data, np.array(indices, index_dtype), np.array(indptr, index_dtype)
+        )
+        for name, value in results.items():
+            value = np.asarray(value)
+            assert np.isnan(value).any(), (fault, name, value)
+            if name in ("row", "entry", "norm"):
+                assert np.isnan(value).all(), (fault, name, value)

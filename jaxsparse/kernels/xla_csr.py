@@ -21,7 +21,7 @@ computes the row ids, and gathers a shared operand's rows, once for the whole ba
 import jax
 import jax.numpy as jnp
 
-from .._csr_layout import bounds_valid, row_ids, structure_valid
+from .._csr_layout import bounds_valid, dropped_outside, row_ids, structure_valid
 from ._batch import over_batch
 from ._csr_common import nan_unless
 from ._precision import accumulation_dtype
@@ -79,4 +79,4 @@ def _sddmm(g, x, indices, indptr, *, shape):
 
 def _gathered_rows(x, indices):
     """`x[indices]`, with NaN rows for indices outside `x` (rather than clamped ones)."""
-    return x.at[indices].get(mode="fill", fill_value=jnp.nan, wrap_negative_indices=False)
+    return x.at[dropped_outside(indices, x.shape[0])].get(mode="fill", fill_value=jnp.nan)

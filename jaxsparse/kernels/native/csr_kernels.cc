@@ -64,9 +64,15 @@ constexpr int64_t kChunkEntries = 8192;
 constexpr int64_t CheckedChunkEntries(bool scattered) { return scattered ? 16384 : 256; }
 
 // Checks indptr[0] == 0, indptr[m] == nnz and that indptr never decreases (in pieces over
-// the pool: it is a pass over m + 1 values before the kernel may trust any of them).
+// the pool: it is a pass over m + 1 values before the kernel may trust any of them). The
+// mark of an invalid transpose is named as such: the user never wrote that indptr.
 template <typename I>
 ffi::Error CheckIndptr(ffi::ThreadPool& pool, const I* indptr, int64_t m, int64_t nnz) {
+  if (indptr[0] == kInvalidTransposeIndptr && indptr[m] == kInvalidTransposeIndptr) {
+    return ffi::Error::InvalidArgument(
+        "invalid CSR structure: the transpose (A.T under jit) of a matrix A whose indices or "
+        "indptr are invalid; A.check() names the fault");
+  }
   if (indptr[0] != 0) {
     return ffi::Error::InvalidArgument("CSR index pointer should start with 0, got indptr[0] = " +
                                        std::to_string(indptr[0]));

@@ -5,10 +5,10 @@
 // indptr_t holds n + 1 row pointers. Entries of one new row keep their order in A, so the
 // result is a stable sort of the column indices: the XLA path's
 // (`_csr_layout.transposed_structure`), bit for bit. An invalid structure gets the XLA
-// path's answer too, not an error, because a transpose is only built and the products
-// check the structure they are given: its rules (negative positions wrap once, positions
-// still outside are dropped) are followed with a comparison sort and the row ids from
-// marks, and every read and write stays inside the buffers.
+// path's answer too, not an error, because a transpose is only built: its order and row
+// ids (positions outside the buffers dropped) by a comparison sort and marks, and an
+// indptr_t of kInvalidTransposeIndptr throughout, which the products on A^T refuse as
+// they would refuse A. Every read and write stays inside the buffers.
 
 #include <algorithm>
 #include <cstdint>
@@ -83,34 +83,22 @@ bool CountingSort(const Member<I>& a, const Sizes& sizes) {
   return true;
 }
 
-// `position` as JAX indexes an axis of `size` with mode="drop": a negative one counts from
-// the end once; -1 where it still lies outside [0, size).
-int64_t WrappedOrDropped(int64_t position, int64_t size) {
-  if (position < 0) position += size;
-  return position >= 0 && position < size ? position : -1;
-}
-
-// The XLA path's transpose of any structure: the row ids of `row_ids` (a mark at each row
-// start inside [0, nnz), summed), a stable comparison sort of the columns, and the new row
-// pointers from the columns inside [0, n). O(nnz log nnz).
+// The XLA path's transpose of an invalid structure: the row ids of `row_ids` (a mark at each
+// row start inside [0, nnz), summed), a stable comparison sort of the columns, and the
+// index pointer that marks the transpose invalid. O(nnz log nnz).
 template <typename I>
-void SortAnyStructure(const Member<I>& a, const Sizes& sizes) {
+void SortInvalidStructure(const Member<I>& a, const Sizes& sizes) {
   std::vector<I> rows(sizes.nnz, I(0));
   for (int64_t row = 1; row < sizes.m; ++row) {
-    const int64_t start = WrappedOrDropped(a.indptr[row], sizes.nnz);
-    if (start >= 0) ++rows[start];
+    const I start = a.indptr[row];
+    if (start >= 0 && start < sizes.nnz) ++rows[start];
   }
   std::partial_sum(rows.begin(), rows.end(), rows.begin());
   std::iota(a.order, a.order + sizes.nnz, I(0));
   std::stable_sort(a.order, a.order + sizes.nnz,
                    [&](I p, I q) { return a.indices[p] < a.indices[q]; });
-  std::fill(a.indptr_t, a.indptr_t + sizes.n + 1, I(0));
-  for (int64_t p = 0; p < sizes.nnz; ++p) {
-    const int64_t column = WrappedOrDropped(a.indices[p], sizes.n);
-    if (column >= 0) ++a.indptr_t[column + 1];
-  }
-  std::partial_sum(a.indptr_t, a.indptr_t + sizes.n + 1, a.indptr_t);
   for (int64_t slot = 0; slot < sizes.nnz; ++slot) a.indices_t[slot] = rows[a.order[slot]];
+  std::fill(a.indptr_t, a.indptr_t + sizes.n + 1, static_cast<I>(kInvalidTransposeIndptr));
 }
 
 // The first row starting at or after entry p (m if none).
@@ -176,7 +164,7 @@ void Transpose(ffi::ThreadPool& pool, int64_t parts, const Member<I>& a, const S
   if (IndptrValid(a.indptr, sizes)) {
     if (parts > 1 ? ParallelCountingSort(pool, parts, a, sizes) : CountingSort(a, sizes)) return;
   }
-  SortAnyStructure(a, sizes);
+  SortInvalidStructure(a, sizes);
 }
 
 // The five buffers hold one index type, all with a batch axis of one size or none; the

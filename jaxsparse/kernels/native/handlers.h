@@ -3,6 +3,8 @@
 #ifndef JAXSPARSE_NATIVE_HANDLERS_H_
 #define JAXSPARSE_NATIVE_HANDLERS_H_
 
+#include <cstdint>
+
 #include "xla/ffi/api/c_api.h"
 
 extern "C" {
@@ -45,5 +47,13 @@ XLA_FFI_Error* JaxsparseIlu0Factor(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* JaxsparseIlu0Apply(XLA_FFI_CallFrame* call_frame);
 
 }  // extern "C"
+
+namespace jaxsparse {
+
+// JaxsparseCsrTranspose's indptr_t, throughout, for an invalid structure (as
+// `_csr_layout.INVALID_TRANSPOSE_INDPTR`): the products' index pointer checks refuse it.
+constexpr int64_t kInvalidTransposeIndptr = -1;
+
+}  // namespace jaxsparse
 
 #endif  // JAXSPARSE_NATIVE_HANDLERS_H_
