@@ -16,6 +16,7 @@ from ._base import (
     host_values,
     index_dtype_for,
     is_concrete,
+    refuse_scipy_matrix,
     storable_host_values,
     validate_shape,
 )
@@ -60,7 +61,10 @@ class DIAMatrix(SparseMatrix, SparseOperators):
     format = "dia"
     leaf_ranks = {"data": 2}
 
-    def __init__(self, data, offsets, shape):
+    def __init__(self, data, offsets=None, shape=None):
+        refuse_scipy_matrix(data, "DIAMatrix")
+        if offsets is None or shape is None:
+            raise TypeError("`DIAMatrix` needs `offsets` and `shape=(m, n)`.")
         shape = validate_shape(shape)
         offsets = _validate_offsets(offsets)
         data = as_value_array(data, "data")

@@ -4,6 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import scipy.sparse
 
 import jaxsparse as js
 
@@ -25,6 +26,8 @@ DATA = np.ones((3, 4), np.float32)
         (dict(shape=(4,)), ValueError, "`shape` must have two entries"),
         (dict(shape=(4, -1)), ValueError, "non-negative"),
         (dict(shape=(4.0, 4)), TypeError, "`shape` must hold Python ints"),
+        (dict(data=np.full((3, 4), None)), TypeError, "`data` must have a floating.*object"),
+        (dict(data=scipy.sparse.eye_array(4).todia()), TypeError, r"DIAMatrix\.from_scipy"),
     ],
 )
 def test_dia_constructor_errors(kwargs, error, message):
@@ -69,6 +72,16 @@ CSR = dict(
         (dict(indices=np.array([0, 2], np.int32)), ValueError, "same shape"),
         (dict(data=np.array([1, 2, 3], np.int32)), TypeError, "floating or complex"),
         (dict(data=np.ones((3, 1), np.float32)), ValueError, "`data` must be 1-D"),
+        (
+            dict(data=np.ones((1, 3), np.float32), indices=np.array([[0, 2, 1]], np.int32)),
+            ValueError,
+            r"`indptr` must have shape \(1, 4\).*batch axes of `indices`",
+        ),
+        (dict(indices=[0, 2**32 + 2, 1]), ValueError, "`indices` holds values outside int32"),
+        (dict(indptr=[0, 2, 2, -(2**40)]), ValueError, "`indptr` holds values outside int32"),
+        (dict(indices=[0.0, 2.5, 1.0]), TypeError, "`indices` must have an integer dtype"),
+        (dict(data=np.array([1.0, "a", None])), TypeError, "`data` must have a floating.*object"),
+        (dict(data=scipy.sparse.eye_array(3).tocsr()), TypeError, r"CSRMatrix\.from_scipy"),
     ],
 )
 def test_csr_constructor_errors(kwargs, error, message):
@@ -132,6 +145,10 @@ def test_matmul_errors(fmt):
 
 
 def test_from_scipy_and_fromdense_errors():
+    with pytest.raises(TypeError, match=r"CSRMatrix\.from_scipy"):
+        js.CSRMatrix(scipy.sparse.csr_array(np.eye(3)), shape=(3, 3))
+    with pytest.raises(TypeError, match=r"DIAMatrix\.from_scipy"):
+        js.DIAMatrix(scipy.sparse.dia_array(np.eye(3)), shape=(3, 3))
     with pytest.raises(TypeError, match="scipy.sparse matrix or array"):
         js.DIAMatrix.from_scipy(np.eye(3))
     with pytest.raises(TypeError, match="scipy.sparse matrix or array"):
