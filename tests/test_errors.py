@@ -1,5 +1,7 @@
 """Bad input gets a ValueError or TypeError that names the problem, never a wrong answer."""
 
+import io
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -149,6 +151,8 @@ def test_from_scipy_and_fromdense_errors():
         js.CSRMatrix(scipy.sparse.csr_array(np.eye(3)), shape=(3, 3))
     with pytest.raises(TypeError, match=r"DIAMatrix\.from_scipy"):
         js.DIAMatrix(scipy.sparse.dia_array(np.eye(3)), shape=(3, 3))
+    with pytest.raises(TypeError, match="save_npz: `matrix` must be a jaxsparse matrix"):
+        js.save_npz(io.BytesIO(), np.eye(3))
     with pytest.raises(TypeError, match="scipy.sparse matrix or array"):
         js.DIAMatrix.from_scipy(np.eye(3))
     with pytest.raises(TypeError, match="scipy.sparse matrix or array"):
