@@ -38,6 +38,13 @@ def test_dia_constructor_errors(kwargs, error, message):
         js.DIAMatrix(**arguments)
 
 
+@pytest.mark.parametrize("k", [4, 10, -4])
+def test_setdiag_outside_the_matrix_is_refused(k):
+    """As scipy's `setdiag`; it used to add an all-zero diagonal and change nothing."""
+    with pytest.raises(ValueError, match=f"`k` exceeds array dimensions: k={k}"):
+        js.DIAMatrix(DATA, (-1, 0, 1), (4, 4)).setdiag(1.0, k)
+
+
 def test_dia_to_scipy_keeps_only_diagonals_inside():
     """scipy casts offsets to int32: a diagonal far outside must not come back inside."""
     A = js.DIAMatrix(np.ones((3, 6)), (0, 2**32 + 1, -(2**40)), (4, 6))
