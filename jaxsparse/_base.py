@@ -198,6 +198,24 @@ def _as_scalar(value, operator: str):
     )
 
 
+def dense_shape_error(operator: str, shape, dense_shape) -> ValueError:
+    """The error of an elementwise `operator` between a sparse matrix of `shape` and a
+    dense operand of `dense_shape` that does not broadcast to it."""
+    return ValueError(
+        f"inconsistent shapes for `{operator}`: a dense operand of shape {dense_shape} does "
+        f"not broadcast to the sparse matrix's {shape}."
+    )
+
+
+def check_broadcasts(operator: str, shape, dense_shape) -> None:
+    """`dense_shape_error` unless the shapes broadcast together (a dense result, which may
+    be larger), as numpy's and scipy's ValueError."""
+    try:
+        np.broadcast_shapes(tuple(shape), tuple(dense_shape))
+    except ValueError:
+        raise dense_shape_error(operator, shape, dense_shape) from None
+
+
 def validate_shape(shape) -> tuple[int, int]:
     """`shape` as a tuple of two non-negative Python ints, or a clear error."""
     try:

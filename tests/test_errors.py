@@ -1,6 +1,7 @@
 """Bad input gets a ValueError or TypeError that names the problem, never a wrong answer."""
 
 import io
+import operator
 
 import jax
 import jax.numpy as jnp
@@ -147,6 +148,13 @@ def test_matmul_errors(fmt):
         js.matmul(matrix, np.ones(n, np.float32), backend="gpu")
     with pytest.raises(TypeError, match="one operand must be a jaxsparse matrix"):
         js.matmul(np.ones((2, 2)), np.ones(2))
+    # Every elementwise operator names both shapes, as a ValueError (scipy's type).
+    wrong = jnp.ones((m + 1, n + 1), jnp.float32)
+    mismatch = rf"\({m + 1}, {n + 1}\) does not broadcast.*\({m}, {n}\)"
+    for operation in (operator.add, operator.sub, operator.mul, operator.eq, operator.lt):
+        for left, right in ((matrix, wrong), (wrong, matrix)):
+            with pytest.raises(ValueError, match=mismatch):
+                operation(left, right)
     with pytest.raises(ValueError, match="does not broadcast"):
         matrix * np.ones(n + 1)
     with pytest.raises(TypeError, match="only scalars"):
