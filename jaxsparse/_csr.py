@@ -181,6 +181,12 @@ class CSRMatrix(SparseMatrix, SparseOperators):
     def check(self) -> "CSRMatrix":
         """The index-value checks, runnable under `jit` (raise at run time if violated).
 
+        They are `eqx.error_if`s: under `eqx.filter_jit` a failed check raises an
+        `EquinoxRuntimeError` with its message and the stack inside `jit`; under plain
+        `jax.jit` the same message arrives wrapped in the runtime's error for a failed
+        host callback ("INTERNAL: CpuCallback error ..." on a CPU, a `JaxRuntimeError` or
+        a `ValueError`), deep in a long traceback.
+
         **Returns:** the same matrix; all three of its arrays carry every check, so any
         use of the result runs them.
         """
