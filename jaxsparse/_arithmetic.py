@@ -30,7 +30,9 @@ import scipy.sparse
 from ._base import (
     SparseMatrix,
     _as_scalar,
+    check_broadcasts,
     check_value_dtype,
+    dense_shape_error,
     index_dtype_for,
     is_concrete,
     register_for_format,
@@ -135,6 +137,7 @@ def _add(a, b, *, sign: int, nnz, operator: str):
                 "matrix; use `todense()` first."
             )
         dense = _as_dense(dense, operator)
+        check_broadcasts(operator, sparse.shape, dense.shape)
         _refuse_boolean_subtraction(sparse.dtype, dense.dtype, sign)
         first, second = (a.todense(), dense) if a_sparse else (dense, b.todense())
         return first + second if sign > 0 else first - second
@@ -336,10 +339,7 @@ def _broadcast_factor(dense: jax.Array, shape: tuple[int, int]) -> jax.Array:
         size in (1, full) for size, full in zip(factor.shape, shape, strict=True)
     )
     if not fits:
-        raise ValueError(
-            f"inconsistent shapes for `*`: a dense operand of shape {dense.shape} does not "
-            f"broadcast to the sparse matrix's {shape}."
-        )
+        raise dense_shape_error("*", shape, dense.shape)
     return factor
 
 

@@ -18,6 +18,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+import scipy.sparse
 
 from ._batching import batch_member, batch_shape
 from ._export import register_serialization
@@ -197,6 +198,24 @@ def _as_scalar(value, operator: str):
     )
 
 
+def dense_shape_error(operator: str, shape, dense_shape) -> ValueError:
+    """The error of an elementwise `operator` between a sparse matrix of `shape` and a
+    dense operand of `dense_shape` that does not broadcast to it."""
+    return ValueError(
+        f"inconsistent shapes for `{operator}`: a dense operand of shape {dense_shape} does "
+        f"not broadcast to the sparse matrix's {shape}."
+    )
+
+
+def check_broadcasts(operator: str, shape, dense_shape) -> None:
+    """`dense_shape_error` unless the shapes broadcast together (a dense result, which may
+    be larger), as numpy's and scipy's ValueError."""
+    try:
+        np.broadcast_shapes(tuple(shape), tuple(dense_shape))
+    except ValueError:
+        raise dense_shape_error(operator, shape, dense_shape) from None
+
+
 def validate_shape(shape) -> tuple[int, int]:
     """`shape` as a tuple of two non-negative Python ints, or a clear error."""
     try:
@@ -216,13 +235,35 @@ def validate_shape(shape) -> tuple[int, int]:
 def as_value_array(values, name: str) -> jax.Array:
     """`values` as a JAX array with a floating or complex dtype (or boolean: the results
     of comparisons), or a TypeError."""
-    array = jnp.asarray(values)
-    if not is_value_dtype(array.dtype):
+    # Object and string arrays before `jnp.asarray`, whose error for them names no argument.
+    if isinstance(values, np.ndarray) and values.dtype.kind in "OSU":
+        raise TypeError(_value_dtype_message(name, values.dtype))
+    try:
+        array = jnp.asarray(values)
+    except TypeError:
         raise TypeError(
-            f"`{name}` must have a floating or complex dtype, got {array.dtype}; "
-            f"cast it first (e.g. `{name}.astype(jnp.float32)`)."
-        )
+            f"`{name}` must be an array of floating or complex values, got "
+            f"{type(values).__name__} {values!r:.80}."
+        ) from None
+    if not is_value_dtype(array.dtype):
+        raise TypeError(_value_dtype_message(name, array.dtype))
     return array
+
+
+def _value_dtype_message(name: str, dtype) -> str:
+    return (
+        f"`{name}` must have a floating or complex dtype, got {dtype}; "
+        f"cast it first (e.g. `{name}.astype(jnp.float32)`)."
+    )
+
+
+def refuse_scipy_matrix(value, cls_name: str) -> None:
+    """A TypeError where a constructor that takes arrays got a scipy.sparse matrix."""
+    if scipy.sparse.issparse(value):
+        raise TypeError(
+            f"`{cls_name}` takes arrays, got a scipy.sparse {type(value).__name__}: convert "
+            f"it with `{cls_name}.from_scipy(matrix)`."
+        )
 
 
 def is_value_dtype(dtype) -> bool:

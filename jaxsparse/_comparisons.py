@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._base import SparseMatrix, is_concrete, register_for_format
+from ._base import SparseMatrix, check_broadcasts, is_concrete, register_for_format
 from ._batching import (
     batch_shape,
     batches_structure,
@@ -81,6 +81,7 @@ def compare(matrix, other, op: str):
     if dense.ndim == 0 and _zero_compares_false(other, dense, function):
         summed = _distinct(matrix)
         return summed.with_data(function(summed.data, dense).astype(bool))
+    check_broadcasts(op, matrix.shape, dense.shape)
     return function(matrix.todense(), dense)
 
 

@@ -15,6 +15,7 @@ from ._base import (
     index_dtype_for,
     is_concrete,
     leaf_dtype_name,
+    refuse_scipy_matrix,
     storable_host_values,
     validate_shape,
 )
@@ -75,6 +76,7 @@ class CSRMatrix(SparseMatrix, SparseOperators):
     leaf_ranks = {"data": 1, "indices": 1, "indptr": 1}
 
     def __init__(self, data, indices=None, indptr=None, shape=None):
+        refuse_scipy_matrix(data, "CSRMatrix")
         if indices is None and indptr is None and isinstance(data, tuple):
             data, indices, indptr = _scipy_style_arguments(data, shape)
         if shape is None:
@@ -96,9 +98,11 @@ class CSRMatrix(SparseMatrix, SparseOperators):
                 f"`indices` and `data` must have the same shape (nnz,) (or `data` a batch "
                 f"(*batch, nnz)), got {indices.shape} and {data.shape}."
             )
-        if indptr.shape != (*indices.shape[:-1], shape[0] + 1):
+        expected = (*indices.shape[:-1], shape[0] + 1)
+        if indptr.shape != expected:
+            batch = ", after the batch axes of `indices`" if indices.ndim > 1 else ""
             raise ValueError(
-                f"`indptr` must have shape (m + 1,) = ({shape[0] + 1},) for shape={shape}, "
+                f"`indptr` must have shape {expected}: (m + 1,) for shape={shape}{batch}; "
                 f"got {indptr.shape}."
             )
         if indices.dtype != indptr.dtype:
@@ -180,6 +184,12 @@ class CSRMatrix(SparseMatrix, SparseOperators):
     @over_batch
     def check(self) -> "CSRMatrix":
         """The index-value checks, runnable under `jit` (raise at run time if violated).
+
+        They are `eqx.error_if`s: under `eqx.filter_jit` a failed check raises an
+        `EquinoxRuntimeError` with its message and the stack inside `jit`; under plain
+        `jax.jit` the same message arrives wrapped in the runtime's error for a failed
+        host callback ("INTERNAL: CpuCallback error ..." on a CPU, a `JaxRuntimeError` or
+        a `ValueError`), deep in a long traceback.
 
         **Returns:** the same matrix; all three of its arrays carry every check, so any
         use of the result runs them.
@@ -358,16 +368,27 @@ def _transpose(matrix: CSRMatrix) -> CSRMatrix:
 
 def _as_index_array(values, name: str) -> jax.Array:
     """`values` as an int32 or int64 JAX array (1-D, or with batch axes in front); plain
-    sequences become int32."""
-    dtype = None if isinstance(values, (jax.Array, np.ndarray)) else jnp.int32
+    sequences of integers become int32."""
+    dtype = None
+    if not isinstance(values, (jax.Array, np.ndarray)):
+        dtype = np.int32
+        if not any(isinstance(leaf, jax.Array) for leaf in jax.tree.leaves(values)):
+            # A sequence of numbers goes to numpy first, to take the array's checks below;
+            # one of floats or booleans keeps its dtype, which the dtype check refuses.
+            values = np.asarray(values)
+            if values.size and values.dtype.kind not in "iu":
+                dtype = None
     if isinstance(values, np.ndarray) and values.dtype.kind in "iu" and values.size:
-        # Without x64 JAX casts 64-bit indices to int32, which would wrap these silently.
-        if jax.dtypes.canonicalize_dtype(np.int64) == np.int32 and (
+        # JAX would wrap them silently when it stores them as int32: a sequence always,
+        # 64-bit indices without x64.
+        stored_as_int32 = dtype == np.int32 or jax.dtypes.canonicalize_dtype(np.int64) == np.int32
+        if stored_as_int32 and (
             values.min() < np.iinfo(np.int32).min or values.max() > np.iinfo(np.int32).max
         ):
             raise ValueError(
                 f"`{name}` holds values outside int32 ({values.min()} to {values.max()}), "
-                "which JAX without `jax_enable_x64` would wrap: enable it, or fix the indices."
+                "which would wrap: a sequence is stored as int32, and so are 64-bit indices "
+                "without `jax_enable_x64`. Fix the indices, or pass int64 arrays with x64."
             )
     # Known values stay a concrete array even inside a trace (traced ones stay traced), so
     # a structure built on the host stays known to the next host-side operation.

@@ -16,6 +16,7 @@ from ._base import (
     host_values,
     index_dtype_for,
     is_concrete,
+    refuse_scipy_matrix,
     storable_host_values,
     validate_shape,
 )
@@ -60,7 +61,10 @@ class DIAMatrix(SparseMatrix, SparseOperators):
     format = "dia"
     leaf_ranks = {"data": 2}
 
-    def __init__(self, data, offsets, shape):
+    def __init__(self, data, offsets=None, shape=None):
+        refuse_scipy_matrix(data, "DIAMatrix")
+        if offsets is None or shape is None:
+            raise TypeError("`DIAMatrix` needs `offsets` and `shape=(m, n)`.")
         shape = validate_shape(shape)
         offsets = _validate_offsets(offsets)
         data = as_value_array(data, "data")
@@ -135,13 +139,19 @@ class DIAMatrix(SparseMatrix, SparseOperators):
         """The matrix with diagonal `k` set to `values` (a new matrix, jit-able), as scipy's
         `setdiag`: `values[i]` becomes `A[i, i + k]` (`A[i - k, i]` below the main
         diagonal); a scalar fills the diagonal, a shorter array its first entries.
-        Offset `k` is added to the offsets (static) when the matrix has none. The values
+        Offset `k` is added to the offsets (static) when the matrix has none; one outside
+        the matrix (`k >= n` or `k <= -m`) is a ValueError, as in scipy. The values
         are cast to the matrix's dtype, as scipy's and `.at[].set` do; complex values into
         a real matrix are a TypeError (their imaginary parts would be dropped).
         """
         refuse_batch("`setdiag`", self)
         (k,) = _validate_offsets(k)
         m, n = self.shape
+        # As scipy: a diagonal wholly outside the matrix has nothing to set.
+        if (k > 0 and k >= n) or (k < 0 and -k >= m):
+            raise ValueError(
+                f"`k` exceeds array dimensions: k={k} for shape={self.shape} needs -m < k < n."
+            )
         length = max(0, min(m + min(k, 0), n - max(k, 0)))
         values = jnp.asarray(values)
         if values.ndim > 1:

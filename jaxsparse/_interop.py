@@ -17,6 +17,7 @@ import scipy.sparse
 from jax.experimental import sparse as jsparse
 
 from ._base import (
+    SparseMatrix,
     format_class,
     index_dtype_for,
     is_concrete,
@@ -173,6 +174,11 @@ def tocoo(matrix):
 
 def save_npz(file, matrix, compressed: bool = True) -> None:
     """Save `matrix` with `scipy.sparse.save_npz` (on the host, as its scipy twin)."""
+    if not isinstance(matrix, SparseMatrix):
+        raise TypeError(
+            f"save_npz: `matrix` must be a jaxsparse matrix, got {type(matrix).__name__} "
+            "(a scipy.sparse one saves with `scipy.sparse.save_npz`)."
+        )
     scipy.sparse.save_npz(file, matrix.to_scipy(), compressed=compressed)
 
 

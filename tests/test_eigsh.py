@@ -169,8 +169,18 @@ def test_bad_arguments_raise():
     n = A.shape[0]
     with pytest.raises(ValueError, match="`v0` must not be zero"):
         js.linalg.eigsh(A, 2, v0=jnp.zeros(n))
+    with pytest.raises(ValueError, match="`v0` must be finite"):
+        js.linalg.eigsh(A, 2, v0=jnp.ones(n).at[1].set(jnp.nan))
+    # A non-finite shift used to run every cycle into "no convergence" (nan), or give a
+    # wrong answer (inf: the inverse is zero).
+    for sigma in (float("nan"), np.inf):
+        with pytest.raises(ValueError, match="`sigma` must be finite"):
+            js.linalg.eigsh(A, 2, sigma=sigma)
+    traced = jax.jit(lambda v0: js.linalg.eigsh(A, 2, v0=v0, maxiter=2))
     with pytest.raises(Exception, match="`v0` must not be zero"):
-        jax.jit(lambda v0: js.linalg.eigsh(A, 2, v0=v0, maxiter=2))(jnp.zeros(n))
+        traced(jnp.zeros(n))
+    with pytest.raises(Exception, match="`v0` must be finite"):
+        traced(jnp.ones(n).at[1].set(jnp.inf))
     with pytest.raises(TypeError, match="`v0` is complex"):
         js.linalg.eigsh(A, 2, v0=jnp.ones(n, jnp.complex128))
     with pytest.raises(ValueError, match="`k`"):
@@ -259,6 +269,12 @@ def test_shifts_are_traced_values_so_a_sweep_compiles_once():
         np.testing.assert_allclose(np.asarray(w), np.sort(expected), atol=1e-10)
         sizes.append(eager._cache_size())
     assert sizes[0] == sizes[-1]
+    # A shift on an exact eigenvalue (the same program): the factorization's nan is told
+    # apart from no convergence, as scipy's "Factor is exactly singular".
+    diagonal = jnp.zeros_like(A.data).at[A.offsets.index(0)].set(jnp.arange(1.0, 65.0))
+    with pytest.raises(Exception, match="`A - sigma I` is singular"):
+        js.linalg.eigsh(A.with_data(diagonal), 2, sigma=3.0, return_eigenvectors=False)
+    assert eager._cache_size() == sizes[-1]
     nearest = jax.jit(jax.vmap(lambda sigma: js.linalg.eigsh(A, 2, sigma=sigma)[0]))
     batched = nearest(jnp.asarray(sigmas[:2]))
     expected = scipy.sparse.linalg.eigsh(twin.tocsc(), 2, sigma=sigmas[1])[0]

@@ -1,5 +1,8 @@
 """Bad input gets a ValueError or TypeError that names the problem, never a wrong answer."""
 
+import io
+import operator
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -26,12 +29,21 @@ DATA = np.ones((3, 4), np.float32)
         (dict(shape=(4,)), ValueError, "`shape` must have two entries"),
         (dict(shape=(4, -1)), ValueError, "non-negative"),
         (dict(shape=(4.0, 4)), TypeError, "`shape` must hold Python ints"),
+        (dict(data=np.full((3, 4), None)), TypeError, "`data` must have a floating.*object"),
+        (dict(data=scipy.sparse.eye_array(4).todia()), TypeError, r"DIAMatrix\.from_scipy"),
     ],
 )
 def test_dia_constructor_errors(kwargs, error, message):
     arguments = dict(data=DATA, offsets=(-1, 0, 1), shape=(4, 4)) | kwargs
     with pytest.raises(error, match=message):
         js.DIAMatrix(**arguments)
+
+
+@pytest.mark.parametrize("k", [4, 10, -4])
+def test_setdiag_outside_the_matrix_is_refused(k):
+    """As scipy's `setdiag`; it used to add an all-zero diagonal and change nothing."""
+    with pytest.raises(ValueError, match=f"`k` exceeds array dimensions: k={k}"):
+        js.DIAMatrix(DATA, (-1, 0, 1), (4, 4)).setdiag(1.0, k)
 
 
 def test_dia_to_scipy_keeps_only_diagonals_inside():
@@ -70,6 +82,16 @@ CSR = dict(
         (dict(indices=np.array([0, 2], np.int32)), ValueError, "same shape"),
         (dict(data=np.array([1, 2, 3], np.int32)), TypeError, "floating or complex"),
         (dict(data=np.ones((3, 1), np.float32)), ValueError, "`data` must be 1-D"),
+        (
+            dict(data=np.ones((1, 3), np.float32), indices=np.array([[0, 2, 1]], np.int32)),
+            ValueError,
+            r"`indptr` must have shape \(1, 4\).*batch axes of `indices`",
+        ),
+        (dict(indices=[0, 2**32 + 2, 1]), ValueError, "`indices` holds values outside int32"),
+        (dict(indptr=[0, 2, 2, -(2**40)]), ValueError, "`indptr` holds values outside int32"),
+        (dict(indices=[0.0, 2.5, 1.0]), TypeError, "`indices` must have an integer dtype"),
+        (dict(data=np.array([1.0, "a", None])), TypeError, "`data` must have a floating.*object"),
+        (dict(data=scipy.sparse.eye_array(3).tocsr()), TypeError, r"CSRMatrix\.from_scipy"),
     ],
 )
 def test_csr_constructor_errors(kwargs, error, message):
@@ -126,6 +148,13 @@ def test_matmul_errors(fmt):
         js.matmul(matrix, np.ones(n, np.float32), backend="gpu")
     with pytest.raises(TypeError, match="one operand must be a jaxsparse matrix"):
         js.matmul(np.ones((2, 2)), np.ones(2))
+    # Every elementwise operator names both shapes, as a ValueError (scipy's type).
+    wrong = jnp.ones((m + 1, n + 1), jnp.float32)
+    mismatch = rf"\({m + 1}, {n + 1}\) does not broadcast.*\({m}, {n}\)"
+    for operation in (operator.add, operator.sub, operator.mul, operator.eq, operator.lt):
+        for left, right in ((matrix, wrong), (wrong, matrix)):
+            with pytest.raises(ValueError, match=mismatch):
+                operation(left, right)
     with pytest.raises(ValueError, match="does not broadcast"):
         matrix * np.ones(n + 1)
     with pytest.raises(TypeError, match="only scalars"):
@@ -133,6 +162,12 @@ def test_matmul_errors(fmt):
 
 
 def test_from_scipy_and_fromdense_errors():
+    with pytest.raises(TypeError, match=r"CSRMatrix\.from_scipy"):
+        js.CSRMatrix(scipy.sparse.csr_array(np.eye(3)), shape=(3, 3))
+    with pytest.raises(TypeError, match=r"DIAMatrix\.from_scipy"):
+        js.DIAMatrix(scipy.sparse.dia_array(np.eye(3)), shape=(3, 3))
+    with pytest.raises(TypeError, match="save_npz: `matrix` must be a jaxsparse matrix"):
+        js.save_npz(io.BytesIO(), np.eye(3))
     with pytest.raises(TypeError, match="scipy.sparse matrix or array"):
         js.DIAMatrix.from_scipy(np.eye(3))
     with pytest.raises(TypeError, match="scipy.sparse matrix or array"):

@@ -188,13 +188,16 @@ def test_a_norm_bound_below_the_norm_gives_nan():
     b = np.ones(12)
     exact = _exact_bound(twin, 0.8)
     evolve = jax.jit(
-        lambda data, bound: js.linalg.expm_multiply(A.with_data(data), b, 0.8, norm_bound=bound),
-        static_argnums=1,
+        lambda data, t, bound: js.linalg.expm_multiply(A.with_data(data), b, t, norm_bound=bound),
+        static_argnums=2,
     )
     expected = scipy.sparse.linalg.expm_multiply(0.8 * twin, b)
-    np.testing.assert_allclose(np.asarray(evolve(A.data, exact)), expected, rtol=1e-11)
-    assert np.all(np.isnan(evolve(A.data, 0.9 * exact)))
-    gradient = jax.grad(lambda data: jnp.sum(evolve(data, 0.9 * exact)))(A.data)
+    np.testing.assert_allclose(np.asarray(evolve(A.data, 0.8, exact)), expected, rtol=1e-11)
+    assert np.all(np.isnan(evolve(A.data, 0.8, 0.9 * exact)))
+    # A traced `t` far past the bound (or not finite) neither overflows nor loops longer.
+    for t in (1e30, np.inf, np.nan):
+        assert np.all(np.isnan(evolve(A.data, t, exact)))
+    gradient = jax.grad(lambda data: jnp.sum(evolve(data, 0.8, 0.9 * exact)))(A.data)
     assert np.all(np.isnan(gradient[~ignored_slots(A.offsets, A.shape)]))
 
 
@@ -245,6 +248,14 @@ def test_bad_arguments_raise():
         js.linalg.expm_multiply(A, jnp.ones(30), start=0.0, stop=1j, num=3)
     with pytest.raises(ValueError, match="not finite"):
         js.linalg.expm_multiply(A.with_data(A.data.at[0, 3].set(jnp.nan)), jnp.ones(30))
+    with pytest.raises(TypeError, match="`norm_bound` must be a real number"):
+        js.linalg.expm_multiply(A, jnp.ones(30), norm_bound="4")
+    # So many Taylor steps would overflow the step count (1e30) or in effect hang (1e9).
+    for t in (1e9, 1e30):
+        with pytest.raises(ValueError, match="`t` is too large"):
+            js.linalg.expm_multiply(A, jnp.ones(30), t)
+        with pytest.raises(ValueError, match="`norm_bound` is too large"):
+            js.linalg.expm_multiply(A, jnp.ones(30), norm_bound=t)
 
 
 def test_an_empty_matrix_evolves_nothing():

@@ -23,6 +23,15 @@ from ._eigsh_shift_invert import inverse_operator
 from ._working_dtype import working_dtype
 
 _ZERO_V0 = "eigsh: `v0` must not be zero."
+_NONFINITE_V0 = "eigsh: `v0` must be finite: it holds inf or nan."
+_NONFINITE_SIGMA = "eigsh: `sigma` must be finite."
+# Told apart from no convergence by the results, which an inf or nan reaches at once.
+_NONFINITE_RESULT = {
+    False: "eigsh: the iteration met inf or nan: `A` holds a value that is not finite.",
+    True: "eigsh: the iteration met inf or nan: `A - sigma I` is singular (`sigma` is an "
+    "eigenvalue of `A`: move it slightly, as scipy's 'Factor is exactly singular'), or `A` "
+    "holds a value that is not finite.",
+}
 
 _WHICH = ("LA", "SA", "LM")
 
@@ -62,7 +71,7 @@ def eigsh(
     - `k`: how many eigenpairs, `1 <= k < n` (static).
     - `M`: the generalized problem is not supported; anything but `None` raises
       `ValueError`.
-    - `sigma`: a real number (a Python number or a real scalar array, traced under `jit`:
+    - `sigma`: a finite real number (a Python number or a real scalar array, traced under `jit`:
       a sweep over shifts compiles once) for shift-invert mode (scipy's `mode="normal"`):
       the iteration runs on `(A - sigma I)^{-1}`, applied by solves with one
       `js.linalg.factorized(A - sigma I)`, and `which` selects among its eigenvalues
@@ -86,7 +95,9 @@ def eigsh(
     **Returns:** `(w, v)`: the eigenvalues `(k,)` in ascending order (real, in `A`'s real
     dtype) and the unit eigenvectors `(n, k)` as columns; or `w` alone. If the iteration
     has not converged after `maxiter` cycles, it raises an error (`eqx.error_if`, also
-    inside `jit`; scipy raises `ArpackNoConvergence`).
+    inside `jit`; scipy raises `ArpackNoConvergence`); an inf or nan met on the way (an
+    `A - sigma I` that is exactly singular, a value of `A` that is not finite) ends the
+    iteration at once with an error that says so.
     """
     if not isinstance(A, SparseMatrix):
         raise TypeError(f"eigsh: `A` must be a jaxsparse matrix, got {type(A).__name__}.")
@@ -98,6 +109,9 @@ def eigsh(
     dtype = working_dtype(A.dtype)
     if sigma is not None:
         sigma = _real_scalar(sigma, jnp.finfo(dtype).dtype)
+        if is_concrete(sigma) and not jnp.isfinite(sigma):
+            raise ValueError(f"eigsh: `sigma` must be finite, got {sigma}.")
+        sigma = eqx.error_if(sigma, ~jnp.isfinite(sigma), _NONFINITE_SIGMA)
     if v0 is not None:
         v0 = jnp.asarray(v0)
         if v0.shape != (n,):
@@ -106,7 +120,10 @@ def eigsh(
             raise TypeError(f"eigsh: `v0` is complex ({v0.dtype}) but `A` is real ({A.dtype}).")
         if is_concrete(v0) and not jnp.any(v0 != 0):
             raise ValueError(_ZERO_V0)
-        v0 = eqx.error_if(v0, ~jnp.any(v0 != 0), _ZERO_V0).astype(dtype)
+        if is_concrete(v0) and not jnp.all(jnp.isfinite(v0)):
+            raise ValueError(_NONFINITE_V0)
+        v0 = eqx.error_if(v0, ~jnp.any(v0 != 0), _ZERO_V0)
+        v0 = eqx.error_if(v0, ~jnp.all(jnp.isfinite(v0)), _NONFINITE_V0).astype(dtype)
     values, vectors = _compiled_eigsh(A.astype(dtype), v0, sigma, settings=settings)
     return (values, vectors) if return_eigenvectors else values
 
@@ -178,7 +195,10 @@ def _eigsh(A, v0, sigma, *, settings: _Settings):
         values = jnp.real(jnp.sum(jnp.conj(result.vectors) * (A @ result.vectors), axis=0))
     order = jnp.argsort(values)
     values = eqx.error_if(
-        values[order],
+        values[order], ~jnp.all(jnp.isfinite(values)), _NONFINITE_RESULT[settings.shift_invert]
+    )
+    values = eqx.error_if(
+        values,
         ~result.converged,
         "eigsh: no convergence within `maxiter` restart cycles; raise `maxiter` or `ncv`, "
         "or loosen `tol`.",

@@ -215,8 +215,9 @@ def thick_restart_lanczos(
         return _Basis(vectors, projected), converged, cycles + 1
 
     def unfinished(state):
-        _, converged, cycles = state
-        return ~converged & (cycles < maxiter)
+        # An inf or nan (a singular shift, a value of `A` or `v0`) never converges: stop.
+        basis, converged, cycles = state
+        return ~converged & (cycles < maxiter) & jnp.all(jnp.isfinite(basis.projected))
 
     basis, converged, _ = lax.while_loop(
         unfinished, cycle, (basis, jnp.zeros((), bool), jnp.zeros((), jnp.int32))

@@ -9,6 +9,7 @@ the host from `||t (A - mu I)||_1` when `A` and `t` are concrete, else from `nor
 
 import functools
 import math
+import numbers
 
 import jax
 import jax.numpy as jnp
@@ -38,6 +39,11 @@ _THETA = {
 # A given `norm_bound` may fall short of the norm computed in the program by this relative
 # rounding margin (the two sums round differently); `theta_m` has far more slack than that.
 _BOUND_ROUNDING = 1e-3
+
+# The most Taylor steps one call takes. Each step is up to 55 products, so more is millions
+# of products (in effect a hang) and, in reverse mode, one stored `B` per step: far more
+# likely a mistaken `t` or `norm_bound` than a wanted evolution, which a grid can split.
+MAX_STEPS = 100_000
 
 
 def taylor_degree_and_steps(norm: float) -> tuple[int, int]:
@@ -152,7 +158,9 @@ def expm_multiply(
       grid it must hold for `t = start` and for `t` the step between times.
       A given bound is checked against `||t (A - mu I)||_1` computed in the program (one
       pass over the stored values): too small a bound makes the result (and its
-      derivatives) `nan`, too large costs products.
+      derivatives) `nan`, too large costs products. A norm past about 1e6 (over
+      100,000 Taylor steps) is a `ValueError` naming `t` or `norm_bound`: split a long
+      evolution with a grid.
 
     **Returns:** `exp(t A) @ B` in the dtype of `A @ B`, shaped as `B`; with a grid,
     `(num, *B.shape)`.
@@ -163,6 +171,7 @@ def expm_multiply(
     n = A.shape[0]
     if A.shape != (n, n):
         raise ValueError(f"expm_multiply: `A` must be square, got shape {A.shape}.")
+    norm_bound = _norm_bound(norm_bound)
     B = jnp.asarray(B)
     if B.ndim not in (1, 2) or B.shape[0] != n:
         raise ValueError(f"expm_multiply: `B` must have shape ({n},) or ({n}, k), got {B.shape}.")
@@ -208,7 +217,7 @@ def _real_scalar(value, real, name: str) -> jax.Array:
     return value.astype(real)
 
 
-def _static_schedule(A, t, norm_bound) -> tuple[int, int]:
+def _static_schedule(A, t, norm_bound: float | None) -> tuple[int, int]:
     if norm_bound is None:
         if not is_concrete(t, *jax.tree.leaves(A)):
             raise ValueError(
@@ -216,12 +225,44 @@ def _static_schedule(A, t, norm_bound) -> tuple[int, int]:
                 "so the static Taylor degree and steps need `norm_bound=`, a Python float "
                 ">= ||t (A - trace(A)/n I)||_1 (2 |t| ||A||_1 always is one)."
             )
-        norm_bound = abs(float(t)) * shifted_one_norm(A)
-        if not math.isfinite(norm_bound):
+        norm, source = abs(float(t)) * shifted_one_norm(A), "`t`"
+        if not math.isfinite(norm):
             raise ValueError("expm_multiply: `A` or `t` holds a value that is not finite.")
+        remedy = "split `t` into shorter times (a grid `start`, `stop`, `num` steps through them)"
+    else:
+        norm, source = norm_bound, "`norm_bound`"
+        remedy = "give a bound closer to ||t (A - mu I)||_1, or split `t` into shorter times"
+    degree, steps = taylor_degree_and_steps(norm)
+    if steps > MAX_STEPS:
+        raise ValueError(
+            f"expm_multiply: {source} is too large: ||t (A - mu I)||_1 <= {norm:.3g} would take "
+            f"{steps:.3g} Taylor steps of {degree} products each, more than {MAX_STEPS} "
+            f"(in effect a hang); {remedy}."
+        )
+    return degree, steps
+
+
+def _norm_bound(norm_bound) -> float | None:
+    """`norm_bound` as a Python float (`None` stays `None`), or a TypeError naming it."""
+    if norm_bound is None:
+        return None
     if isinstance(norm_bound, jax.core.Tracer):
         raise TypeError("expm_multiply: `norm_bound` must be a Python float, not traced.")
-    return taylor_degree_and_steps(float(norm_bound))
+    number = isinstance(norm_bound, numbers.Real) and not isinstance(norm_bound, bool)
+    scalar_array = (
+        isinstance(norm_bound, (jax.Array, np.ndarray))
+        and norm_bound.shape == ()
+        and (
+            jnp.issubdtype(norm_bound.dtype, jnp.floating)
+            or jnp.issubdtype(norm_bound.dtype, jnp.integer)
+        )
+    )
+    if not (number or scalar_array):
+        raise TypeError(
+            f"expm_multiply: `norm_bound` must be a real number (a Python float), got "
+            f"{norm_bound!r}."
+        )
+    return float(norm_bound)
 
 
 def _max_abs(X) -> jax.Array:
