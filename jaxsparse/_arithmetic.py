@@ -178,7 +178,7 @@ def _add_csr_pair(a, b, *, sign: int, dtype, nnz, operator: str):
     if a.indices is b.indices and a.indptr is b.indptr:  # one structure: add the values
         return a.with_data(a.data.astype(dtype) + _signed(b.data.astype(dtype), sign))
     traced = not is_concrete(a.indices, a.indptr, b.indices, b.indptr)
-    if traced and nnz is not None and a.nnz and b.nnz and a.shape[0] * a.shape[1]:
+    if traced and nnz and a.nnz and b.nnz and a.shape[0] * a.shape[1]:
         nnz = static_nnz(None, nnz, f"sparse `{operator}`")
         return _add_csr_traced(a, b, sign=sign, dtype=np.dtype(dtype), nnz=nnz)
     return _add_entries(a, b, sign=sign, dtype=dtype, nnz=nnz, operator=operator)

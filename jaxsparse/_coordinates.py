@@ -181,7 +181,8 @@ def csr_from_entries(rows, cols, values, shape: tuple[int, int], nnz: int, *, st
     traced ones by `sorted_distinct`. With fewer than `nnz` distinct positions, the result
     is padded with explicit zeros at the last position `(m - 1, n - 1)`; with more, a
     ValueError on the host, and under `jit` using the result raises at run time
-    (`eqx.error_if`), so a wrong `nnz` never gives a wrong matrix silently.
+    (`eqx.error_if`), so a wrong `nnz` never gives a wrong matrix silently. `nnz`=0 with
+    any entry listed is a ValueError, under `jit` too: XLA drops a check on an empty array.
     """
     m, n = shape
     index_dtype = index_dtype_for(shape, nnz)
@@ -244,14 +245,10 @@ def _empty_csr(rows, cols, values, shape, nnz, index_dtype):
     # No position to pad at: a CSR with stored entries needs a row and a column.
     if m * n == 0 and nnz:
         raise ValueError(f"`nnz` must be 0 for an empty matrix of shape {shape}, got {nnz=}.")
-    keys = host_keys(rows, cols, shape)
-    if keys is not None and keys.size and nnz == 0:
+    if nnz == 0 and jnp.shape(rows)[0]:
+        # Traced or not, a listed entry is a position the result must hold.
         raise ValueError("`nnz`=0 is smaller than the number of entries of the result.")
     data = jnp.zeros((nnz,), values.dtype)
-    if keys is None and jnp.shape(rows)[0] and nnz == 0:
-        data = eqx.error_if(
-            data, jnp.asarray(True), "`nnz`=0 is smaller than the number of entries of the result"
-        )
     pointers = jnp.zeros((m + 1,), index_dtype)
     return format_class("csr")(data, jnp.zeros((nnz,), index_dtype), pointers, shape)
 

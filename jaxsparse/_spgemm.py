@@ -38,7 +38,8 @@ def spgemm(a, b, *, nnz: int | None = None, backend: str = "auto"):
 
     - `a`, `b`: `DIAMatrix` or `CSRMatrix` of shapes `(m, n)` and `(n, k)`.
     - `nnz`: the number of stored entries of a CSR result: needed under `jax.jit` when the
-      factors' indices are traced; ignored for DIA @ DIA.
+      factors' indices are traced (0 only where a factor has no stored entries); ignored
+      for DIA @ DIA.
     - `backend`: the backend of the dense products on the `jit` path.
 
     **Returns:** a `DIAMatrix` for DIA @ DIA, else a `CSRMatrix`, of shape `(m, k)` and the
@@ -146,6 +147,15 @@ def _csr_times_csr_traced(a, b, nnz: int, backend: str):
     """The structure from a dense count of the products, the values from `A @ B` dense."""
     m, k = a.shape[0], b.shape[1]
     dtype = jnp.result_type(a.dtype, b.dtype)
+    if nnz == 0 and a.nnz and b.nnz and m * k:
+        # Only a run-time count could tell an empty product, and XLA drops a run-time check
+        # on a result with no stored entries: refused rather than zeros silently.
+        raise ValueError(
+            "`nnz`=0 under `jax.jit` for a product of two matrices with stored entries: "
+            "their product's entries are counted at run time, where no check on an empty "
+            "result can fire. Pass `nnz` >= 1 (unused slots hold explicit zeros), or "
+            "multiply outside `jit`."
+        )
     if nnz == 0 or m * k == 0:
         empty = jnp.zeros((0,), jnp.int32)
         return csr_from_entries(empty, empty, jnp.zeros((0,), dtype), (m, k), nnz)

@@ -163,6 +163,9 @@ def test_sum_with_too_small_nnz_raises():
         js.add(a, b, nnz=needed - 1)
     with pytest.raises(Exception, match="is smaller than the number of entries"):
         jax.jit(lambda a, b: js.add(a, b, nnz=needed - 1).data)(a, b).block_until_ready()
+    for operation in (js.add, js.subtract):  # no run-time check survives on an empty result
+        with pytest.raises(ValueError, match="`nnz`=0 is smaller"):
+            jax.jit(lambda a, b, f=operation: f(a, b, nnz=0).todense())(a, b)
     padded = jax.jit(lambda a, b: js.add(a, b, nnz=needed + 3))(a, b)
     assert padded.nnz == needed + 3
     np.testing.assert_allclose(padded.to_scipy().toarray(), (a + b).to_scipy().toarray())

@@ -95,6 +95,8 @@ def test_sum_duplicates_and_sort_indices_match_scipy():
     np.testing.assert_array_equal(traced.indices, summed.indices)
     with pytest.raises(TypeError, match="Pass a static `nnz`"):
         jax.jit(lambda a: a.sum_duplicates())(matrix)
+    with pytest.raises(ValueError, match="`nnz`=0 is smaller"):
+        jax.jit(lambda a: a.sum_duplicates(nnz=0).todense())(matrix)
 
     ordered = jax.jit(lambda a: a.sort_indices())(matrix)
     assert ordered.nnz == matrix.nnz

@@ -45,6 +45,9 @@ def test_coo_construction_under_jit_with_gradient():
     too_few = jax.jit(lambda d, r, c: js.CSRMatrix.from_coo(d, r, c, SHAPE, nnz=3))
     with pytest.raises(Exception, match="smaller than"):
         jax.block_until_ready(too_few(jnp.asarray(DATA), jnp.asarray(ROW), jnp.asarray(COL)).data)
+    none = jax.jit(lambda d, r, c: js.CSRMatrix.from_coo(d, r, c, SHAPE, nnz=0).todense())
+    with pytest.raises(ValueError, match="`nnz`=0 is smaller"):
+        none(jnp.asarray(DATA), jnp.asarray(ROW), jnp.asarray(COL))
 
 
 def test_tocoo_round_trip():

@@ -140,6 +140,9 @@ def test_csr_product_under_jit_needs_nnz_and_checks_it():
         js.matmul(a, b, nnz=product.nnz - 1)
     with pytest.raises(Exception, match="is smaller than the number of entries"):
         jax.jit(lambda a, b: js.matmul(a, b, nnz=product.nnz - 1).data)(a, b).block_until_ready()
+    # XLA drops a run-time check on a result with no entries: `nnz`=0 is refused up front.
+    with pytest.raises(ValueError, match="`nnz`=0 under `jax.jit`"):
+        jax.jit(lambda a, b: js.matmul(a, b, nnz=0).todense())(a, b)
     padded = jax.jit(lambda a, b: js.matmul(a, b, nnz=product.nnz + 2))(a, b)
     assert padded.nnz == product.nnz + 2
     np.testing.assert_allclose(padded.to_scipy().toarray(), product.to_scipy().toarray(), atol=1e-6)
