@@ -72,7 +72,8 @@ def _block_diagonal(primitive, args, dims, *, shape, **params):
     )
     out = primitive.bind(first, second, indices, indptr, shape=(size * m, size * n), **params)
     axis = out.ndim + (-1 if sddmm else -2)
-    out = out.reshape(*out.shape[:axis], size, -1, *out.shape[axis + 1 :])
+    # Explicit sizes: `reshape(-1)` divides by the other sizes, which may be 0.
+    out = out.reshape(*out.shape[:axis], size, out.shape[axis] // size, *out.shape[axis + 1 :])
     valid = valid.reshape(size, *(1,) * (out.ndim - axis - 1))
     return jnp.where(valid, out, jnp.nan), axis
 
@@ -112,7 +113,8 @@ def _stacked(array, dim, size, axis: int):
     else:
         array = jnp.moveaxis(array, dim, axis - 1)
     at = array.ndim + axis - 1
-    return array.reshape(*array.shape[:at], -1, *array.shape[at + 2 :])
+    merged = array.shape[at] * array.shape[at + 1]
+    return array.reshape(*array.shape[:at], merged, *array.shape[at + 2 :])
 
 
 # The families' functions for CSR (`_families.FAMILIES`: which family runs where).

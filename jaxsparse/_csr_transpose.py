@@ -20,6 +20,7 @@ depth folds into it.
 """
 
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
@@ -105,7 +106,9 @@ def _batch(args, dims, **params):
         for a, d in zip(args, dims, strict=True)
     ]
     batch = args[0].shape[:-1]
-    results = csr_transpose_p.bind(*(a.reshape(-1, a.shape[-1]) for a in args), **params)
+    # Explicit sizes: `reshape(-1, 0)` divides by 0 for members with no entries.
+    members = math.prod(batch)
+    results = csr_transpose_p.bind(*(a.reshape(members, a.shape[-1]) for a in args), **params)
     return [r.reshape(*batch, r.shape[-1]) for r in results], [0, 0, 0]
 
 

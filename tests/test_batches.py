@@ -247,6 +247,21 @@ def test_vmap_over_no_structures_gives_empty_results():
     assert gradient(batch.data[:0]).shape == (0, 3)
 
 
+def test_batch_of_structures_with_no_columns_or_no_entries_gives_empty_results():
+    """Products with no columns, and members that store nothing: the dense batch's shapes
+    and values (the reshapes must not divide by a size 0)."""
+    _, batch = _two_structures()
+    assert (batch @ jnp.zeros((5, 0), jnp.float32)).shape == (2, 4, 0)
+    assert (jnp.zeros((0, 4), jnp.float32) @ batch).shape == (2, 0, 5)
+    twin = scipy.sparse.csr_array((4, 5), dtype=np.float32)
+    member = js.CSRMatrix.from_scipy(twin)
+    empty = jax.tree.map(lambda *leaves: jnp.stack(leaves), member, member)
+    np.testing.assert_array_equal(empty.T.todense(), np.zeros((2, 5, 4)))
+    np.testing.assert_array_equal(empty.H.todense(), np.zeros((2, 5, 4)))
+    np.testing.assert_array_equal(empty.argmax(axis=0), [twin.argmax(axis=0)] * 2)
+    np.testing.assert_array_equal(empty.argmin(axis=0), [twin.argmin(axis=0)] * 2)
+
+
 def test_vmap_of_grad_through_a_cond_with_a_product_of_a_traced_structure():
     """`vmap` of a batched `cond` runs both branches; the one not taken sees zero-filled
     structures (JAX 0.10), whose NaN the `cond` then discards."""
