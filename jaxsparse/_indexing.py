@@ -323,6 +323,9 @@ def _index(value, size: int, what: str):
     array = jnp.asarray(value)
     if array.ndim != 0 or not jnp.issubdtype(array.dtype, jnp.integer):
         raise IndexError(f"a {what} index must be an integer, got {value!r}.")
+    # No value is in range of an empty axis, and its size is static: `jnp`'s IndexError now.
+    if size == 0:
+        raise IndexError(f"a {what} index is out of range for size 0, whatever its value.")
     # Out of range under `jit` clamps to the nearest row or column, as `jnp` indexing does.
     return jnp.clip(jnp.where(array < 0, array + size, array), 0, max(size - 1, 0))
 

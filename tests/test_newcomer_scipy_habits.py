@@ -126,3 +126,13 @@ def test_traced_row_index_clamps_like_jnp(pair):
         np.testing.assert_array_equal(entry(a, i, 9), jax.jit(lambda d, i, j: d[i, j])(dense, i, 9))
     column = jax.jit(lambda m, j: m[:, j])
     np.testing.assert_array_equal(column(a, 10), dense[:, -1])
+    # An empty axis has no row or column to clamp to: IndexError at trace time, as `jnp`.
+    for shape in ((0, 5), (5, 0)):
+        empty = type(a).fromdense(jnp.zeros(shape))
+        with pytest.raises(IndexError):
+            jax.jit(lambda d, i, j: d[i, j])(jnp.zeros(shape), 0, 0)
+        with pytest.raises(IndexError, match="out of range for size 0"):
+            entry(empty, 0, 0)
+        axis = row if shape[0] == 0 else column
+        with pytest.raises(IndexError, match="out of range for size 0"):
+            axis(empty, 0)
