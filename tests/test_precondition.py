@@ -231,6 +231,8 @@ def test_native_ilu0_checks_buffers_and_pattern():
 def test_bad_input_raises():
     with pytest.raises(ValueError, match="diagonal"):
         js.linalg.spilu0(js.DIAMatrix(jnp.ones((2, 5)), (-1, 1), (5, 5)))
+    with pytest.raises(ValueError, match="row 0 has none"):  # no offsets: no diagonal
+        js.linalg.spilu0(js.DIAMatrix(jnp.zeros((0, 3)), (), (3, 3)))
     with pytest.raises(ValueError, match="square"):
         js.linalg.spilu0(js.DIAMatrix(jnp.ones((1, 5)), (0,), (4, 5)))
     with pytest.raises(ValueError, match="square"):
@@ -248,7 +250,10 @@ def test_bad_input_raises():
 
 @pytest.mark.parametrize("method", ["native", "levels"])
 def test_preconditioners_of_an_empty_matrix_apply_to_empty_operands(method):
-    A = js.CSRMatrix.from_scipy(scipy.sparse.csr_array((0, 0)))
-    for M in (js.linalg.spilu0(A, method=method), js.linalg.jacobi(A)):
-        assert (M @ jnp.zeros(0)).shape == (0,)
-        assert (M @ jnp.zeros((0, 3))).shape == (0, 3)
+    for A in (
+        js.CSRMatrix.from_scipy(scipy.sparse.csr_array((0, 0))),
+        js.DIAMatrix(jnp.zeros((0, 0)), (), (0, 0)),
+    ):
+        for M in (js.linalg.spilu0(A, method=method), js.linalg.jacobi(A)):
+            assert (M @ jnp.zeros(0)).shape == (0,)
+            assert (M @ jnp.zeros((0, 3))).shape == (0, 3)

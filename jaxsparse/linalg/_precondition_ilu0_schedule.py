@@ -42,7 +42,8 @@ def matrix_pattern(A) -> Pattern:
 @matrix_pattern.register
 def _dia_pattern(A: DIAMatrix) -> Pattern:
     n = A.shape[0]
-    rows, cols, source = [], [], []
+    # Seeded with no entries, so a matrix without offsets has an empty pattern.
+    rows, cols, source = ([np.zeros(0, np.int64)] for _ in range(3))
     for d, offset in enumerate(A.offsets):
         lo, hi = valid_rows(offset, A.shape)
         diagonal_rows = np.arange(lo, max(lo, hi))
