@@ -230,9 +230,13 @@ def _extreme_line_sum(magnitude, rows, cols, ord, shape) -> jax.Array:
     """The largest (`ord` 1, inf) or smallest (-1, -inf) sum of the entries' absolute values
     `magnitude` at `(rows, cols)` over columns (1, -1) or rows (inf, -inf)."""
     index, size = (cols, shape[1]) if ord in (1, -1) else (rows, shape[0])
-    sums = jax.ops.segment_sum(magnitude, dropped_outside(index, size), num_segments=size)
     if size == 0:
-        return jnp.zeros((), magnitude.dtype)
+        # The largest or smallest of no sums is no number: scipy and numpy raise too.
+        what = "columns" if ord in (1, -1) else "rows"
+        raise ValueError(
+            f"norm: `ord`={ord} picks among sums over {what}, an empty axis for shape={shape}."
+        )
+    sums = jax.ops.segment_sum(magnitude, dropped_outside(index, size), num_segments=size)
     return jnp.max(sums) if ord > 0 else jnp.min(sums)
 
 

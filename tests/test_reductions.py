@@ -146,6 +146,14 @@ def test_max_min_errors():
         js.linalg.norm(np.eye(3))
     with pytest.raises(ValueError, match="`ord` must be"):
         js.linalg.norm(js.CSRMatrix.fromdense(jnp.eye(2)), 2)
+    # The extreme line sum of no lines: ValueError, as scipy.
+    for shape, ords in (((5, 0), (1, -1)), ((0, 5), (np.inf, -np.inf))):
+        for ord in ords:
+            with pytest.raises(ValueError):
+                scipy.sparse.linalg.norm(scipy.sparse.csr_array(shape), ord)
+            with pytest.raises(ValueError, match="an empty axis"):
+                js.linalg.norm(js.DIAMatrix.fromdense(jnp.zeros(shape)), ord)
+    assert js.linalg.norm(js.CSRMatrix.fromdense(jnp.zeros((5, 0))), np.inf) == 0.0
     with pytest.raises(ValueError, match="`axis` must be"):
         js.CSRMatrix.fromdense(jnp.eye(2)).sum(axis=2)
 
