@@ -216,6 +216,19 @@ def check_broadcasts(operator: str, shape, dense_shape) -> None:
         raise dense_shape_error(operator, shape, dense_shape) from None
 
 
+def empty_shape(argument, shape) -> tuple[int, int] | None:
+    """scipy's `(m, n)` as a constructor's first argument, for an empty matrix: that shape
+    (a `shape=` given too must equal it); `None` for any other first argument."""
+    if not isinstance(argument, tuple) or len(argument) != 2:
+        return None
+    if not all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) for d in argument):
+        return None
+    dims = validate_shape(argument)
+    if shape is not None and validate_shape(shape) != dims:
+        raise ValueError(f"`shape`={shape!r} differs from the shape {dims} given first.")
+    return dims
+
+
 def validate_shape(shape) -> tuple[int, int]:
     """`shape` as a tuple of two non-negative Python ints, or a clear error."""
     try:

@@ -281,8 +281,8 @@ def bmat(blocks) -> CSRMatrix:
     """The matrix of the grid `blocks` (a list of rows of matrices or `None` for zero
     blocks), as `scipy.sparse.bmat`; a `CSRMatrix` (jit-able).
 
-    Every block row needs a matrix that fixes its height and every block column one that
-    fixes its width.
+    The matrices of a block row share a height, those of a block column a width; a block
+    row or column of `None` only is empty (height or width 0), as scipy's.
     """
     grid = [list(row) for row in blocks]
     if not grid or not grid[0] or any(len(row) != len(grid[0]) for row in grid):
@@ -291,7 +291,8 @@ def bmat(blocks) -> CSRMatrix:
     columns = [[row[j] for row in grid] for j in range(len(grid[0]))]
     widths = [_block_size(column, 1, f"block column {j}") for j, column in enumerate(columns)]
     present = [block for row in grid for block in row if block is not None]
-    dtype = jnp.result_type(*(block.dtype for block in present))
+    # No matrix at all: the default float type, as scipy's float64.
+    dtype = jnp.result_type(*(block.dtype for block in present)) if present else float
     rows = []
     for height, row in zip(heights, grid, strict=True):
         cells = [
@@ -307,13 +308,10 @@ def _block_size(blocks, axis: int, where: str) -> int:
     for block in blocks:
         if block is not None:
             _check_sparse(block, "blocks")
-    if len(sizes) != 1:
+    if len(sizes) > 1:
         what = "heights" if axis == 0 else "widths"
-        raise ValueError(
-            f"`blocks`: {where} needs one matrix to fix its size and blocks of equal "
-            f"{what}, got {sorted(sizes)}."
-        )
-    return sizes.pop()
+        raise ValueError(f"`blocks`: {where} needs blocks of equal {what}, got {sorted(sizes)}.")
+    return sizes.pop() if sizes else 0
 
 
 def _empty_csr(shape, dtype) -> CSRMatrix:

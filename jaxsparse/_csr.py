@@ -10,6 +10,7 @@ from jaxtyping import Array, Inexact, Integer
 from ._base import (
     SparseMatrix,
     as_value_array,
+    empty_shape,
     format_class,
     host_values,
     index_dtype_for,
@@ -77,6 +78,10 @@ class CSRMatrix(SparseMatrix, SparseOperators):
 
     def __init__(self, data, indices=None, indptr=None, shape=None):
         refuse_scipy_matrix(data, "CSRMatrix")
+        if indices is None and indptr is None and (empty := empty_shape(data, shape)):
+            index_dtype = index_dtype_for(empty, 0)
+            data, shape = jnp.zeros((0,)), empty
+            indices, indptr = jnp.zeros((0,), index_dtype), jnp.zeros((shape[0] + 1,), index_dtype)
         if indices is None and indptr is None and isinstance(data, tuple):
             data, indices, indptr = _scipy_style_arguments(data, shape)
         if shape is None:

@@ -12,6 +12,7 @@ from jaxtyping import Array, Inexact
 from ._base import (
     SparseMatrix,
     as_value_array,
+    empty_shape,
     format_class,
     host_values,
     index_dtype_for,
@@ -63,6 +64,8 @@ class DIAMatrix(SparseMatrix, SparseOperators):
 
     def __init__(self, data, offsets=None, shape=None):
         refuse_scipy_matrix(data, "DIAMatrix")
+        if offsets is None and (empty := empty_shape(data, shape)):
+            data, offsets, shape = jnp.zeros((0, empty[1])), (), empty
         if offsets is None or shape is None:
             raise TypeError("`DIAMatrix` needs `offsets` and `shape=(m, n)`.")
         shape = validate_shape(shape)

@@ -28,6 +28,14 @@ def test_coo_construction_sums_repeats():
         js.CSRMatrix.from_coo(DATA, ROW, COL + 2, SHAPE)
     with pytest.raises(TypeError, match="shape"):
         js.CSRMatrix((DATA, (ROW, COL)))
+    # scipy's `csr_array((m, n))` and `dia_array((m, n))`: an empty matrix of that shape.
+    pairs = ((js.CSRMatrix, scipy.sparse.csr_array), (js.DIAMatrix, scipy.sparse.dia_array))
+    for build, twin in pairs:
+        empty = build(SHAPE)
+        assert empty.shape == twin(SHAPE).shape and empty.nnz == 0
+        np.testing.assert_array_equal(empty.todense(), twin(SHAPE).toarray())
+        with pytest.raises(ValueError, match="differs"):
+            build(SHAPE, shape=(4, 3))
 
 
 def test_coo_construction_under_jit_with_gradient():
@@ -132,8 +140,11 @@ def test_bmat_aliases_and_npz(tmp_path):
     assert_close(result.todense(), expected.toarray(), jnp.float64)
     with pytest.raises(ValueError, match="block column 0"):
         js.bmat([[A, None], [B, None]])
-    with pytest.raises(ValueError, match="block column 1"):
-        js.bmat([[A, None], [A, None]])
+    # A block row or column of None only is empty, as scipy's.
+    for grid, twins in (([[A, None], [A, None]], [[TWIN, None], [TWIN, None]]), ([[None]],) * 2):
+        result, expected = js.bmat(grid), scipy.sparse.bmat(twins)
+        assert result.shape == expected.shape
+        np.testing.assert_array_equal(result.todense(), expected.toarray())
     assert_close(
         js.diags_array([1.0, 2.0], offsets=[0, 1], shape=(3, 3)).todense(),
         scipy.sparse.diags_array([1.0, 2.0], offsets=[0, 1], shape=(3, 3)).toarray(),
