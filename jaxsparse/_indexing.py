@@ -340,6 +340,15 @@ def _submatrix(matrix, rows_range, cols_range):
 @functools.singledispatch
 def _slice(matrix, top: int, bottom: int, left: int, right: int):
     shape = (bottom - top, right - left)
+    if shape[0] * shape[1] == 0 or matrix.nnz == 0:
+        # Statically empty: no entry to count, so no structure to know, even under `jit`.
+        index_dtype = matrix.indices.dtype
+        return format_class("csr")(
+            jnp.zeros((0,), matrix.dtype),
+            jnp.zeros((0,), index_dtype),
+            jnp.zeros((shape[0] + 1,), index_dtype),
+            shape,
+        )
     if not is_concrete(matrix.indices, matrix.indptr):
         raise TypeError(
             "slicing a `CSRMatrix` changes its number of entries, which depends on its "

@@ -73,6 +73,8 @@ def _csr_product(a, b, nnz, backend):
     a, b = a.tocsr(), b.tocsr()
     if is_concrete(a.indices, a.indptr, b.indices, b.indptr):
         return _csr_times_csr_on_host(a, b, nnz)
+    if nnz is None and (a.nnz == 0 or b.nnz == 0 or a.shape[0] * b.shape[1] == 0):
+        nnz = 0  # statically empty: no entry to count
     static_nnz(None, nnz, "sparse @ sparse with a CSR factor")
     return _csr_times_csr_traced(a, b, nnz, backend)
 

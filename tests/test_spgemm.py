@@ -136,6 +136,11 @@ def test_csr_product_under_jit_needs_nnz_and_checks_it():
     product = a @ b
     with pytest.raises(TypeError, match="Pass a static `nnz`"):
         jax.jit(lambda a, b: a @ b)(a, b)
+    # Statically empty products (no rows, no columns, a factor with no entries) need none.
+    empty = js.CSRMatrix((7, 5)).astype(jnp.float32)
+    for left, right in ((a[:0], b), (a, b[:, :0]), (a, empty)):
+        got = jax.jit(lambda x, y: x @ y)(left, right)
+        assert got.shape == (left.shape[0], right.shape[1]) and got.nnz == 0
     with pytest.raises(ValueError, match=f"`nnz`={product.nnz - 1} is smaller"):
         js.matmul(a, b, nnz=product.nnz - 1)
     with pytest.raises(Exception, match="is smaller than the number of entries"):
