@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.sparse
 
+from ._backend import resolve_backend
 from ._base import (
     SparseMatrix,
     _as_scalar,
@@ -53,15 +54,17 @@ from ._coordinates import (
     entries,
     entries_to_csr,
     lookup,
-    search_rows,
+    may_repeat,
     segment_total,
     select_entries,
     static_nnz,
     stored_on_host,
     stored_values,
+    summed_values,
 )
-from ._csr_layout import indptr_from_counts, row_ids
+from ._csr_union import union_structure
 from ._dia_layout import inside_mask
+from .kernels import native_csr
 
 
 def _is_scalar(value) -> bool:
@@ -181,7 +184,56 @@ def _add_csr_pair(a, b, *, sign: int, dtype, nnz, operator: str):
     if traced and nnz and a.nnz and b.nnz and a.shape[0] * a.shape[1]:
         nnz = static_nnz(None, nnz, f"sparse `{operator}`")
         return _add_csr_traced(a, b, sign=sign, dtype=np.dtype(dtype), nnz=nnz)
+    if not traced and _merges_natively(a, b):
+        return _add_canonical(a, b, sign=sign, dtype=np.dtype(dtype), nnz=nnz)
     return _add_entries(a, b, sign=sign, dtype=dtype, nnz=nnz, operator=operator)
+
+
+def _merges_natively(a, b) -> bool:
+    """Whether the native row merge (`_csr_union`) adds these concrete structures here: both
+    canonical (columns strictly increasing within rows), one matrix each, with entries,
+    and the merge built for the default device, a CPU."""
+    return (
+        a.nnz > 0
+        and b.nnz > 0
+        and jax.default_backend() == "cpu"
+        and resolve_backend(None) != "xla"
+        and native_csr.takes_indices(index_dtype_for(a.shape, a.nnz + b.nnz), "cpu")
+        and may_repeat(a) is False
+        and may_repeat(b) is False
+    )
+
+
+def _add_canonical(a, b, *, sign: int, dtype, nnz: int | None):
+    """`a + sign * b` for concrete canonical structures (the values may be traced): the
+    positions found by merging the rows, eagerly even under `jit`, then `nnz` checked or
+    taken from their count."""
+    size = a.nnz + b.nnz if nnz is None else max(nnz, a.nnz + b.nnz)
+    with jax.ensure_compile_time_eval():
+        slots, indices, indptr = _union_of(a, b, size)
+        found = int(indptr[a.shape[0]])
+    if nnz is not None and found > nnz:
+        raise ValueError(f"`nnz`={nnz} is smaller than the result's {found} entries.")
+    nnz = found if nnz is None else nnz
+    index_dtype = index_dtype_for(a.shape, nnz)
+    values = _concatenated_values(a, b, sign=sign, dtype=dtype)
+    return type(a)(
+        summed_values(values, slots, nnz),
+        indices[:nnz].astype(index_dtype),
+        indptr.at[a.shape[0]].set(nnz).astype(index_dtype),
+        a.shape,
+    )
+
+
+def _union_of(a, b, nnz: int):
+    """`_csr_union.union_structure` of two CSR matrices' structures, `nnz` slots."""
+    index_dtype = index_dtype_for(a.shape, max(nnz, a.nnz + b.nnz))
+    arrays = (a.indices, a.indptr, b.indices, b.indptr)
+    return union_structure(
+        *(jnp.asarray(array).astype(index_dtype) for array in arrays),
+        num_cols=a.shape[1],
+        nnz=nnz,
+    )
 
 
 @functools.partial(jax.jit, static_argnames=("sign", "dtype", "nnz"))
@@ -189,9 +241,7 @@ def _add_csr_traced(a, b, *, sign: int, dtype, nnz: int):
     """`a + sign * b` for traced CSR structures and a static `nnz`: the rows merged where
     the columns of both strictly increase within rows (`columns_rise`, checked at run time;
     both branches compile), else the positions sorted as for any list of entries."""
-    values = jnp.concatenate(
-        [stored_values(a).astype(dtype), _signed(stored_values(b).astype(dtype), sign)]
-    )
+    values = _concatenated_values(a, b, sign=sign, dtype=dtype)
 
     def sorted_positions(a, b, values):
         a_rows, a_cols, _ = entries(a)
@@ -204,41 +254,25 @@ def _add_csr_traced(a, b, *, sign: int, dtype, nnz: int):
     return jax.lax.cond(rise, merged, sorted_positions, a, b, values)
 
 
+def _concatenated_values(a, b, *, sign: int, dtype):
+    """`a`'s values then `sign` times `b`'s, in `dtype`."""
+    return jnp.concatenate(
+        [stored_values(a).astype(dtype), _signed(stored_values(b).astype(dtype), sign)]
+    )
+
+
 def _merged_rows(a, b, values, nnz: int):
     """`csr_from_entries` of `a`'s entries then `b`'s (`values`), for structures whose
-    columns strictly increase within rows: an entry's slot is its row's start plus the
-    distinct columns of both before its own (an entry of `b` on a column of `a` shares that
-    entry's slot), found by searching each entry's column in the other matrix's row.
-
-    The same slots, sums and padding as the sort, without sorting.
-    """
-    m, n = a.shape
-    index_dtype = index_dtype_for(a.shape, nnz)
-    a_indptr, b_indptr = a.indptr.astype(index_dtype), b.indptr.astype(index_dtype)
-    a_rows, b_rows = row_ids(a_indptr, a.nnz), row_ids(b_indptr, b.nnz)
-    in_b, shared = search_rows(b.indices, b_indptr, a_rows, a.indices)
-    in_a, _ = search_rows(a.indices, a_indptr, b_rows, b.indices)
-    # `shared_before[p]`: entries of `a` before entry `p` whose column `b` holds too.
-    shared_before = indptr_from_counts(shared.astype(index_dtype))
-    common = jnp.diff(shared_before[a_indptr])
-    starts = indptr_from_counts(jnp.diff(a_indptr) + jnp.diff(b_indptr) - common)
-    found = starts[m]
-    a_position = jnp.arange(a.nnz, dtype=index_dtype)
-    b_position = jnp.arange(b.nnz, dtype=index_dtype)
-    a_slots = starts[a_rows] + (a_position - a_indptr[a_rows]) + (in_b - b_indptr[a_rows])
-    a_slots -= shared_before[a_position] - shared_before[a_indptr[a_rows]]
-    b_slots = starts[b_rows] + (b_position - b_indptr[b_rows]) + (in_a - a_indptr[b_rows])
-    b_slots -= shared_before[in_a] - shared_before[a_indptr[b_rows]]
-    slots = jnp.concatenate([a_slots, b_slots])
+    columns strictly increase within rows: the rows merged (`_csr_union`). The same slots,
+    sums and padding as the sort, without sorting."""
+    slots, indices, indptr = _union_of(a, b, nnz)
+    found = indptr[a.shape[0]]
     summed = segment_total(values, slots, num_segments=nnz)
     summed = eqx.error_if(
         summed, found > nnz, f"`nnz`={nnz} is smaller than the number of entries of the result"
     )
-    cols = jnp.concatenate([a.indices.astype(index_dtype), b.indices.astype(index_dtype)])
-    indices = jnp.full((nnz,), n - 1, index_dtype).at[slots].set(cols, mode="drop")
     # Padding entries sit at the last position, as `csr_from_entries` places them.
-    indptr = starts.at[m].set(nnz)
-    return type(a)(summed, indices, indptr, a.shape)
+    return type(a)(summed, indices, indptr.at[a.shape[0]].set(nnz), a.shape)
 
 
 def _add_entries(a, b, *, sign: int, dtype, nnz, operator: str):

@@ -202,7 +202,7 @@ def csr_from_entries(rows, cols, values, shape: tuple[int, int], nnz: int, *, st
     counts = np.bincount(unique_rows, minlength=m)
     indptr = np.concatenate([[0], np.cumsum(counts)]).astype(index_dtype)
     return format_class("csr")(
-        _summed_values(values, inverse.reshape(-1).astype(index_dtype), nnz),
+        summed_values(values, inverse.reshape(-1).astype(index_dtype), nnz),
         unique_cols.astype(index_dtype),
         indptr,
         shape,
@@ -236,7 +236,9 @@ def scatter_total(shape, positions, values):
 
 
 @functools.partial(jax.jit, static_argnums=2)
-def _summed_values(values, slots, nnz: int):
+def summed_values(values, slots, nnz: int):
+    """`segment_total` into `nnz` slots, one compiled program (eagerly, its many small
+    operations would dispatch one by one)."""
     return segment_total(values, slots, num_segments=nnz)
 
 

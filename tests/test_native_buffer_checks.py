@@ -29,6 +29,9 @@ DATA = jnp.asarray(MATRIX.data)
 INDICES = jnp.asarray(MATRIX.indices, jnp.int32)
 INDPTR = jnp.asarray(MATRIX.indptr, jnp.int32)
 NNZ = MATRIX.nnz
+OTHER = scipy.sparse.random(M, N, density=0.5, format="csr", dtype=np.float32, random_state=1)
+OTHER_STRUCTURE = (jnp.asarray(OTHER.indices, jnp.int32), jnp.asarray(OTHER.indptr, jnp.int32))
+SUM_NNZ = (MATRIX + OTHER).nnz
 OFFSETS = np.array([-1, 0, 1], np.int64)
 DIA_DATA = jnp.ones((3, N), jnp.float32)
 
@@ -74,6 +77,16 @@ def test_matching_buffers_give_scipys_product():
     np.testing.assert_array_equal(MATRIX.data[np.asarray(order)], transposed.data)
     np.testing.assert_array_equal(indices_t, transposed.indices)
     np.testing.assert_array_equal(indptr_t, transposed.indptr)
+    sizes = (NNZ + OTHER.nnz, SUM_NNZ, M + 1)
+    structure = tuple(result(size, dtype=jnp.int32) for size in sizes)
+    union = call("jaxsparse_csr_union", structure, INDICES, INDPTR, *OTHER_STRUCTURE, num_cols=N)
+    slots, indices, indptr = map(np.asarray, union)
+    summed = (MATRIX + OTHER).tocsr()
+    values = np.zeros(SUM_NNZ, np.float32)
+    np.add.at(values, slots, np.concatenate([MATRIX.data, OTHER.data]))
+    np.testing.assert_array_equal(indptr, summed.indptr)
+    np.testing.assert_array_equal(indices, summed.indices)
+    np.testing.assert_allclose(values, summed.data, rtol=1e-6)
 
 
 MISMATCHES = {
@@ -203,6 +216,34 @@ MISMATCHES = {
         (INDICES, INDPTR),
         {},
         "must hold at least 1 value",
+    ),
+    "a sum's structure from float indices": (
+        "jaxsparse_csr_union",
+        tuple(result(size) for size in (NNZ + OTHER.nnz, SUM_NNZ, M + 1)),
+        (INDICES.astype(jnp.float32), INDPTR, *OTHER_STRUCTURE),
+        {"num_cols": N},
+        "indices must be int32 or int64, got float32",
+    ),
+    "slots fewer than the entries of both": (
+        "jaxsparse_csr_union",
+        tuple(result(size, dtype=jnp.int32) for size in (NNZ, SUM_NNZ, M + 1)),
+        (INDICES, INDPTR, *OTHER_STRUCTURE),
+        {"num_cols": N},
+        f"the slots has {NNZ} along axis 0, expected {NNZ + OTHER.nnz}",
+    ),
+    "a second index pointer of other rows": (
+        "jaxsparse_csr_union",
+        tuple(result(size, dtype=jnp.int32) for size in (NNZ + OTHER.nnz, SUM_NNZ, M + 1)),
+        (INDICES, INDPTR, OTHER_STRUCTURE[0], jnp.append(OTHER_STRUCTURE[1], 0)),
+        {"num_cols": N},
+        f"the second indptr has {M + 2} along axis 0, expected {M + 1}",
+    ),
+    "a batched sum of one pair": (
+        "jaxsparse_csr_union",
+        tuple(result(2, size, dtype=jnp.int32) for size in (NNZ + OTHER.nnz, SUM_NNZ, M + 1)),
+        (INDICES, INDPTR, *OTHER_STRUCTURE),
+        {"num_cols": N},
+        "the slots must have the batch axis of the first indices",
     ),
     "a DIA operand of the wrong rows": (
         "jaxsparse_dia_matmul",

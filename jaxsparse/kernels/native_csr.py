@@ -30,7 +30,10 @@ member.
 
 The structure of `A^T` (`csr_transposed_structure_native`, `native/csr_transpose.cc`) is a
 counting sort of the column indices, the same arrays as `_csr_layout.transposed_structure`
-for any structure, an invalid one included.
+for any structure, an invalid one included. The structure of `A + B` for rows whose
+columns increase (`csr_union_native`, `native/csr_union.cc`) merges each pair of rows, the
+same arrays as `_csr_union._union_by_search` for valid structures; an invalid one fails
+the call.
 """
 
 import jax
@@ -47,8 +50,9 @@ def supports(dtype, platform: str) -> bool:
     return platform == "cpu" and _native_library.AVAILABLE and np.dtype(dtype) in _VALUE_DTYPES
 
 
-def transposes(dtype, platform: str) -> bool:
-    """Whether the native transpose takes index dtype `dtype` on `platform`."""
+def takes_indices(dtype, platform: str) -> bool:
+    """Whether the native structure kernels (transpose, sum) take index dtype `dtype` on
+    `platform`."""
     return platform == "cpu" and _native_library.AVAILABLE and np.dtype(dtype) in _INDEX_DTYPES
 
 
@@ -95,6 +99,19 @@ def csr_matmul_pullback_native(g, data, x, indices, indptr, *, shape: tuple[int,
         jax.ShapeDtypeStruct((shape[1], g.shape[-1]), data.dtype),
     )
     return jax.ffi.ffi_call("jaxsparse_csr_matmul_pullback", out)(g, data, x, indices, indptr)
+
+
+def csr_union_native(a_indices, a_indptr, b_indices, b_indptr, *, num_cols: int, nnz: int):
+    """`(slots, indices, indptr)`, the structure of `A + B` (see `_csr_union`), all in the
+    index dtype; the four arrays may carry one leading batch axis, which the results then
+    have."""
+    batch, rows = a_indptr.shape[:-1], a_indptr.shape[-1]
+    out = tuple(
+        jax.ShapeDtypeStruct((*batch, size), a_indices.dtype)
+        for size in (a_indices.shape[-1] + b_indices.shape[-1], nnz, rows)
+    )
+    call = jax.ffi.ffi_call("jaxsparse_csr_union", out)
+    return tuple(call(a_indices, a_indptr, b_indices, b_indptr, num_cols=np.int64(num_cols)))
 
 
 def csr_transposed_structure_native(indices, indptr, *, num_cols: int):

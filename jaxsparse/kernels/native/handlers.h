@@ -19,6 +19,9 @@ XLA_FFI_Error* JaxsparseCsrSddmm(XLA_FFI_CallFrame* call_frame);
 XLA_FFI_Error* JaxsparseCsrMatmulPullback(XLA_FFI_CallFrame* call_frame);
 // (indices, indptr) -> (order, indices_t, indptr_t): the structure of A^T, a stable sort
 XLA_FFI_Error* JaxsparseCsrTranspose(XLA_FFI_CallFrame* call_frame);
+// (a_indices, a_indptr, b_indices, b_indptr; num_cols) -> (slots, indices, indptr): the
+// structure of A + B, rows merged
+XLA_FFI_Error* JaxsparseCsrUnion(XLA_FFI_CallFrame* call_frame);
 // (data, x; offsets) -> A @ x
 XLA_FFI_Error* JaxsparseDiaMatmul(XLA_FFI_CallFrame* call_frame);
 // (data, g; offsets) -> A^T @ g

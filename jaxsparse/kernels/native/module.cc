@@ -29,6 +29,7 @@ constexpr Target kTargets[] = {
     {"jaxsparse_csr_sddmm", JaxsparseCsrSddmm},
     {"jaxsparse_csr_matmul_pullback", JaxsparseCsrMatmulPullback},
     {"jaxsparse_csr_transpose", JaxsparseCsrTranspose},
+    {"jaxsparse_csr_union", JaxsparseCsrUnion},
     {"jaxsparse_dia_matmul", JaxsparseDiaMatmul},
     {"jaxsparse_dia_matmul_t", JaxsparseDiaMatmulT},
     {"jaxsparse_dia_sddmm", JaxsparseDiaSddmm},

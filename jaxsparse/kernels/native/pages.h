@@ -39,21 +39,26 @@ inline bool HugePagesWanted() {
   return wanted;
 }
 
-// Advises MADV_HUGEPAGE on the whole pages inside `result` when it spans at least
-// kHugePageMinBytes and HugePagesWanted() (Linux; elsewhere nothing). A refused advice is
-// ignored.
-inline void AdviseHugePages(xla::ffi::Result<xla::ffi::AnyBuffer>& result) {
+// Advises MADV_HUGEPAGE on the whole pages inside the `bytes` at `data` when they span at
+// least kHugePageMinBytes and HugePagesWanted() (Linux; elsewhere nothing). A refused
+// advice is ignored.
+inline void AdviseHugePages(void* data, int64_t bytes) {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
-  const int64_t bytes = static_cast<int64_t>(result->size_bytes());
   if (bytes < kHugePageMinBytes || !HugePagesWanted()) return;
   const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  const uintptr_t start = reinterpret_cast<uintptr_t>(result->untyped_data());
+  const uintptr_t start = reinterpret_cast<uintptr_t>(data);
   const uintptr_t first = (start + page - 1) / page * page;
   const uintptr_t last = (start + static_cast<uintptr_t>(bytes)) / page * page;
   if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);
 #else
-  (void)result;
+  (void)data;
+  (void)bytes;
 #endif
+}
+
+// AdviseHugePages on a kernel's result.
+inline void AdviseHugePages(xla::ffi::Result<xla::ffi::AnyBuffer>& result) {
+  AdviseHugePages(result->untyped_data(), static_cast<int64_t>(result->size_bytes()));
 }
 
 }  // namespace jaxsparse

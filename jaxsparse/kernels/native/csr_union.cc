@@ -1,0 +1,307 @@
+// The structure of the sum of two CSR matrices of one shape for CPU, when the columns of
+// both strictly increase within rows: each row of the sum is the merge of the two rows,
+// O(m + nnz_a + nnz_b), for int32 or int64 index arrays, for one pair or a batch of pairs.
+//
+// Entry p of A goes to slot slots[p] of the sum and entry q of B to slots[nnz_a + q]; an
+// entry of B on a column of A shares that entry's slot. indptr holds the sum's row pointers,
+// its last value the number of distinct positions found; indices holds the slots' columns,
+// the slots from the last found up to the buffer's end column n - 1 (padding entries, as
+// `csr_from_entries` places them). Slots at or past the buffer's length are counted but
+// not written: the caller finds them from indptr and refuses the result. These are the
+// arrays of the XLA path (`_csr_union._union_by_search`), bit for bit.
+//
+// Only a valid structure is merged: an index pointer that does not start at 0, decreases or
+// does not end at its entries, or a column outside [0, n), fails the call with an error
+// naming it. Rows whose columns do not increase are merged as they come, inside the
+// buffers; the caller sends them to a sort instead.
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "arrays.h"
+#include "buffer_checks.h"
+#include "dispatch.h"
+#include "handlers.h"
+#include "pages.h"
+#include "parallel.h"
+
+namespace jaxsparse {
+namespace {
+
+// One pair of structures and the sum's buffers for it.
+template <typename I>
+struct Pair {
+  const I* a_indices;  // (nnz_a,)
+  const I* a_indptr;   // (m + 1,)
+  const I* b_indices;  // (nnz_b,)
+  const I* b_indptr;   // (m + 1,)
+  I* slots;            // (nnz_a + nnz_b,)
+  I* indices;          // (nnz,)
+  I* indptr;           // (m + 1,)
+};
+
+struct Sizes {
+  int64_t m;
+  int64_t n;
+  int64_t nnz_a;
+  int64_t nnz_b;
+  int64_t nnz;
+};
+
+// The first problem of an index pointer over `entries` entries, or "" if it has none.
+template <typename I>
+std::string IndptrProblem(const I* indptr, int64_t m, int64_t entries, const char* name) {
+  if (indptr[0] != 0) {
+    return std::string(name) + " should start with 0, got " + std::to_string(indptr[0]);
+  }
+  for (int64_t row = 0; row < m; ++row) {
+    if (indptr[row + 1] < indptr[row]) {
+      return std::string(name) + " must be a non-decreasing sequence: " + name + "[" +
+             std::to_string(row + 1) + "] = " + std::to_string(indptr[row + 1]) + " < " +
+             std::to_string(indptr[row]);
+    }
+  }
+  if (indptr[m] != entries) {
+    return std::string(name) + " should end with the number of entries " + std::to_string(entries) +
+           ", got " + std::to_string(indptr[m]);
+  }
+  return "";
+}
+
+// The first row whose entries of both matrices start at or after `position` of the
+// nnz_a + nnz_b entries (m if none).
+template <typename I>
+int64_t FirstRowFrom(const Pair<I>& pair, int64_t m, int64_t position) {
+  int64_t low = 0, high = m;
+  while (low < high) {
+    const int64_t middle = low + (high - low) / 2;
+    if (static_cast<int64_t>(pair.a_indptr[middle]) + pair.b_indptr[middle] < position) {
+      low = middle + 1;
+    } else {
+      high = middle;
+    }
+  }
+  return low;
+}
+
+// Whether `column` lies in [0, n), one unsigned comparison.
+template <typename I>
+JAXSPARSE_INLINE bool Inside(I column, int64_t n) {
+  return static_cast<uint64_t>(static_cast<int64_t>(column)) < static_cast<uint64_t>(n);
+}
+
+// Merges rows [first, last): writes their row pointers and their entries' slots counted
+// from 0, and the column of each slot s below `limit` to columns[s]; returns the slots
+// used, or -1 at a column outside [0, n). Where both rows have entries left, each step
+// writes both entries' slots and advances past the smaller column (both on a tie): an
+// entry not passed is written again at its own step, so the loop needs no branch on
+// which one it took, whose outcome random columns would make unpredictable.
+template <typename I>
+int64_t MergeRows(const Pair<I>& pair, int64_t first, int64_t last, const Sizes& sizes, I* columns,
+                  int64_t limit) {
+  I* b_slots = pair.slots + sizes.nnz_a;
+  I slot = 0;
+  bool outside = false;
+  for (int64_t row = first; row < last; ++row) {
+    pair.indptr[row] = slot;
+    I p = pair.a_indptr[row], q = pair.b_indptr[row];
+    const I p_end = pair.a_indptr[row + 1], q_end = pair.b_indptr[row + 1];
+    for (; p < p_end && q < q_end; ++slot) {
+      const I a = pair.a_indices[p], b = pair.b_indices[q];
+      outside |= !Inside(a, sizes.n) | !Inside(b, sizes.n);
+      pair.slots[p] = slot;
+      b_slots[q] = slot;
+      if (slot < limit) columns[slot] = a <= b ? a : b;
+      p += a <= b;
+      q += b <= a;
+    }
+    for (; p < p_end; ++p, ++slot) {
+      outside |= !Inside(pair.a_indices[p], sizes.n);
+      pair.slots[p] = slot;
+      if (slot < limit) columns[slot] = pair.a_indices[p];
+    }
+    for (; q < q_end; ++q, ++slot) {
+      outside |= !Inside(pair.b_indices[q], sizes.n);
+      b_slots[q] = slot;
+      if (slot < limit) columns[slot] = pair.b_indices[q];
+    }
+    if (outside) return -1;
+  }
+  return slot;
+}
+
+// Merges one pair of valid index pointers, on `parts` pieces of whole rows cut at
+// near-equal numbers of entries. Each piece merges its rows apart, from slot 0, into
+// scratch columns from where its first row's entries start (a piece finds no more
+// positions than it has entries); then its row pointers, slots and columns move past the
+// positions the pieces before it found. Returns false at a column outside [0, n).
+template <typename I>
+bool Merge(ffi::ThreadPool& pool, int64_t parts, const Pair<I>& pair, const Sizes& sizes) {
+  int64_t found = 0;
+  if (parts == 1) {
+    found = MergeRows(pair, 0, sizes.m, sizes, pair.indices, sizes.nnz);
+    if (found < 0) return false;
+  } else {
+    const auto entries_before = [&](int64_t row) {
+      return static_cast<int64_t>(pair.a_indptr[row]) + pair.b_indptr[row];
+    };
+    std::vector<int64_t> first_row(parts + 1, sizes.m);
+    for (int64_t part = 0; part < parts; ++part) {
+      first_row[part] =
+          FirstRowFrom(pair, sizes.m, PieceStart(sizes.nnz_a + sizes.nnz_b, parts, part));
+    }
+    // Uninitialized: every slot read below was written by its piece.
+    const int64_t scratch_size = sizes.nnz_a + sizes.nnz_b;
+    std::unique_ptr<I[]> scratch(new I[scratch_size]);
+    AdviseHugePages(scratch.get(), scratch_size * static_cast<int64_t>(sizeof(I)));
+    std::vector<int64_t> bases(parts + 1, 0);
+    ParallelFor(pool, parts, [&](int64_t part) {
+      bases[part + 1] = MergeRows(pair, first_row[part], first_row[part + 1], sizes,
+                                  scratch.get() + entries_before(first_row[part]),
+                                  std::numeric_limits<int64_t>::max());
+    });
+    for (int64_t part = 0; part < parts; ++part) {
+      if (bases[part + 1] < 0) return false;
+      bases[part + 1] += bases[part];
+    }
+    found = bases[parts];
+    ParallelFor(pool, parts, [&](int64_t part) {
+      const int64_t first = first_row[part], last = first_row[part + 1];
+      const I base = static_cast<I>(bases[part]);
+      for (int64_t row = first; row < last; ++row) pair.indptr[row] += base;
+      for (I p = pair.a_indptr[first]; p < pair.a_indptr[last]; ++p) pair.slots[p] += base;
+      I* b_slots = pair.slots + sizes.nnz_a;
+      for (I q = pair.b_indptr[first]; q < pair.b_indptr[last]; ++q) b_slots[q] += base;
+      const I* columns = scratch.get() + entries_before(first);
+      const int64_t end = std::min(bases[part + 1], sizes.nnz);
+      for (int64_t slot = base; slot < end; ++slot) pair.indices[slot] = columns[slot - base];
+    });
+  }
+  pair.indptr[sizes.m] = static_cast<I>(found);
+  std::fill(pair.indices + std::min(found, sizes.nnz), pair.indices + sizes.nnz,
+            static_cast<I>(sizes.n - 1));
+  return true;
+}
+
+// Merges one pair; returns its first problem, or "" when there is none.
+template <typename I>
+std::string MergePair(ffi::ThreadPool& pool, int64_t parts, const Pair<I>& pair,
+                      const Sizes& sizes) {
+  std::string problem = IndptrProblem(pair.a_indptr, sizes.m, sizes.nnz_a, "the first indptr");
+  if (problem.empty()) {
+    problem = IndptrProblem(pair.b_indptr, sizes.m, sizes.nnz_b, "the second indptr");
+  }
+  if (problem.empty() && !Merge(pool, parts, pair, sizes)) {
+    problem = "a column index lies outside [0, " + std::to_string(sizes.n) + ")";
+  }
+  return problem;
+}
+
+// The seven buffers hold one index type, all with a batch axis of one size or none; the
+// index pointers have m + 1 values, the slots one per entry of both matrices; positions
+// and rows fit the index type.
+ffi::Error CheckUnionBuffers(const ffi::AnyBuffer& a_indices, const ffi::AnyBuffer& a_indptr,
+                             const ffi::AnyBuffer& b_indices, const ffi::AnyBuffer& b_indptr,
+                             const ffi::AnyBuffer& slots, const ffi::AnyBuffer& indices,
+                             const ffi::AnyBuffer& indptr) {
+  const ffi::DataType type = a_indices.element_type();
+  if (type != ffi::DataType::S32 && type != ffi::DataType::S64) {
+    return ffi::Error::InvalidArgument("indices must be int32 or int64, got " + TypeName(type));
+  }
+  const NamedBuffer named[] = {{a_indices, "the first indices", 1},
+                               {a_indptr, "the first indptr", 1},
+                               {b_indices, "the second indices", 1},
+                               {b_indptr, "the second indptr", 1},
+                               {slots, "the slots", 1},
+                               {indices, "the sum's indices", 1},
+                               {indptr, "the sum's indptr", 1}};
+  for (const NamedBuffer& buffer : named) {
+    JAXSPARSE_RETURN_IF_ERROR(CheckBuffer(buffer, type, /*may_batch=*/true));
+    if (buffer.Batched() != named[0].Batched() ||
+        (buffer.Batched() && buffer.buffer.dimensions()[0] != a_indices.dimensions()[0])) {
+      return ffi::Error::InvalidArgument(std::string(buffer.name) +
+                                         " must have the batch axis of the first indices");
+    }
+  }
+  const int64_t rows_plus_one = named[1].Axis(0);
+  if (rows_plus_one < 1) return ffi::Error::InvalidArgument("indptr must hold at least 1 value");
+  JAXSPARSE_RETURN_IF_ERROR(CheckAxis(named[3], 0, rows_plus_one, "the first indptr's length"));
+  JAXSPARSE_RETURN_IF_ERROR(CheckAxis(named[6], 0, rows_plus_one, "the first indptr's length"));
+  JAXSPARSE_RETURN_IF_ERROR(
+      CheckAxis(named[4], 0, named[0].Axis(0) + named[2].Axis(0), "the entries of both"));
+  const int64_t largest = type == ffi::DataType::S32 ? std::numeric_limits<int32_t>::max()
+                                                     : std::numeric_limits<int64_t>::max();
+  if (named[4].Axis(0) > largest || named[5].Axis(0) > largest || rows_plus_one - 1 > largest) {
+    return ffi::Error::InvalidArgument("the entries and rows must fit the index type " +
+                                       TypeName(type));
+  }
+  return ffi::Error::Success();
+}
+
+ffi::Error CsrUnionImpl(ffi::ThreadPool pool, ffi::AnyBuffer a_indices, ffi::AnyBuffer a_indptr,
+                        ffi::AnyBuffer b_indices, ffi::AnyBuffer b_indptr, int64_t num_cols,
+                        ffi::Result<ffi::AnyBuffer> slots, ffi::Result<ffi::AnyBuffer> indices,
+                        ffi::Result<ffi::AnyBuffer> indptr) {
+  JAXSPARSE_RETURN_IF_ERROR(
+      CheckUnionBuffers(a_indices, a_indptr, b_indices, b_indptr, *slots, *indices, *indptr));
+  if (num_cols < 1) return ffi::Error::InvalidArgument("num_cols must be positive");
+  AdviseHugePages(slots);
+  AdviseHugePages(indices);
+  AdviseHugePages(indptr);
+  const Sizes sizes{Trailing(a_indptr, 1) - 1, num_cols, Trailing(a_indices, 1),
+                    Trailing(b_indices, 1), Trailing(*indices, 1)};
+  const int64_t batch = LeadingSize(a_indices, 1);
+  if (batch == 0) return ffi::Error::Success();
+  return WithIndexType(a_indices.element_type(), [&](auto index) {
+    using I = decltype(index);
+    const auto pair = [&](int64_t b) {
+      const int64_t rows = sizes.m + 1;
+      return Pair<I>{Data<I>(a_indices) + b * sizes.nnz_a,
+                     Data<I>(a_indptr) + b * rows,
+                     Data<I>(b_indices) + b * sizes.nnz_b,
+                     Data<I>(b_indptr) + b * rows,
+                     Data<I>(slots) + b * (sizes.nnz_a + sizes.nnz_b),
+                     Data<I>(indices) + b * sizes.nnz,
+                     Data<I>(indptr) + b * rows};
+    };
+    const int64_t work = sizes.nnz_a + sizes.nnz_b + sizes.m;
+    // One pair is cut into pieces of rows; a batch merges whole pairs side by side.
+    std::vector<std::string> problems(1);
+    if (batch == 1) {
+      problems[0] = MergePair(pool, NumParts(pool, work), pair(0), sizes);
+    } else {
+      const int64_t parts = std::min(batch, NumParts(pool, batch * work));
+      problems.resize(parts);
+      ParallelFor(pool, parts, [&](int64_t part) {
+        for (int64_t b = PieceStart(batch, parts, part);
+             b < PieceStart(batch, parts, part + 1) && problems[part].empty(); ++b) {
+          problems[part] = MergePair(pool, 1, pair(b), sizes);
+        }
+      });
+    }
+    for (const std::string& problem : problems) {
+      if (!problem.empty()) return ffi::Error::InvalidArgument("CSR sum: " + problem);
+    }
+    return ffi::Error::Success();
+  });
+}
+
+}  // namespace
+}  // namespace jaxsparse
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxsparseCsrUnion, jaxsparse::CsrUnionImpl,
+                              xla::ffi::Ffi::Bind()
+                                  .Ctx<xla::ffi::ThreadPool>()
+                                  .Arg<xla::ffi::AnyBuffer>()  // a_indices (nnz_a,)
+                                  .Arg<xla::ffi::AnyBuffer>()  // a_indptr (m + 1,)
+                                  .Arg<xla::ffi::AnyBuffer>()  // b_indices (nnz_b,)
+                                  .Arg<xla::ffi::AnyBuffer>()  // b_indptr (m + 1,)
+                                  .Attr<int64_t>("num_cols")
+                                  .Ret<xla::ffi::AnyBuffer>()  // slots (nnz_a + nnz_b,)
+                                  .Ret<xla::ffi::AnyBuffer>()  // indices (nnz,)
+                                  .Ret<xla::ffi::AnyBuffer>()  // indptr (m + 1,)
+);
