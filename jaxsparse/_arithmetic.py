@@ -27,7 +27,6 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.sparse
 
-from ._backend import resolve_backend
 from ._base import (
     SparseMatrix,
     _as_scalar,
@@ -64,7 +63,7 @@ from ._coordinates import (
 )
 from ._csr_union import union_structure
 from ._dia_layout import inside_mask
-from .kernels import native_csr
+from ._structure_primitive import runs_natively
 
 
 def _is_scalar(value) -> bool:
@@ -192,13 +191,11 @@ def _add_csr_pair(a, b, *, sign: int, dtype, nnz, operator: str):
 def _merges_natively(a, b) -> bool:
     """Whether the native row merge (`_csr_union`) adds these concrete structures here: both
     canonical (columns strictly increasing within rows), one matrix each, with entries,
-    and the merge built for the default device, a CPU."""
+    and the native merge the one an eager call runs (a sort on the host beats the search)."""
     return (
         a.nnz > 0
         and b.nnz > 0
-        and jax.default_backend() == "cpu"
-        and resolve_backend(None) != "xla"
-        and native_csr.takes_indices(index_dtype_for(a.shape, a.nnz + b.nnz), "cpu")
+        and runs_natively(index_dtype_for(a.shape, a.nnz + b.nnz))
         and may_repeat(a) is False
         and may_repeat(b) is False
     )
@@ -217,10 +214,12 @@ def _add_canonical(a, b, *, sign: int, dtype, nnz: int | None):
     nnz = found if nnz is None else nnz
     index_dtype = index_dtype_for(a.shape, nnz)
     values = _concatenated_values(a, b, sign=sign, dtype=dtype)
+    if nnz > found:  # padding entries belong to the last row
+        indptr = indptr.at[a.shape[0]].set(nnz)
     return type(a)(
         summed_values(values, slots, nnz),
         indices[:nnz].astype(index_dtype),
-        indptr.at[a.shape[0]].set(nnz).astype(index_dtype),
+        indptr.astype(index_dtype),
         a.shape,
     )
 
@@ -271,8 +270,11 @@ def _merged_rows(a, b, values, nnz: int):
     summed = eqx.error_if(
         summed, found > nnz, f"`nnz`={nnz} is smaller than the number of entries of the result"
     )
-    # Padding entries sit at the last position, as `csr_from_entries` places them.
-    return type(a)(summed, indices, indptr.at[a.shape[0]].set(nnz), a.shape)
+    # Padding entries sit at the last position, and the index dtype is the one
+    # `csr_from_entries` gives (the slots may need a wider one).
+    index_dtype = index_dtype_for(a.shape, nnz)
+    indptr = indptr.at[a.shape[0]].set(nnz)
+    return type(a)(summed, indices.astype(index_dtype), indptr.astype(index_dtype), a.shape)
 
 
 def _add_entries(a, b, *, sign: int, dtype, nnz, operator: str):

@@ -25,6 +25,16 @@ from ._families import PLATFORMS
 from .kernels import native_csr
 
 
+def runs_natively(index_dtype) -> bool:
+    """Whether an eager call with indices of `index_dtype` runs the native kernel: the
+    default device a CPU where it is built, and no `JAXSPARSE_BACKEND=xla`."""
+    return (
+        jax.default_backend() == "cpu"
+        and resolve_backend(None) != "xla"
+        and native_csr.takes_indices(index_dtype, "cpu")
+    )
+
+
 def structure_primitive(
     name: str, abstract_eval: Callable, *, native: Callable, portable: Callable
 ) -> Callable:

@@ -7,6 +7,8 @@
 #define JAXSPARSE_NATIVE_BUFFER_CHECKS_H_
 
 #include <cstdint>
+#include <initializer_list>
+#include <limits>
 #include <string>
 
 #include "xla/ffi/api/ffi.h"
@@ -129,6 +131,39 @@ inline ffi::Error CheckStructure(const ffi::AnyBuffer& indices, const ffi::AnyBu
   JAXSPARSE_RETURN_IF_ERROR(CheckBuffer({indptr, "indptr", 1}, type, /*may_batch=*/false));
   if (indptr.dimensions()[0] < 1) {
     return ffi::Error::InvalidArgument("indptr must hold m + 1 >= 1 values, got none");
+  }
+  return ffi::Error::Success();
+}
+
+// The index buffers of a CSR structure kernel: the first holds int32 or int64, and every one
+// holds its type with one axis and a batch axis of its size or none.
+template <size_t N>
+ffi::Error CheckIndexBuffers(const NamedBuffer (&named)[N]) {
+  const ffi::DataType type = named[0].buffer.element_type();
+  if (type != ffi::DataType::S32 && type != ffi::DataType::S64) {
+    return ffi::Error::InvalidArgument("indices must be int32 or int64, got " + TypeName(type));
+  }
+  for (const NamedBuffer& buffer : named) {
+    JAXSPARSE_RETURN_IF_ERROR(CheckBuffer(buffer, type, /*may_batch=*/true));
+    if (buffer.Batched() != named[0].Batched() ||
+        (buffer.Batched() && buffer.buffer.dimensions()[0] != named[0].buffer.dimensions()[0])) {
+      return ffi::Error::InvalidArgument(std::string(buffer.name) +
+                                         " must have the batch axis of " + named[0].name);
+    }
+  }
+  return ffi::Error::Success();
+}
+
+// Every extent (a count of entries or rows) fits index type `type`, so positions and rows
+// counted in it never overflow.
+inline ffi::Error CheckFitsIndexType(ffi::DataType type, std::initializer_list<int64_t> extents) {
+  const int64_t largest = type == ffi::DataType::S32 ? std::numeric_limits<int32_t>::max()
+                                                     : std::numeric_limits<int64_t>::max();
+  for (const int64_t extent : extents) {
+    if (extent > largest) {
+      return ffi::Error::InvalidArgument("the entries and rows must fit the index type " +
+                                         TypeName(type));
+    }
   }
   return ffi::Error::Success();
 }

@@ -12,7 +12,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <limits>
 #include <numeric>
 #include <string>
 #include <type_traits>
@@ -173,23 +172,12 @@ void Transpose(ffi::ThreadPool& pool, int64_t parts, const Member<I>& a, const S
 ffi::Error CheckTransposeBuffers(const ffi::AnyBuffer& indices, const ffi::AnyBuffer& indptr,
                                  const ffi::AnyBuffer& order, const ffi::AnyBuffer& indices_t,
                                  const ffi::AnyBuffer& indptr_t) {
-  const ffi::DataType type = indices.element_type();
-  if (type != ffi::DataType::S32 && type != ffi::DataType::S64) {
-    return ffi::Error::InvalidArgument("indices must be int32 or int64, got " + TypeName(type));
-  }
   const NamedBuffer named[] = {{indices, "indices", 1},
                                {indptr, "indptr", 1},
                                {order, "the order", 1},
                                {indices_t, "the transposed indices", 1},
                                {indptr_t, "the transposed indptr", 1}};
-  for (const NamedBuffer& buffer : named) {
-    JAXSPARSE_RETURN_IF_ERROR(CheckBuffer(buffer, type, /*may_batch=*/true));
-    if (buffer.Batched() != named[0].Batched() ||
-        (buffer.Batched() && buffer.buffer.dimensions()[0] != indices.dimensions()[0])) {
-      return ffi::Error::InvalidArgument(std::string(buffer.name) +
-                                         " must have the batch axis of indices");
-    }
-  }
+  JAXSPARSE_RETURN_IF_ERROR(CheckIndexBuffers(named));
   const int64_t nnz = named[0].Axis(0);
   JAXSPARSE_RETURN_IF_ERROR(CheckAxis(named[2], 0, nnz, "the length of indices"));
   JAXSPARSE_RETURN_IF_ERROR(CheckAxis(named[3], 0, nnz, "the length of indices"));
@@ -197,13 +185,7 @@ ffi::Error CheckTransposeBuffers(const ffi::AnyBuffer& indices, const ffi::AnyBu
     return ffi::Error::InvalidArgument(
         "indptr and the transposed indptr must hold at least 1 value");
   }
-  const int64_t largest = type == ffi::DataType::S32 ? std::numeric_limits<int32_t>::max()
-                                                     : std::numeric_limits<int64_t>::max();
-  if (nnz > largest || named[1].Axis(0) - 1 > largest) {
-    return ffi::Error::InvalidArgument("the entries and rows must fit the index type " +
-                                       TypeName(type));
-  }
-  return ffi::Error::Success();
+  return CheckFitsIndexType(indices.element_type(), {nnz, named[1].Axis(0) - 1});
 }
 
 ffi::Error CsrTransposeImpl(ffi::ThreadPool pool, ffi::AnyBuffer indices, ffi::AnyBuffer indptr,

@@ -208,10 +208,6 @@ ffi::Error CheckUnionBuffers(const ffi::AnyBuffer& a_indices, const ffi::AnyBuff
                              const ffi::AnyBuffer& b_indices, const ffi::AnyBuffer& b_indptr,
                              const ffi::AnyBuffer& slots, const ffi::AnyBuffer& indices,
                              const ffi::AnyBuffer& indptr) {
-  const ffi::DataType type = a_indices.element_type();
-  if (type != ffi::DataType::S32 && type != ffi::DataType::S64) {
-    return ffi::Error::InvalidArgument("indices must be int32 or int64, got " + TypeName(type));
-  }
   const NamedBuffer named[] = {{a_indices, "the first indices", 1},
                                {a_indptr, "the first indptr", 1},
                                {b_indices, "the second indices", 1},
@@ -219,27 +215,15 @@ ffi::Error CheckUnionBuffers(const ffi::AnyBuffer& a_indices, const ffi::AnyBuff
                                {slots, "the slots", 1},
                                {indices, "the sum's indices", 1},
                                {indptr, "the sum's indptr", 1}};
-  for (const NamedBuffer& buffer : named) {
-    JAXSPARSE_RETURN_IF_ERROR(CheckBuffer(buffer, type, /*may_batch=*/true));
-    if (buffer.Batched() != named[0].Batched() ||
-        (buffer.Batched() && buffer.buffer.dimensions()[0] != a_indices.dimensions()[0])) {
-      return ffi::Error::InvalidArgument(std::string(buffer.name) +
-                                         " must have the batch axis of the first indices");
-    }
-  }
+  JAXSPARSE_RETURN_IF_ERROR(CheckIndexBuffers(named));
   const int64_t rows_plus_one = named[1].Axis(0);
   if (rows_plus_one < 1) return ffi::Error::InvalidArgument("indptr must hold at least 1 value");
   JAXSPARSE_RETURN_IF_ERROR(CheckAxis(named[3], 0, rows_plus_one, "the first indptr's length"));
   JAXSPARSE_RETURN_IF_ERROR(CheckAxis(named[6], 0, rows_plus_one, "the first indptr's length"));
   JAXSPARSE_RETURN_IF_ERROR(
       CheckAxis(named[4], 0, named[0].Axis(0) + named[2].Axis(0), "the entries of both"));
-  const int64_t largest = type == ffi::DataType::S32 ? std::numeric_limits<int32_t>::max()
-                                                     : std::numeric_limits<int64_t>::max();
-  if (named[4].Axis(0) > largest || named[5].Axis(0) > largest || rows_plus_one - 1 > largest) {
-    return ffi::Error::InvalidArgument("the entries and rows must fit the index type " +
-                                       TypeName(type));
-  }
-  return ffi::Error::Success();
+  return CheckFitsIndexType(a_indices.element_type(),
+                            {named[4].Axis(0), named[5].Axis(0), rows_plus_one - 1});
 }
 
 ffi::Error CsrUnionImpl(ffi::ThreadPool pool, ffi::AnyBuffer a_indices, ffi::AnyBuffer a_indptr,
