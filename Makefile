@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.jaxsparse-installed
 
-.PHONY: demo test test-slow bench lint docs clean gpu-check gpu-compile
+.PHONY: demo test test-slow bench lint docs clean gpu-check gpu-compile gpu-native
 
 # The build requirements go into the venv first and the package builds there
 # (--no-build-isolation), so pip does not set up a second environment with its own copy of
@@ -42,6 +42,20 @@ bench: $(STAMP)
 GPU_PYTHON ?= python3
 gpu-check:
 	GPU_PYTHON=$(GPU_PYTHON) tools/gpu_check.sh
+
+# Not one of the two commands: the native CPU kernels built in place here for the GPU
+# machine's Python and jaxlib (GPU_NATIVE_PYTHON, GPU_NATIVE_JAXLIB), to carry there with
+# the tree and install with GPU_CHECK_NATIVE=prebuilt instead of compiling in the lease.
+GPU_NATIVE_PYTHON ?= $(shell ls -d $$HOME/.pyenv/versions/3.12.*/bin/python 2>/dev/null | tail -n 1)
+GPU_NATIVE_JAXLIB ?= 0.11.2
+GPU_NATIVE_VENV := .venv-gpu-native
+
+gpu-native:
+	@test -n "$(GPU_NATIVE_PYTHON)" || { echo "gpu-native needs Python 3.12: set GPU_NATIVE_PYTHON"; exit 1; }
+	test -x $(GPU_NATIVE_VENV)/bin/python || $(GPU_NATIVE_PYTHON) -m venv $(GPU_NATIVE_VENV)
+	$(GPU_NATIVE_VENV)/bin/python -m pip install --quiet jaxlib==$(GPU_NATIVE_JAXLIB) setuptools
+	JAXSPARSE_BUILD_NATIVE=1 $(GPU_NATIVE_VENV)/bin/python setup.py build_ext --inplace \
+		--build-temp build/gpu-native
 
 NATIVE_SOURCES := $(wildcard jaxsparse/kernels/native/*.cc jaxsparse/kernels/native/*.h)
 

@@ -1,12 +1,18 @@
 """Tile sweep for the Triton CSR product on this GPU: time per product (median of a jitted
-loop of dependent products) over the block sizes around the defaults, to pick them.
+loop of dependent products) over a grid of block sizes around the defaults, to pick them.
 
-    python benchmarks/gpu_csr_tiles.py [--rows 4194304]
+    python benchmarks/gpu_csr_tiles.py [--rows 4194304] [--ks 1,8,64] [--out tiles.json]
+
+Every variant is compiled first, on threads at once (compilation is most of a sweep's
+time and runs outside the GIL), then timed one after another on the idle GPU.
 """
 
 import argparse
+import concurrent.futures
 import dataclasses
 import functools
+import json
+import os
 import pathlib
 import sys
 
@@ -30,37 +36,50 @@ MATRICES = (
 
 
 def variants(default: BlockSizes, k: int) -> dict[str, BlockSizes]:
-    """The defaults and their neighbours: each changes one knob (two for equal tiles)."""
+    """The defaults and a grid around them.
+
+    k = 1: row blocks of 32-512 rows by 1-8 lanes (a row cap of at least 64 entries each),
+    and a few warp counts; k > 1: the row block halved, doubled and quartered, and 8
+    warps. Smaller row blocks take fewer registers a thread, so more warps fit on an SM
+    (counts: benchmarks/results/gpu-csr-registers-2026-11-26.txt)."""
     change = functools.partial(dataclasses.replace, default)
-    found = {
-        "default": default,
+    found = {"default": default}
+    if k == 1:
+        for rows in (32, 64, 128, 256, 512):
+            for lanes in (1, 2, 4, 8):
+                found[f"{rows} rows x {lanes} lanes"] = change(
+                    block_rows=rows, lanes=lanes, row_steps=max(8, 64 // lanes)
+                )
+        found |= {
+            "default, 8 warps": change(num_warps=8),
+            "128 rows, 8 warps": change(block_rows=128, num_warps=8),
+            "64 rows, 2 warps": change(block_rows=64, num_warps=2),
+            "long lanes /4": change(long_lanes=max(default.long_lanes // 4, 16)),
+            "long programs x4": change(long_programs=default.long_programs * 4),
+        }
+        return found
+    return found | {
         "rows x2": change(block_rows=default.block_rows * 2),
         "rows /2": change(block_rows=max(default.block_rows // 2, 1)),
+        "rows /4": change(block_rows=max(default.block_rows // 4, 1)),
         "8 warps": change(num_warps=8),
     }
-    if k == 1:
-        # Smaller row blocks need fewer registers a thread, so more warps fit on an SM
-        # (counts: benchmarks/results/gpu-csr-registers-2026-11-26.txt).
-        found |= {
-            "rows /4": change(block_rows=max(default.block_rows // 4, 1)),
-            "rows /8": change(block_rows=max(default.block_rows // 8, 1)),
-            "lanes /2, rows x2": change(
-                lanes=max(default.lanes // 2, 1), block_rows=default.block_rows * 2
-            ),
-            # One or two entries of each row a step, as in a gather per row and step;
-            # the row cap stays at 64 entries.
-            "1 lane x 128 rows": change(lanes=1, block_rows=128, row_steps=64),
-            "1 lane x 256 rows": change(lanes=1, block_rows=256, row_steps=64),
-            "2 lanes x 256 rows": change(lanes=2, block_rows=256, row_steps=32),
-            "row steps /2": change(row_steps=max(default.row_steps // 2, 1)),
-            "long lanes /4": change(long_lanes=max(default.long_lanes // 4, 16)),
-            "long programs /4": change(long_programs=max(default.long_programs // 4, 1)),
-        }
-    return found
 
 
-def sweep(rows: int, ks=(1, 8)) -> list[str]:
-    lines = []
+def _compiled(blocks: BlockSizes, shape, args):
+    product = functools.partial(csr_matmul_triton, shape=shape, block_sizes=blocks)
+
+    def loop(data, x, indices, indptr):
+        step = lambda _, y: product(data, y, indices, indptr)  # noqa: E731
+        return lax.fori_loop(0, gpu.LOOP, step, x)
+
+    return jax.jit(loop).lower(*args).compile()
+
+
+def sweep(rows: int, ks, found: list[dict]) -> None:
+    """Appends each matrix and `k`'s times to `found` as they are measured (an interrupt
+    keeps those done)."""
+    threads = concurrent.futures.ThreadPoolExecutor(max(os.cpu_count() or 1, 1))
     for name, build in MATRICES:
         csr = scipy.sparse.csr_array(gpu._normalized(build(rows, np.random.default_rng(0))))
         m, n = csr.shape
@@ -68,31 +87,48 @@ def sweep(rows: int, ks=(1, 8)) -> list[str]:
         data = data.astype(jnp.float32)
         for k in ks:
             x = jnp.asarray(np.random.default_rng(1).standard_normal((n, k)), jnp.float32)
+            args = (data, x, indices, indptr)
             default = BlockSizes().filled(platform="cuda", num_cols=k, mean_row_length=csr.nnz / m)
+            grid = variants(default, k)
+            jobs = {
+                label: threads.submit(_compiled, blocks, (m, n), args)
+                for label, blocks in grid.items()
+            }
             times = {}
-            for label, blocks in variants(default, k).items():
-                product = functools.partial(csr_matmul_triton, shape=(m, n), block_sizes=blocks)
-
-                def loop(data, x, indices, indptr, product=product):
-                    step = lambda _, y: product(data, y, indices, indptr)  # noqa: E731
-                    return lax.fori_loop(0, gpu.LOOP, step, x)
-
-                times[label] = gpu.median_time(jax.jit(loop), data, x, indices, indptr) / gpu.LOOP
+            for label, job in jobs.items():
+                try:
+                    times[label] = gpu.median_time(job.result(), *args) / gpu.LOOP
+                except Exception as error:  # a variant Triton cannot compile: say so, go on
+                    print(f"  {name} k={k} {label}: {type(error).__name__}: {str(error)[:160]}")
             best = min(times, key=times.get)
             cells = "  ".join(f"{label} {t * 1e6:.1f}" for label, t in times.items())
-            lines.append(f"{name} k={k}: best '{best}' {times[best] * 1e6:.1f} us | {cells}")
-            print(lines[-1], flush=True)
-            print(f"    default: {default}", flush=True)
-    return lines
+            print(f"{name} k={k}: best '{best}' {times[best] * 1e6:.1f} us | {cells}", flush=True)
+            print(f"    default: {default}\n    best: {grid[best]}", flush=True)
+            found.append(
+                {
+                    "matrix": name,
+                    "k": k,
+                    "mean_row_length": csr.nnz / m,
+                    "us": {label: t * 1e6 for label, t in times.items()},
+                    "blocks": {label: dataclasses.asdict(grid[label]) for label in times},
+                }
+            )
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=2**22)
+    parser.add_argument("--ks", default="1,8,64", help="columns of the dense operand")
+    parser.add_argument("--out", type=pathlib.Path, default=None)
     args = parser.parse_args()
     if jax.default_backend() != "gpu":
         sys.exit("benchmarks/gpu_csr_tiles.py needs a GPU.")
-    sweep(args.rows)
+    found = []
+    try:
+        sweep(args.rows, [int(k) for k in args.ks.split(",")], found)
+    finally:
+        if args.out:
+            args.out.write_text(json.dumps(found, indent=1))
 
 
 if __name__ == "__main__":

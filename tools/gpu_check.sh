@@ -1,20 +1,30 @@
 #!/usr/bin/env bash
 # `make gpu-check`, on a machine with a GPU whose Python already has JAX for it: install in
-# place, the GPU benchmark, the suite with "auto" on the GPU, the CPU-behaviour tests with
-# JAX on the CPU, the CSR tile sweep if GPU_CHECK_SWEEP=1, the tridiagonal solve on the
-# device against the host route, preconditioned CG (ILU(0) on the GPU); the benchmark's
-# summary table prints last. The benchmark runs first because its figures are what a short
-# lease is for. Every phase runs even when one before it failed, and each has a time limit
-# (an interrupt, after which the benchmark keeps the cases it timed and pytest prints its
+# place, then the phases named in GPU_CHECK_PHASES, in its order (by default all
+# but the sweep):
+#   benchmark  the GPU benchmark (benchmarks/gpu.py; its summary table prints last)
+#   gpu-tests  the suite with "auto" on the GPU
+#   cpu-tests  the CPU-behaviour tests with JAX on the CPU
+#   csr-tiles  the CSR tile sweep (benchmarks/gpu_csr_tiles.py; not by default)
+#   solve      the tridiagonal solve on the device against the host route
+#   linalg     preconditioned CG (ILU(0) on the GPU) against the host sweeps
+# The benchmark runs first because its figures are what a short lease is for. Every phase
+# runs even when one before it failed, and each has a time limit (an interrupt, after
+# which the benchmark and the sweep keep the cases they timed and pytest prints its
 # summary) so that the whole check ends within GPU_CHECK_BUDGET_S seconds (480: a 15-minute
 # lease's start, one check and a rerun). The exit status says whether all passed. Logs and
-# the benchmark's JSON go to $GPU_CHECK_LOGS.
+# the JSON results go to $GPU_CHECK_LOGS.
+#
+# GPU_CHECK_NATIVE=prebuilt installs without compiling the native CPU kernels, using the
+# in-place build that `make gpu-native` made for the GPU machine's Python and jaxlib
+# (carried with the tree); the compile there takes about two minutes of the lease.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 python=${GPU_PYTHON:-python3}
 logs=${GPU_CHECK_LOGS:-benchmarks/results/gpu-check}
-workers=${GPU_CHECK_WORKERS:-12}
+workers=${GPU_CHECK_WORKERS:-14}
 budget=${GPU_CHECK_BUDGET_S:-480}
+phases=${GPU_CHECK_PHASES:-benchmark gpu-tests cpu-tests solve linalg}
 mkdir -p "$logs"
 status=0
 export PYTHONUNBUFFERED=1  # a phase stopped at its limit still leaves its log
@@ -32,27 +42,49 @@ phase() {
     [[ $rc -eq 0 ]] || status=1
 }
 
-# The seconds left of the budget, keeping `reserve` for the phases after this one.
-left() { echo $((budget - SECONDS - $1 > 30 ? budget - SECONDS - $1 : 30)); }
+# A phase's limit: its own, or what is left of the budget if less (at least 30 s).
+limit() {
+    local left=$((budget - SECONDS))
+    echo $((left < $1 ? (left > 30 ? left : 30) : $1))
+}
 
 # No index: the GPU machines reach no network, and pip would wait for it.
-phase install 180 "$python" -m pip install --quiet --no-index --disable-pip-version-check \
-    --no-deps --no-build-isolation -e .
-phase benchmark "${GPU_CHECK_BENCHMARK_S:-200}" \
-    "$python" benchmarks/gpu.py --out "$logs/gpu.json"
-# The fast suite: the `slow` sweeps repeat its code paths, and CI runs them on CPUs.
-phase gpu-tests "$(left 150)" env XLA_PYTHON_CLIENT_PREALLOCATE=false \
-    "$python" -m pytest -q -n "$workers" -p no:cacheprovider -m "not on_cpu and not slow"
-phase cpu-tests "$(left 100)" env JAX_PLATFORMS=cpu \
-    "$python" -m pytest -q -n "$workers" -p no:cacheprovider -m "on_cpu and not slow"
-if [[ ${GPU_CHECK_SWEEP:-0} == 1 ]]; then
-    phase csr-tiles 120 "$python" benchmarks/gpu_csr_tiles.py
+build_native=1
+if [[ ${GPU_CHECK_NATIVE:-build} == prebuilt ]]; then
+    build_native=0
 fi
-# Tridiagonal spsolve on the device (cuSPARSE) against the host route and scipy, 10^6 rows.
-phase solve 60 "$python" benchmarks/solve.py --sections host
-# ILU(0)'s level-scheduled sweeps on the GPU against plain and Jacobi CG and the host
-# fallback (float64, 64^3 unknowns: a size that fits the budget).
-phase linalg "$(left 0)" "$python" benchmarks/eigen.py --only cg --cg-side 64
+phase install 180 env JAXSPARSE_BUILD_NATIVE=$build_native "$python" -m pip install --quiet \
+    --no-index --disable-pip-version-check --no-deps --no-build-isolation -e .
+"$python" -c "from jaxsparse.kernels import _native_library as n
+print('native CPU kernels:', n.INSTRUCTION_SET or n.UNAVAILABLE_REASON)" 2>&1 | tail -n 1
+# Each phase's own limit, cut to what is left of the budget.
+run_phase() {
+    case $1 in
+        benchmark)
+            phase benchmark "$(limit "${GPU_CHECK_BENCHMARK_S:-200}")" \
+                "$python" benchmarks/gpu.py --out "$logs/gpu.json" ;;
+        # The fast suite: the `slow` sweeps repeat its code paths, and CI runs them on CPUs.
+        gpu-tests)
+            phase gpu-tests "$(limit 240)" env XLA_PYTHON_CLIENT_PREALLOCATE=false \
+                "$python" -m pytest -q -n "$workers" -p no:cacheprovider -m "not on_cpu and not slow" ;;
+        cpu-tests)
+            phase cpu-tests "$(limit 100)" env JAX_PLATFORMS=cpu \
+                "$python" -m pytest -q -n "$workers" -p no:cacheprovider -m "on_cpu and not slow" ;;
+        csr-tiles)
+            phase csr-tiles "$(limit "${GPU_CHECK_SWEEP_S:-150}")" \
+                "$python" benchmarks/gpu_csr_tiles.py --out "$logs/csr-tiles.json" ;;
+        # Tridiagonal spsolve on the device (cuSPARSE) against the host route and scipy.
+        solve) phase solve "$(limit 60)" "$python" benchmarks/solve.py --sections host ;;
+        # ILU(0)'s level-scheduled sweeps on the GPU against plain and Jacobi CG and the host
+        # fallback (float64, 64^3 unknowns: a size that fits the budget).
+        linalg)
+            phase linalg "$(limit 60)" "$python" benchmarks/eigen.py --only cg --cg-side 64 ;;
+        *) echo "=== unknown phase $1"; status=1 ;;
+    esac
+}
+for name in $phases; do
+    run_phase "$name"
+done
 echo "=== total $SECONDS s"
-sed -n '/^== summary/,$p' "$logs/benchmark.log"
+[[ -f $logs/benchmark.log ]] && sed -n '/^== summary/,$p' "$logs/benchmark.log"
 exit $status
