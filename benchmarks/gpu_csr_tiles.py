@@ -3,8 +3,9 @@ loop of dependent products) over a grid of block sizes around the defaults, to p
 
     python benchmarks/gpu_csr_tiles.py [--rows 4194304] [--ks 1,8,64] [--out tiles.json]
 
-Every variant is compiled first, on threads at once (compilation is most of a sweep's
-time and runs outside the GIL), then timed one after another on the idle GPU.
+Every variant of a matrix and `k` is compiled first, on threads at once (compilation is
+most of a sweep's time and runs mostly outside the GIL), then all are timed one after
+another on the idle GPU.
 """
 
 import argparse
@@ -94,12 +95,18 @@ def sweep(rows: int, ks, found: list[dict]) -> None:
                 label: threads.submit(_compiled, blocks, (m, n), args)
                 for label, blocks in grid.items()
             }
-            times = {}
+            # Every compilation ends before any timing: a thread still lowering holds the
+            # GIL and would delay the timed calls' launches.
+            compiled = {}
             for label, job in jobs.items():
                 try:
-                    times[label] = gpu.median_time(job.result(), *args) / gpu.LOOP
+                    compiled[label] = job.result()
                 except Exception as error:  # a variant Triton cannot compile: say so, go on
                     print(f"  {name} k={k} {label}: {type(error).__name__}: {str(error)[:160]}")
+            times = {
+                label: gpu.median_time(program, *args) / gpu.LOOP
+                for label, program in compiled.items()
+            }
             best = min(times, key=times.get)
             cells = "  ".join(f"{label} {t * 1e6:.1f}" for label, t in times.items())
             print(f"{name} k={k}: best '{best}' {times[best] * 1e6:.1f} us | {cells}", flush=True)

@@ -184,13 +184,16 @@ def test_block_sizes():
     assert triton_csr.BlockSizes.get_default(platform="cuda", num_cols=1000).block_k == 64
     partial = triton_csr.BlockSizes(block_k=8, num_warps=4).filled(platform="cuda", num_cols=3)
     assert partial.block_k == 8 and partial.num_warps == 4 and partial.lanes is not None
-    # A row's lanes follow the mean row length; long rows start past 8 steps and 64 entries.
-    for mean, lanes in ((0.5, 1), (1.0, 1), (5.0, 4), (8.0, 8), (11.8, 8), (300.0, 32)):
+    # A row's lanes follow half the mean row length; long rows start past 8 steps and 64
+    # entries.
+    for mean, lanes in ((0.5, 1), (1.0, 1), (5.0, 2), (7.99, 4), (11.8, 4), (300.0, 32)):
         blocks = triton_csr.BlockSizes.get_default(
             platform="cuda", num_cols=1, mean_row_length=mean
         )
         assert blocks.lanes == lanes
         assert blocks.lanes * blocks.row_steps >= max(64, 8 * lanes)
+        assert 8 <= blocks.block_rows <= 128
+        assert blocks.block_rows * blocks.lanes <= 1024
     for module, platform in ((triton_csr, "metal"), (mosaic_tpu_csr, "cuda")):
         with pytest.raises(ValueError, match="platform"):
             module.BlockSizes.get_default(platform=platform, num_cols=1)

@@ -110,6 +110,34 @@ def test_preconditioners_in_jax_scipy_solvers(method):
     np.testing.assert_allclose(twin @ np.asarray(x), np.ones(A.shape[0]), atol=1e-8)
 
 
+def test_ilu0_levels_skip_stored_zeros_that_stay_zero():
+    """A 2-D stencil stored as diagonals has zeros where its grid lines wrap. Eagerly, the
+    level schedule does not wait on them (a level per grid diagonal, not a chain of all
+    rows); under `jit` every stored entry counts. The factors are the same either way, and
+    a stored zero that the elimination fills stays a dependency."""
+    side = 6
+    A, _ = poisson_2d(side)
+    traced = jax.jit(lambda A: js.linalg.spilu0(A, method="levels"))(A)
+    eager = js.linalg.spilu0(A, method="levels")
+    assert traced.forward_levels.shape[0] == side * side
+    assert eager.forward_levels.shape[0] == eager.backward_levels.shape[0] == 2 * side - 1
+    for ours, theirs in zip(eager.factors(), traced.factors(), strict=True):
+        np.testing.assert_allclose(np.asarray(ours), np.asarray(theirs), rtol=1e-14)
+    # (2, 1) is a stored zero that the pivot (2, 0) fills through (0, 1), so row 2 must
+    # wait for row 1, whose diagonal its pivot (2, 1) then divides by.
+    dense = np.array([[10, 1, 0, 0], [2, 10, 1, 0], [3, 0, 10, 1], [0, 4, 5, 10]], float)
+    twin = scipy.sparse.dia_array(dense)
+    offsets = list(twin.offsets)
+    assert sorted(offsets) == [-2, -1, 0, 1] and 0.0 in twin.data[offsets.index(-1)]
+    M = js.linalg.spilu0(js.DIAMatrix.from_scipy(twin), method="levels")
+    assert M.forward_levels.shape[0] == 4
+    band = np.subtract.outer(np.arange(4), np.arange(4))
+    lower, upper = dense_ilu0(dense, (band <= 2) & (band >= -1))
+    L, U = M.factors()
+    np.testing.assert_allclose(np.asarray(L), lower, atol=1e-14)
+    np.testing.assert_allclose(np.asarray(U), upper, atol=1e-14)
+
+
 def test_preconditioner_with_lineax():
     lineax = pytest.importorskip("lineax", reason="lineax is an optional extra")
     A, twin = poisson_2d(10)

@@ -15,6 +15,8 @@
 # lease's start, one check and a rerun). The exit status says whether all passed. Logs and
 # the JSON results go to $GPU_CHECK_LOGS.
 #
+# GPU_CHECK_BENCHMARK_ARGS and GPU_CHECK_PYTEST_ARGS pass more arguments to the benchmark
+# (`--formats csr --ks 1`) and to both suites (`-v`, whose per-test lines survive a cut).
 # GPU_CHECK_NATIVE=prebuilt installs without compiling the native CPU kernels, using the
 # in-place build that `make gpu-native` made for the GPU machine's Python and jaxlib
 # (carried with the tree); the compile there takes about two minutes of the lease.
@@ -62,14 +64,16 @@ run_phase() {
     case $1 in
         benchmark)
             phase benchmark "$(limit "${GPU_CHECK_BENCHMARK_S:-200}")" \
-                "$python" benchmarks/gpu.py --out "$logs/gpu.json" ;;
+                "$python" benchmarks/gpu.py --out "$logs/gpu.json" ${GPU_CHECK_BENCHMARK_ARGS:-} ;;
         # The fast suite: the `slow` sweeps repeat its code paths, and CI runs them on CPUs.
         gpu-tests)
             phase gpu-tests "$(limit 240)" env XLA_PYTHON_CLIENT_PREALLOCATE=false \
-                "$python" -m pytest -q -n "$workers" -p no:cacheprovider -m "not on_cpu and not slow" ;;
+                "$python" -m pytest -q -rfE -n "$workers" -p no:cacheprovider \
+                -m "not on_cpu and not slow" ${GPU_CHECK_PYTEST_ARGS:-} ;;
         cpu-tests)
             phase cpu-tests "$(limit 100)" env JAX_PLATFORMS=cpu \
-                "$python" -m pytest -q -n "$workers" -p no:cacheprovider -m "on_cpu and not slow" ;;
+                "$python" -m pytest -q -rfE -n "$workers" -p no:cacheprovider \
+                -m "on_cpu and not slow" ${GPU_CHECK_PYTEST_ARGS:-} ;;
         csr-tiles)
             phase csr-tiles "$(limit "${GPU_CHECK_SWEEP_S:-150}")" \
                 "$python" benchmarks/gpu_csr_tiles.py --out "$logs/csr-tiles.json" ;;
@@ -78,7 +82,7 @@ run_phase() {
         # ILU(0)'s level-scheduled sweeps on the GPU against plain and Jacobi CG and the host
         # fallback (float64, 64^3 unknowns: a size that fits the budget).
         linalg)
-            phase linalg "$(limit 60)" "$python" benchmarks/eigen.py --only cg --cg-side 64 ;;
+            phase linalg "$(limit 90)" "$python" benchmarks/eigen.py --only cg --cg-side 64 ;;
         *) echo "=== unknown phase $1"; status=1 ;;
     esac
 }

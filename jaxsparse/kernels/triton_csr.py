@@ -99,10 +99,14 @@ def supports(dtype, platform: str) -> bool:
     return jnp.issubdtype(dtype, jnp.floating)
 
 
-# Values per loop step that keep a program's tile in registers: the row-block tile is
-# `block_batch * block_rows * lanes * block_k`, the long-row tile `block_batch *
-# long_lanes * block_k`.
-_ROWS_TILE = 2048
+# Values per loop step of a program: the row-block tile is `block_batch * block_rows *
+# lanes * block_k`, the long-row tile `block_batch * long_lanes * block_k`. Row-block
+# tiles past 1024 values, or past 128 rows, take so many registers a thread that too few
+# warps fit on an SM to hide the gathers' latency (the H200 tile sweep in
+# benchmarks/results/gpu-csr-tiles-2026-11-27-h200.txt).
+_ROWS_TILE = 1024
+_MAX_BLOCK_ROWS = 128
+_MIN_BLOCK_ROWS = 8
 _LONG_TILE = 2048
 
 
@@ -143,18 +147,18 @@ class BlockSizes(_pallas.BlockSizes):
         """Defaults for a dense operand with `num_cols` columns on `platform`, `batch`
         matrices, and rows of `mean_row_length` entries on average (`nnz / m`).
 
-        A row's lanes are the largest power of 2 up to its mean length, so most rows take
-        one or two full steps; a row counts as long past 8 steps and at least 64 entries.
-        The tiles stay near 2048 values.
+        A row's lanes are the largest power of 2 up to half its mean length (rounded), so
+        most rows take two or three steps; a row counts as long past 8 steps and at least
+        64 entries. The row-block tile stays near 1024 values, with 8 to 128 rows.
         """
         _pallas.check_platform(platform, _PLATFORMS)
         block_k = min(pl.next_power_of_2(max(num_cols, 1)), 64)
         block_batch = min(pl.next_power_of_2(max(batch, 1)), 8)
-        lanes = min(1 << max(int(mean_row_length), 1).bit_length() - 1, 32)
+        lanes = min(1 << max(round(mean_row_length / 2), 1).bit_length() - 1, 32)
         rows_budget = _ROWS_TILE // (block_k * block_batch * lanes)
-        block_rows = max(rows_budget, 1)
-        if block_rows < 16:  # keep blocks of at least 16 rows: fewer lanes instead
-            block_rows = 16
+        block_rows = min(max(rows_budget, 1), _MAX_BLOCK_ROWS)
+        if block_rows < _MIN_BLOCK_ROWS:  # keep blocks of a few rows: fewer lanes instead
+            block_rows = _MIN_BLOCK_ROWS
             lanes = max(_ROWS_TILE // (block_k * block_batch * block_rows), 1)
         return cls(
             block_rows=block_rows,

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .._base import SparseMatrix
+from .._base import SparseMatrix, is_concrete
 from .._batching import refuse_batch
 from ..kernels.native_ilu0 import native_available
 from ._precondition import Preconditioner, check_square
@@ -73,7 +73,10 @@ def spilu0(A: SparseMatrix, *, method: str = "auto") -> Preconditioner:
     - `method`: `"native"` (C++ sweeps, CPU only: a `NativeILU0Preconditioner`),
       `"levels"` (level-scheduled JAX loops, every backend: an `ILU0Preconditioner`), or
       `"auto"` (the default): native when JAX's default backend is the CPU and the native
-      kernels are built, else levels.
+      kernels are built, else levels. The levels' schedule skips stored zeros that stay
+      zero when `A`'s values are concrete (a stencil stored as diagonals has them where
+      its grid lines wrap); under `jit` every stored entry counts, and such a stencil's
+      rows chain into as many levels as rows: build the levels outside `jit`.
 
     **Returns:** a preconditioner `M`; `M @ r` and `M(r)` apply it to `(n,)` or
     `(n, k)` operands. Pass it as `M=` to `jax.scipy.sparse.linalg.cg`, `gmres` or
@@ -96,8 +99,8 @@ def spilu0(A: SparseMatrix, *, method: str = "auto") -> Preconditioner:
     if method == "native":
         values = jnp.zeros((len(pattern.cols),), dtype).at[pattern.target].add(flat[pattern.source])
         return native_spilu0(pattern, values)
-    schedule = ilu0_schedule(pattern)
-    values = jnp.zeros((schedule.nnz,), dtype).at[pattern.target].add(flat[pattern.source])
+    values = jnp.zeros((len(pattern.cols),), dtype).at[pattern.target].add(flat[pattern.source])
+    schedule = ilu0_schedule(pattern, np.asarray(values) if is_concrete(values) else None)
     factored = _factorize(values, schedule)
     n = pattern.n
     return ILU0Preconditioner(

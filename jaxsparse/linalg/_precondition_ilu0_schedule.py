@@ -7,6 +7,15 @@ upper entries for the backward solve), so the rows of one level are independent 
 processed together. Every array is padded: row `n` and positions `nnz`, `nnz + 1` are
 scratch slots holding the values `0`, `0` and `1`, so padded work reads and writes nothing
 that matters.
+
+**Entries that stay zero are no dependency.** A stored position whose value is zero and
+that no elimination update reaches keeps the value zero in the factors, so the row it
+sits in does not wait for its column's row. Where the values are concrete, the levels
+skip those entries: a stencil stored as diagonals holds zeros where its grid lines wrap
+(the 7-point stencil's offset -1 at the start of each line), which would otherwise chain
+every row to the one before it, `n` levels instead of `nx + ny + nz`. The entries stay in
+the pattern (the factors are the same); only the order changes. Under `jit` the values
+are traced, and every stored entry counts.
 """
 
 import dataclasses
@@ -90,8 +99,9 @@ class Schedule:
     updates: np.ndarray  # (L, T, 3, U): per level and lower rank, (target, pivot, source)
 
 
-def ilu0_schedule(pattern: Pattern) -> Schedule:
-    """The level schedules of `pattern` (see the module)."""
+def ilu0_schedule(pattern: Pattern, values: np.ndarray | None = None) -> Schedule:
+    """The level schedules of `pattern` (see the module); `values` (on the pattern, when
+    concrete) lets the levels skip entries that stay zero."""
     n, indptr, cols = pattern.n, pattern.indptr, pattern.cols
     nnz = len(cols)
     rows = np.repeat(np.arange(n), np.diff(indptr))
@@ -106,8 +116,14 @@ def ilu0_schedule(pattern: Pattern) -> Schedule:
     upper_count = indptr[1:] - diagonal[:n] - 1
     lower_positions, lower_cols = _ell(indptr[:n], lower_count, cols, nnz, n)
     upper_positions, upper_cols = _ell(diagonal[:n] + 1, upper_count, cols, nnz, n)
-    forward = _levels(lower_cols[:n], n, reverse=False)
-    backward = _levels(upper_cols[:n], n, reverse=True)
+    eliminations = _eliminations(pattern, rows, lower_count)
+    # Per position (padding: nnz), whether it can hold a nonzero in the factors.
+    can_be_nonzero = np.ones(nnz + 1, bool)
+    if values is not None:
+        can_be_nonzero[:nnz] = values != 0
+        can_be_nonzero[eliminations[0]] = True
+    forward = _levels(np.where(can_be_nonzero[lower_positions], lower_cols, n)[:n], n, False)
+    backward = _levels(np.where(can_be_nonzero[upper_positions], upper_cols, n)[:n], n, True)
     return Schedule(
         nnz=nnz,
         diagonal=diagonal.astype(np.int32),
@@ -117,7 +133,7 @@ def ilu0_schedule(pattern: Pattern) -> Schedule:
         upper_cols=upper_cols,
         forward_levels=_group_rows(forward, n),
         backward_levels=_group_rows(backward, n),
-        updates=_updates(pattern, rows, lower_count, forward),
+        updates=_group_updates(eliminations, rows, indptr, lower_count, forward, nnz),
     )
 
 
@@ -136,7 +152,7 @@ def _ell(starts, counts, cols, nnz: int, n: int):
     )
 
 
-def _levels(dependency_cols: np.ndarray, n: int, *, reverse: bool) -> np.ndarray:
+def _levels(dependency_cols: np.ndarray, n: int, reverse: bool) -> np.ndarray:
     """Each row's level: one more than the highest level among the rows it depends on."""
     level = [0] * (n + 1)
     level[n] = -1
@@ -158,10 +174,10 @@ def _group_rows(level: np.ndarray, n: int) -> np.ndarray:
     return grouped
 
 
-def _updates(pattern: Pattern, rows, lower_count, level) -> np.ndarray:
-    """The elimination's updates `a[q] -= a[p] * a[r]`: for a strictly lower `p = (i, k)`,
-    every `q = (i, j)` with `j > k` whose `r = (k, j)` is in the pattern. They are grouped
-    by (level of `i`, rank of `p` in its row), the order the factorization visits them."""
+def _eliminations(pattern: Pattern, rows, lower_count):
+    """The elimination's updates `a[q] -= a[p] * a[r]` as `(targets q, pivots p, sources
+    r)`: for a strictly lower `p = (i, k)`, every `q = (i, j)` with `j > k` whose
+    `r = (k, j)` is in the pattern."""
     n, indptr, cols = pattern.n, pattern.indptr, pattern.cols
     nnz = len(cols)
     rank = np.arange(nnz) - indptr[rows]
@@ -174,16 +190,23 @@ def _updates(pattern: Pattern, rows, lower_count, level) -> np.ndarray:
     pattern_keys = rows * np.int64(n) + cols
     found = np.minimum(np.searchsorted(pattern_keys, keys), nnz - 1)
     exists = pattern_keys[found] == keys
-    pivot_of_pair, targets, sources = pivot_of_pair[exists], targets[exists], found[exists]
+    return targets[exists], pivot_of_pair[exists], found[exists]
+
+
+def _group_updates(eliminations, rows, indptr, lower_count, level, nnz: int) -> np.ndarray:
+    """The `eliminations` grouped by (level of `i`, rank of `p` in its row), the order the
+    factorization visits them: `(levels, lower width, 3, width)`, padded with `nnz`."""
+    targets, pivots, sources = eliminations
+    rank = pivots - indptr[rows[pivots]]
     lower_width = max(1, int(lower_count.max(initial=0)))
     levels = int(level.max(initial=0)) + 1
-    stage = level[rows[pivot_of_pair]] * lower_width + rank[pivot_of_pair]
+    stage = level[rows[pivots]] * lower_width + rank
     counts = np.bincount(stage, minlength=levels * lower_width)
     width = max(1, int(counts.max(initial=0)))
     order = np.argsort(stage, kind="stable")
     stage = stage[order]
     slot = np.arange(len(stage)) - (np.cumsum(counts) - counts)[stage]
     updates = np.full((levels * lower_width, 3, width), nnz, dtype=np.int32)
-    for field, values in enumerate((targets, pivot_of_pair, sources)):
+    for field, values in enumerate((targets, pivots, sources)):
         updates[stage, field, slot] = values[order]
     return updates.reshape(levels, lower_width, 3, width)
