@@ -203,6 +203,10 @@ class ShardedMatrix(eqx.Module):
     def _repr_structure(self) -> str:
         return ""
 
+    def _stores_nothing(self) -> bool:
+        """Whether no stored entry lies inside the matrix (every product is zero)."""
+        return False
+
     def _sharded_product(self, data, columns, *, transposed: bool, backend: str) -> jax.Array:
         """`S @ columns` (`S^T @ columns` if `transposed`): `columns` 2-D with the padded or
         the matrix's own number of rows, `data` the values in the product's dtype.
@@ -214,6 +218,13 @@ class ShardedMatrix(eqx.Module):
         m, n = self.shape
         padded_rows, out_rows = (padded_m, n) if transposed else (padded_n, m)
         own_length = columns.shape[0] != padded_rows
+        if self._stores_nothing():
+            # Zeros, without a per-device program: jaxlib 0.11.2's Shardy pass crashes the
+            # process compiling a `shard_map` whose (empty) matrix input goes unused.
+            padded_out = padded_n if transposed else padded_m
+            zeros = jnp.zeros((padded_out, columns.shape[1]), columns.dtype)
+            out = _rows_placed(zeros, self.mesh, self.axis)
+            return _first_rows(out, out_rows, self.mesh, self.axis) if own_length else out
         if own_length:
             columns = jnp.pad(columns, ((0, padded_rows - columns.shape[0]), (0, 0)))
         row_spec = P(self.axis, None)
@@ -371,6 +382,9 @@ class ShardedDIAMatrix(ShardedMatrix):
 
     def _leaf_specs(self) -> tuple:
         return (P(None, self.axis),)
+
+    def _stores_nothing(self) -> bool:
+        return not self.plan.local_offsets
 
     def _local_product(self, leaves, columns, *, transposed: bool, backend: str):
         (local_data,) = leaves

@@ -12,6 +12,9 @@ from jax.test_util import check_grads
 
 import jaxsparse as js
 
+# The native sweeps run on the CPU only: on a GPU machine they run in the CPU pass.
+METHODS = [pytest.param("native", marks=pytest.mark.on_cpu), "levels"]
+
 
 def dense_ilu0(dense: np.ndarray, pattern: np.ndarray):
     """ILU(0) by the textbook IKJ elimination, updates kept only where `pattern` is set."""
@@ -33,7 +36,7 @@ def diagonally_dominant_csr(rng, n, dtype):
     return js.CSRMatrix.from_scipy(twin).astype(dtype), twin
 
 
-@pytest.mark.parametrize("method", ["native", "levels"])
+@pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64, jnp.complex64, jnp.complex128])
 def test_ilu0_factors_match_dense_reference_csr(dtype, method):
     rng = np.random.default_rng(0)
@@ -51,7 +54,7 @@ def test_ilu0_factors_match_dense_reference_csr(dtype, method):
     np.testing.assert_allclose(np.asarray(M(R[:, 0])), expected[:, 0], atol=tolerance)
 
 
-@pytest.mark.parametrize("method", ["native", "levels"])
+@pytest.mark.parametrize("method", METHODS)
 def test_ilu0_of_dia_uses_whole_diagonals_and_runs_under_jit(method):
     """A DIA pattern is every slot of its diagonals inside the matrix (stored zeros too)."""
     rng = np.random.default_rng(1)
@@ -90,7 +93,7 @@ def poisson_2d(side: int):
     return js.DIAMatrix.from_scipy(twin), twin.tocsr()
 
 
-@pytest.mark.parametrize("method", ["native", "levels"])
+@pytest.mark.parametrize("method", METHODS)
 def test_preconditioners_in_jax_scipy_solvers(method):
     """With the same iteration budget, ILU(0) reaches a far smaller residual than no
     preconditioner in CG, GMRES and BiCGSTAB."""
@@ -150,7 +153,7 @@ def test_preconditioner_with_lineax():
     np.testing.assert_allclose(twin @ np.asarray(solution.value), np.ones(A.shape[0]), atol=1e-9)
 
 
-@pytest.mark.parametrize("method", ["native", "levels"])
+@pytest.mark.parametrize("method", METHODS)
 def test_lineax_preconditioners_passed_into_jit_compile_once(method):
     """`M.lineax_operator()` is a pytree: preconditioners of new values on one pattern,
     passed into `eqx.filter_jit`, reuse the compiled solve; the operator, its transpose
@@ -187,7 +190,7 @@ def test_lineax_preconditioners_passed_into_jit_compile_once(method):
     np.testing.assert_allclose(gradient, expected, atol=1e-9)
 
 
-@pytest.mark.parametrize("method", ["native", "levels"])
+@pytest.mark.parametrize("method", METHODS)
 def test_gradient_through_preconditioned_solve_ignores_the_preconditioner(method):
     """The preconditioner is a constant for autodiff: its own derivative is zero, and the
     gradient of a preconditioned CG solve equals the dense solve's."""
@@ -215,6 +218,7 @@ def test_gradient_through_preconditioned_solve_ignores_the_preconditioner(method
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-7, atol=1e-9)
 
 
+@pytest.mark.on_cpu
 def test_native_ilu0_is_linear_in_the_operand_and_matches_the_levels():
     """The native `M` is the level-scheduled one, and differentiates as the linear map it
     is in both modes (its transposed sweeps), also under `jax.vmap` over operands."""
@@ -233,6 +237,14 @@ def test_native_ilu0_is_linear_in_the_operand_and_matches_the_levels():
     np.testing.assert_allclose(np.asarray(transposed), expected, rtol=1e-10)
 
 
+@pytest.mark.skipif(jax.default_backend() == "cpu", reason="needs an accelerator (gpu-check)")
+def test_native_ilu0_of_a_matrix_on_an_accelerator_is_refused():
+    A, _ = poisson_2d(4)
+    with pytest.raises(ValueError, match="runs on the CPU"):
+        js.linalg.spilu0(A, method="native")
+
+
+@pytest.mark.on_cpu
 def test_native_ilu0_checks_buffers_and_pattern():
     """The FFI targets reject a wrong dtype or length and a pattern whose diagonal
     positions do not hold the diagonal, with an error, never reading out of bounds."""
@@ -276,7 +288,7 @@ def test_bad_input_raises():
         js.linalg.spilu0(A, method="gpu")
 
 
-@pytest.mark.parametrize("method", ["native", "levels"])
+@pytest.mark.parametrize("method", METHODS)
 def test_preconditioners_of_an_empty_matrix_apply_to_empty_operands(method):
     for A in (
         js.CSRMatrix.from_scipy(scipy.sparse.csr_array((0, 0))),

@@ -472,6 +472,7 @@ def test_eager_solves_compile_once(system):
     assert compiled == []
 
 
+@pytest.mark.on_cpu  # the native banded solve and SuperLU are the CPU's routes
 def test_vmap_over_right_hand_sides_is_one_multi_column_solve(monkeypatch):
     """DIA: the batch becomes columns of one native solve; CSR: one SuperLU solve of every
     member's columns on the host."""

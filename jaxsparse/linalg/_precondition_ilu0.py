@@ -94,6 +94,14 @@ def spilu0(A: SparseMatrix, *, method: str = "auto") -> Preconditioner:
         method = "native" if native else "levels"
     if method == "native" and not native_available(dtype):
         raise ValueError("spilu0: `method='native'` needs the native CPU kernels (not built).")
+    if method == "native" and is_concrete(A.data):
+        platforms = {device.platform for device in A.data.devices()}
+        if platforms != {"cpu"}:
+            raise ValueError(
+                f"spilu0: `method='native'` runs on the CPU, and `A` is on {sorted(platforms)}: "
+                "put `A` on the CPU (`jax.device_put(A, jax.devices('cpu')[0])`) or use "
+                "`method='levels'`."
+            )
     pattern = matrix_pattern(A)
     flat = lax.stop_gradient(A.data).astype(dtype).reshape(-1)
     if method == "native":
