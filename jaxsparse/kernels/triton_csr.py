@@ -103,7 +103,7 @@ def supports(dtype, platform: str) -> bool:
 # lanes * block_k`, the long-row tile `block_batch * long_lanes * block_k`. Row-block
 # tiles past 1024 values, or past 128 rows, take so many registers a thread that too few
 # warps fit on an SM to hide the gathers' latency (the H200 tile sweep in
-# benchmarks/results/gpu-csr-tiles-2026-11-27-h200.txt).
+# benchmarks/results/gpu-2026-11-27-h200.txt).
 _ROWS_TILE = 1024
 _MAX_BLOCK_ROWS = 128
 _MIN_BLOCK_ROWS = 8
