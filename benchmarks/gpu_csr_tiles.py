@@ -37,34 +37,33 @@ MATRICES = (
 
 
 def variants(default: BlockSizes, k: int) -> dict[str, BlockSizes]:
-    """The defaults and a grid around them.
-
-    k = 1: row blocks of 32-512 rows by 1-8 lanes (a row cap of at least 64 entries each),
-    and a few warp counts; k > 1: the row block halved, doubled and quartered, and 8
-    warps. Smaller row blocks take fewer registers a thread, so more warps fit on an SM
-    (counts: benchmarks/results/gpu-csr-registers-2026-11-26.txt)."""
+    """The defaults and a grid around them: row blocks by lanes (each with a row cap of at
+    least 64 entries), and the defaults with other warp counts and pipelining depths.
+    k = 1: 32-512 rows by 1-8 lanes and the long-row knobs; k = 8: 16-128 rows by 1-4
+    lanes; k = 64: 4-16 rows by 1-4 lanes. Smaller row blocks take fewer registers a
+    thread, so more warps fit on an SM (benchmarks/results/gpu-2026-11-27-h200.txt)."""
     change = functools.partial(dataclasses.replace, default)
+    grid = {1: ((32, 64, 128, 256, 512), (1, 2, 4, 8)), 8: ((16, 32, 64, 128), (1, 2, 4))}
+    rows_options, lanes_options = grid.get(k, ((4, 8, 16), (1, 2, 4)))
     found = {"default": default}
+    for rows in rows_options:
+        for lanes in lanes_options:
+            found[f"{rows} rows x {lanes} lanes"] = change(
+                block_rows=rows, lanes=lanes, row_steps=max(8, 64 // lanes)
+            )
+    found |= {
+        "2 warps": change(num_warps=2),
+        "8 warps": change(num_warps=8),
+        "1 stage": change(num_stages=1),
+        "3 stages": change(num_stages=3),
+    }
     if k == 1:
-        for rows in (32, 64, 128, 256, 512):
-            for lanes in (1, 2, 4, 8):
-                found[f"{rows} rows x {lanes} lanes"] = change(
-                    block_rows=rows, lanes=lanes, row_steps=max(8, 64 // lanes)
-                )
         found |= {
-            "default, 8 warps": change(num_warps=8),
-            "128 rows, 8 warps": change(block_rows=128, num_warps=8),
-            "64 rows, 2 warps": change(block_rows=64, num_warps=2),
             "long lanes /4": change(long_lanes=max(default.long_lanes // 4, 16)),
             "long programs x4": change(long_programs=default.long_programs * 4),
+            "long programs x32": change(long_programs=default.long_programs * 32),
         }
-        return found
-    return found | {
-        "rows x2": change(block_rows=default.block_rows * 2),
-        "rows /2": change(block_rows=max(default.block_rows // 2, 1)),
-        "rows /4": change(block_rows=max(default.block_rows // 4, 1)),
-        "8 warps": change(num_warps=8),
-    }
+    return found
 
 
 def _compiled(blocks: BlockSizes, shape, args):

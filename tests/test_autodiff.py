@@ -39,8 +39,8 @@ def dense_of(matrix, data):
     return rebuild(matrix, data).todense()
 
 
-# Interpret mode on CSR (two kernels per product, each emulated) keeps `A@x` in the fast
-# suite; its other sides run in `make test-slow`.
+# Interpret mode (each kernel emulated) keeps `A@x` in the fast suite; its other sides run
+# in `make test-slow`.
 @pytest.mark.parametrize(
     ("fmt", "backend", "side"),
     [
@@ -49,7 +49,7 @@ def dense_of(matrix, data):
             backend,
             side,
             id=f"{side}-{fmt}-{backend}",
-            marks=slow_unless((fmt, backend) != ("csr", "interpret") or side == "A@x"),
+            marks=slow_unless(backend != "interpret" or side == "A@x"),
         )
         for side in ("A@X", "A@x", "X@A")
         for fmt in FORMATS

@@ -369,8 +369,14 @@ _KERNELS = {
 }
 
 
-# One matrix per family in the fast suite; the other DIA matrix of each DIA family `slow`.
-@pytest.mark.parametrize("shared", [True, False], ids=["shared-operand", "batched-operand"])
+# One matrix per family with a batched operand in the fast suite; a shared operand (the
+# same kernels, one operand block for every member) and the other DIA matrix of each DIA
+# family `slow`.
+@pytest.mark.parametrize(
+    "shared",
+    [pytest.param(True, id="shared-operand", marks=pytest.mark.slow), False],
+    ids=["shared-operand", "batched-operand"],
+)
 @pytest.mark.parametrize(
     ("family", "case"),
     [

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.sparse
-from helpers import random_csr, random_dia, random_values
+from helpers import random_csr, random_dia, random_values, slow_unless
 from jax.test_util import check_grads
 
 import jaxsparse as js
@@ -144,8 +144,17 @@ def make_factor(rng, fmt, shape, offsets, dtype=np.float64):
     return random_csr(rng, shape, density=0.5, dtype=dtype, shuffle_columns=True)
 
 
+# Fast: the square factors under `jit` in every pairing of formats, and eagerly for one
+# format each; the rectangular factors (the same code with other offsets) run in
+# `make test-slow`.
 KRON_CASES = [
-    pytest.param(factors, formats, jit, id=f"{name}-{formats}-{'jit' if jit else 'eager'}")
+    pytest.param(
+        factors,
+        formats,
+        jit,
+        id=f"{name}-{formats}-{'jit' if jit else 'eager'}",
+        marks=slow_unless(name == "square"),
+    )
     for name, factors in KRON_FACTORS.items()
     for formats in ("dia-dia", "csr-csr", "csr-dia")
     for jit in (True, False)

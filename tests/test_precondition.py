@@ -153,7 +153,13 @@ def test_preconditioner_with_lineax():
     np.testing.assert_allclose(twin @ np.asarray(solution.value), np.ones(A.shape[0]), atol=1e-9)
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize(
+    "method",
+    [
+        pytest.param("native", marks=pytest.mark.on_cpu),
+        pytest.param("levels", marks=pytest.mark.slow),  # the same lineax wrapping
+    ],
+)
 def test_lineax_preconditioners_passed_into_jit_compile_once(method):
     """`M.lineax_operator()` is a pytree: preconditioners of new values on one pattern,
     passed into `eqx.filter_jit`, reuse the compiled solve; the operator, its transpose

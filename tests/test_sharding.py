@@ -54,7 +54,7 @@ def test_sharded_bytes_gradients_and_construction_on_eight_devices():
 @pytest.mark.parametrize(
     "axis_type, format",
     [
-        ("explicit", "csr"),
+        pytest.param("explicit", "csr", marks=pytest.mark.slow),
         pytest.param("explicit", "dia", marks=pytest.mark.slow),
         pytest.param("auto", "dia", marks=pytest.mark.slow),
         pytest.param("auto", "csr", marks=pytest.mark.slow),
