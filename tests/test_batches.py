@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.sparse
-from helpers import MATRICES, assert_close, random_csr, random_dia, random_values
+from helpers import MATRICES, assert_close, random_csr, random_dia, random_values, slow_unless
 from lowering import DIA_KERNEL_CALLS, KERNEL_CALLS, NEEDS_CROSS_LOWERING, lower
 
 import jaxsparse as js
@@ -40,9 +40,16 @@ def twin(matrix, data):
 # Every matrix on the XLA and CPU paths; the kernels in interpret mode on one matrix of each
 # kind (`test_kernels_take_the_batch_axis` covers them further).
 _INTERPRETED = ("dia-tall-beyond-matrix", "dia-many-diagonals", "csr-power-law")
+# Every matrix on "auto" (the native kernels here); on "xla" the matrices of the
+# interpreted set, the rest `slow`.
 _VALUE_CASES = [
     *[
-        pytest.param(case, backend, id=f"{case.name}-{backend}")
+        pytest.param(
+            case,
+            backend,
+            id=f"{case.name}-{backend}",
+            marks=slow_unless(backend == "auto" or case.name in _INTERPRETED),
+        )
         for case in MATRICES
         for backend in ("xla", "auto")
     ],

@@ -79,7 +79,7 @@ def _check_all_kernels(family, matrix, k, dtype, block_sizes, rng):
 
 # The fast suite keeps two structures per family (one with long rows, one with empty
 # rows); the rest run in `make test-slow`.
-_FAST_STRUCTURES = ("csr-power-law", "csr-empty-rows")
+_FAST_STRUCTURES = ("csr-power-law",)
 STRUCTURE_CASES = [
     pytest.param(
         case,

@@ -94,9 +94,16 @@ def _check_kernels(m, n, offsets, k, dtype, block_sizes=None, family="window"):
     assert not np.asarray(grad.astype(jnp.float64))[ignored_slots(offsets, (m, n))].any()
 
 
-# Every matrix in float32, and bfloat16 (the same kernels with a float32 accumulator) on an
-# unrolled and a looping matrix, in the fast suite; bfloat16 on the others is `slow`.
-_BFLOAT16_CASES = ("dia-tall-beyond-matrix", "dia-many-diagonals")
+# In the fast suite: float32 on the matrices whose diagonals run past the matrix, unrolled
+# and looping kernels, unsorted offsets, and bfloat16 (a float32 accumulator) on the
+# looping one; the other matrices and dtypes are `slow`.
+_FAST_CASES = (
+    "dia-tall-beyond-matrix",
+    "dia-27-point",
+    "dia-many-diagonals",
+    "dia-unsorted-offsets",
+)
+_BFLOAT16_CASES = ("dia-many-diagonals",)
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))
@@ -107,7 +114,9 @@ _BFLOAT16_CASES = ("dia-tall-beyond-matrix", "dia-many-diagonals")
             case,
             dtype,
             id=f"{case.name}-{np.dtype(dtype).name}",
-            marks=slow_unless(dtype is jnp.float32 or case.name in _BFLOAT16_CASES),
+            marks=slow_unless(
+                case.name in (_FAST_CASES if dtype is jnp.float32 else _BFLOAT16_CASES)
+            ),
         )
         for case in DIA_MATRICES
         for dtype in (jnp.float32, jnp.bfloat16)

@@ -256,6 +256,7 @@ def test_shift_invert_matches_scipy_under_jit(fmt, which):
     assert np.max(np.linalg.norm(twin @ v - v * np.asarray(w), axis=0)) < 1e-8
 
 
+@pytest.mark.slow  # shift-invert's compile-once; test_jit_reuses_compilation covers the rest
 def test_shifts_are_traced_values_so_a_sweep_compiles_once():
     """`sigma` is a value, not part of the compiled program: a sweep over shifts reuses one
     compilation, and shifts batch under `jit` and `vmap`."""

@@ -27,7 +27,16 @@ CASES = [
         )
         for case in MATRICES
     ],
-    *[pytest.param(case, jnp.float32, None, id=f"{case.name}-float32-vector") for case in _EXTRA],
+    *[
+        pytest.param(
+            case,
+            jnp.float32,
+            None,
+            id=f"{case.name}-float32-vector",
+            marks=slow_unless(case.fmt == "csr"),
+        )
+        for case in _EXTRA
+    ],
     *[
         pytest.param(
             case,

@@ -37,7 +37,15 @@ def diagonally_dominant_csr(rng, n, dtype):
 
 
 @pytest.mark.parametrize("method", METHODS)
-@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64, jnp.complex64, jnp.complex128])
+@pytest.mark.parametrize(
+    "dtype",
+    [
+        pytest.param(jnp.float32, marks=pytest.mark.slow),  # the float64 path, in float32
+        jnp.float64,
+        pytest.param(jnp.complex64, marks=pytest.mark.slow),
+        jnp.complex128,
+    ],
+)
 def test_ilu0_factors_match_dense_reference_csr(dtype, method):
     rng = np.random.default_rng(0)
     A, twin = diagonally_dominant_csr(rng, 25, dtype)

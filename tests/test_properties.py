@@ -2,6 +2,7 @@
 
 import jax.numpy as jnp
 import numpy as np
+import pytest
 import scipy.sparse
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -37,6 +38,7 @@ def assert_matches(actual, expected):
     np.testing.assert_allclose(np.asarray(actual), expected, rtol=1e-10, atol=1e-10)
 
 
+@pytest.mark.slow  # a random sweep over shapes the registry's tests cover
 @SETTINGS
 @given(dia_cases())
 def test_dia_matches_scipy(case):
@@ -53,6 +55,7 @@ def test_dia_matches_scipy(case):
     assert_matches(js.DIAMatrix.from_scipy(twin).todense(), dense)
 
 
+@pytest.mark.slow  # a random sweep over shapes the registry's tests cover
 @SETTINGS
 @given(csr_cases())
 def test_csr_matches_scipy(case):
