@@ -9,16 +9,35 @@ On a machine with an accelerator (`make gpu-check`), JAX's default device is the
 accelerator; tests of CPU behaviour (the native kernels, what `"auto"` runs on a CPU, CPU
 exports) carry `@pytest.mark.on_cpu`, and `make gpu-check` runs them in a second pass with
 `JAX_PLATFORMS=cpu`.
+
+The workers of one run share a persistent compilation cache in a directory of the run's
+own (removed when the run ends): a program one worker compiled, another loads instead of
+compiling it again. Compilation is most of the suite's time.
 """
 
+import os
+import shutil
+import tempfile
+
 import jax
+import pytest
 
 jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_numpy_dtype_promotion", "strict")
 jax.config.update("jax_default_matmul_precision", "highest")
 
 
+_SHARED_CACHE = "JAXSPARSE_TESTS_COMPILATION_CACHE"
+_CACHE_OWNER = pytest.StashKey[str]()
+
+
 def pytest_configure(config):
+    if _SHARED_CACHE not in os.environ:  # the controller (or a run without workers)
+        os.environ[_SHARED_CACHE] = tempfile.mkdtemp(prefix="jaxsparse-tests-cache-")
+        config.stash[_CACHE_OWNER] = os.environ[_SHARED_CACHE]
+    jax.config.update("jax_compilation_cache_dir", os.environ[_SHARED_CACHE])
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
     config.addinivalue_line(
         "markers", "on_cpu: a test of CPU behaviour (run with JAX_PLATFORMS=cpu on GPU machines)"
     )
@@ -26,3 +45,9 @@ def pytest_configure(config):
         "markers",
         "slow: an exhaustive sweep over a code path that faster tests already cover",
     )
+
+
+def pytest_unconfigure(config):
+    owned = config.stash.get(_CACHE_OWNER, None)
+    if owned is not None:
+        shutil.rmtree(owned, ignore_errors=True)
