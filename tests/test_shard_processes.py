@@ -64,6 +64,7 @@ def report(processes) -> str:
     )
 
 
+@pytest.mark.slow  # two processes; the one-process sharded runs are in tests/test_sharding.py
 def test_two_processes_load_their_rows_and_match_scipy(tmp_path):
     processes = start("checks", tmp_path)
     deadline = time.monotonic() + CHECKS_BOUND_S

@@ -32,6 +32,7 @@ def run_python(*args: str) -> str:
     return result.stdout
 
 
+@pytest.mark.slow  # the sweep; the examples below are the fast suite's sharded runs
 def test_sharded_products_on_eight_devices():
     out = run_python("tests/sharding_checks.py", "cases")
     assert out.rstrip().endswith("ALL SHARDING CHECKS PASSED")
