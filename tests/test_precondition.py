@@ -147,6 +147,15 @@ def test_ilu0_levels_skip_stored_zeros_that_stay_zero():
     L, U = M.factors()
     np.testing.assert_allclose(np.asarray(L), lower, atol=1e-14)
     np.testing.assert_allclose(np.asarray(U), upper, atol=1e-14)
+    # (2, 1) stays zero, and row 1's diagonal is zero until its elimination: the entry must
+    # not be divided by it early (0 / 0), as a schedule that only reorders rows would.
+    dense = np.array([[1, 1, 0], [2, 0, 1], [0, 0, 3]], float)
+    M = js.linalg.spilu0(js.DIAMatrix.from_scipy(scipy.sparse.dia_array(dense)), method="levels")
+    band = np.subtract.outer(np.arange(3), np.arange(3))
+    lower, upper = dense_ilu0(dense, np.abs(band) <= 1)
+    L, U = M.factors()
+    np.testing.assert_array_equal(np.asarray(L), lower)
+    np.testing.assert_array_equal(np.asarray(U), upper)
 
 
 def test_preconditioner_with_lineax():

@@ -8,14 +8,14 @@ processed together. Every array is padded: row `n` and positions `nnz`, `nnz + 1
 scratch slots holding the values `0`, `0` and `1`, so padded work reads and writes nothing
 that matters.
 
-**Entries that stay zero are no dependency.** A stored position whose value is zero and
-that no elimination update reaches keeps the value zero in the factors, so the row it
-sits in does not wait for its column's row. Where the values are concrete, the levels
-skip those entries: a stencil stored as diagonals holds zeros where its grid lines wrap
-(the 7-point stencil's offset -1 at the start of each line), which would otherwise chain
-every row to the one before it, `n` levels instead of `nx + ny + nz`. The entries stay in
-the pattern (the factors are the same); only the order changes. Under `jit` the values
-are traced, and every stored entry counts.
+**Entries that stay zero are left out.** A stored position whose value is zero and that
+no elimination update reaches keeps the value zero in the factors. Where the values are
+concrete, the schedule leaves such entries out (the tables read padding, zero, there) and
+the updates through them, so no row waits on them: a stencil stored as diagonals holds
+zeros where its grid lines wrap (the 7-point stencil's offset -1 at the start of each
+line), which would otherwise chain every row to the one before it, `n` levels instead of
+`nx + ny + nz`. The factors are the same. Under `jit` the values are traced, and every
+stored entry counts.
 """
 
 import dataclasses
@@ -114,16 +114,20 @@ def ilu0_schedule(pattern: Pattern, values: np.ndarray | None = None) -> Schedul
     diagonal = np.append(np.flatnonzero(is_diagonal), nnz + 1)
     lower_count = diagonal[:n] - indptr[:n]
     upper_count = indptr[1:] - diagonal[:n] - 1
-    lower_positions, lower_cols = _ell(indptr[:n], lower_count, cols, nnz, n)
-    upper_positions, upper_cols = _ell(diagonal[:n] + 1, upper_count, cols, nnz, n)
     eliminations = _eliminations(pattern, rows, lower_count)
-    # Per position (padding: nnz), whether it can hold a nonzero in the factors.
+    # Per position (padding: nnz), whether it can hold a nonzero in the factors; those
+    # that cannot leave the tables (padding reads zero) and the updates.
     can_be_nonzero = np.ones(nnz + 1, bool)
     if values is not None:
         can_be_nonzero[:nnz] = values != 0
         can_be_nonzero[eliminations[0]] = True
-    forward = _levels(np.where(can_be_nonzero[lower_positions], lower_cols, n)[:n], n, False)
-    backward = _levels(np.where(can_be_nonzero[upper_positions], upper_cols, n)[:n], n, True)
+        targets, pivots, sources = eliminations
+        kept = can_be_nonzero[pivots] & can_be_nonzero[sources]
+        eliminations = (targets[kept], pivots[kept], sources[kept])
+    lower_positions, lower_cols = _ell(indptr[:n], lower_count, cols, nnz, n, can_be_nonzero)
+    upper_positions, upper_cols = _ell(diagonal[:n] + 1, upper_count, cols, nnz, n, can_be_nonzero)
+    forward = _levels(lower_cols[:n], n, reverse=False)
+    backward = _levels(upper_cols[:n], n, reverse=True)
     return Schedule(
         nnz=nnz,
         diagonal=diagonal.astype(np.int32),
@@ -137,12 +141,14 @@ def ilu0_schedule(pattern: Pattern, values: np.ndarray | None = None) -> Schedul
     )
 
 
-def _ell(starts, counts, cols, nnz: int, n: int):
-    """Rows' runs of entries `[start, start + count)` as padded `(n + 1, width)` arrays."""
+def _ell(starts, counts, cols, nnz: int, n: int, kept):
+    """Rows' runs of entries `[start, start + count)` as padded `(n + 1, width)` arrays;
+    the positions not `kept` are padding too."""
     width = max(1, int(counts.max(initial=0)))
     rank = np.arange(width)
     positions = starts[:, None] + rank[None, :]
     present = rank[None, :] < counts[:, None]
+    present &= kept[np.where(present, positions, nnz)]
     positions = np.where(present, positions, nnz)
     entry_cols = np.where(present, cols[np.minimum(positions, len(cols) - 1)], n)
     pad = np.full((1, width), nnz)
@@ -152,7 +158,7 @@ def _ell(starts, counts, cols, nnz: int, n: int):
     )
 
 
-def _levels(dependency_cols: np.ndarray, n: int, reverse: bool) -> np.ndarray:
+def _levels(dependency_cols: np.ndarray, n: int, *, reverse: bool) -> np.ndarray:
     """Each row's level: one more than the highest level among the rows it depends on."""
     level = [0] * (n + 1)
     level[n] = -1
