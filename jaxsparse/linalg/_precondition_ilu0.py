@@ -104,10 +104,9 @@ def spilu0(A: SparseMatrix, *, method: str = "auto") -> Preconditioner:
             )
     pattern = matrix_pattern(A)
     flat = lax.stop_gradient(A.data).astype(dtype).reshape(-1)
-    if method == "native":
-        values = jnp.zeros((len(pattern.cols),), dtype).at[pattern.target].add(flat[pattern.source])
-        return native_spilu0(pattern, values)
     values = jnp.zeros((len(pattern.cols),), dtype).at[pattern.target].add(flat[pattern.source])
+    if method == "native":
+        return native_spilu0(pattern, values)
     schedule = ilu0_schedule(pattern, np.asarray(values) if is_concrete(values) else None)
     factored = _factorize(values, schedule)
     n = pattern.n
