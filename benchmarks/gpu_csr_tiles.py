@@ -30,20 +30,21 @@ import matrices  # noqa: E402
 from jaxsparse.kernels.triton_csr import BlockSizes, csr_matmul_triton  # noqa: E402
 
 MATRICES = (
-    ("poisson2d-5pt", matrices.poisson2d),
     ("random-8", functools.partial(matrices.random_uniform, per_row=8)),
     ("power-law", matrices.power_law),
+    ("poisson2d-5pt", matrices.poisson2d),
 )
 
 
 def variants(default: BlockSizes, k: int) -> dict[str, BlockSizes]:
     """The defaults and a grid around them: row blocks by lanes (each with a row cap of at
     least 64 entries), and the defaults with other warp counts and pipelining depths.
-    k = 1: 32-512 rows by 1-8 lanes and the long-row knobs; k = 8: 16-128 rows by 1-4
-    lanes; k = 64: 4-16 rows by 1-4 lanes. Smaller row blocks take fewer registers a
-    thread, so more warps fit on an SM (benchmarks/results/gpu-2026-11-27-h200.txt)."""
+    k = 1: 64-256 rows by 1-8 lanes, the long-row knobs and the row cap; k = 8: 16-64 rows
+    by 1-4 lanes; k = 64: 4-16 rows by 1-4 lanes. Up to k = 8 the grid also runs with the
+    other cache hints. Smaller row blocks take fewer registers a thread, so more warps
+    fit on an SM (benchmarks/results/gpu-2026-11-27-h200.txt)."""
     change = functools.partial(dataclasses.replace, default)
-    grid = {1: ((32, 64, 128, 256, 512), (1, 2, 4, 8)), 8: ((16, 32, 64, 128), (1, 2, 4))}
+    grid = {1: ((64, 128, 256), (1, 2, 4, 8)), 8: ((16, 32, 64), (1, 2, 4))}
     rows_options, lanes_options = grid.get(k, ((4, 8, 16), (1, 2, 4)))
     found = {"default": default}
     for rows in rows_options:
@@ -51,6 +52,13 @@ def variants(default: BlockSizes, k: int) -> dict[str, BlockSizes]:
             found[f"{rows} rows x {lanes} lanes"] = change(
                 block_rows=rows, lanes=lanes, row_steps=max(8, 64 // lanes)
             )
+    if k <= 8:  # the grid again with the other cache hints
+        found |= {
+            f"{label}, hints {not blocks.cache_hints}": dataclasses.replace(
+                blocks, cache_hints=not blocks.cache_hints
+            )
+            for label, blocks in found.items()
+        }
     found |= {
         "2 warps": change(num_warps=2),
         "8 warps": change(num_warps=8),
@@ -62,6 +70,8 @@ def variants(default: BlockSizes, k: int) -> dict[str, BlockSizes]:
             "long lanes /4": change(long_lanes=max(default.long_lanes // 4, 16)),
             "long programs x4": change(long_programs=default.long_programs * 4),
             "long programs x32": change(long_programs=default.long_programs * 32),
+            "row cap /2": change(row_steps=max(default.row_steps // 2, 1)),
+            "row cap x2": change(row_steps=default.row_steps * 2),
         }
     return found
 

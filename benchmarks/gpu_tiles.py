@@ -1,9 +1,11 @@
 """Tile sweep for the Triton DIA kernels on this GPU: time per product (median of a
-jitted loop of dependent products) over block sizes and warps, to pick the defaults.
+jitted loop of dependent products) over block sizes, warps and cache hints, to pick the
+defaults.
 
-    python benchmarks/gpu_tiles.py
+    python benchmarks/gpu_tiles.py [--ks 1,8,64] [--products-only]
 """
 
+import argparse
 import functools
 import itertools
 import pathlib
@@ -32,25 +34,27 @@ def _looped(step):
     return jax.jit(lambda a, y: lax.fori_loop(0, LOOP, lambda _, y: step(a, y), y))
 
 
-def sweep(name, build, rows, k):
+def sweep(name, build, rows, k, products_only=False):
     S = build(rows, np.random.default_rng(0))
     offsets, shape = tuple(int(o) for o in S.offsets), S.shape
     data = jnp.asarray(S.data / np.abs(S.data).sum(0).max(), jnp.float32)
     x = jnp.asarray(np.random.default_rng(1).standard_normal((shape[1], k)), jnp.float32)
     ideal = (len(offsets) * shape[1] + 2 * shape[0] * k) * 4
     results = []
-    for rows_, warps in itertools.product((128, 256, 512, 1024, 2048), (4, 8)):
+    for rows_, warps, hints in itertools.product(
+        (128, 256, 512, 1024, 2048), (4, 8), (False, True)
+    ):
         cols = min(k, 64)
         if rows_ * cols > 32768:
             continue
-        blocks = BlockSizes(block_rows=rows_, block_cols=cols, num_warps=warps)
+        blocks = BlockSizes(block_rows=rows_, block_cols=cols, num_warps=warps, cache_hints=hints)
         product = functools.partial(
             dia_matmul_triton, offsets=offsets, shape=shape, block_sizes=blocks
         )
         t = _time(_looped(product), data, x)
-        results.append(("matmul", rows_, cols, warps, t, ideal / t / 1e9))
+        results.append(("matmul", rows_, cols, f"{warps}, hints {hints}", t, ideal / t / 1e9))
     for rows_, cols, warps in itertools.product((32, 64, 128, 256, 512), (8, 16, 32, 64), (4, 8)):
-        if cols > max(k, 8) or (k == 1 and cols != 8) or rows_ * cols > 16384:
+        if products_only or cols > max(k, 8) or (k == 1 and cols != 8) or rows_ * cols > 16384:
             continue
         blocks = BlockSizes(block_rows=rows_, block_cols=cols, num_warps=warps)
         sddmm = jax.jit(
@@ -66,6 +70,10 @@ def sweep(name, build, rows, k):
 
 
 if __name__ == "__main__":
-    for k in (1, 8, 64):
-        sweep("5pt", matrices.poisson2d, 2**22, k)
-        sweep("27pt", matrices.stencil27, 2**22, k)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--ks", default="1,8,64", help="columns of the dense operand")
+    parser.add_argument("--products-only", action="store_true", help="no data-gradient tiles")
+    args = parser.parse_args()
+    for k in (int(k) for k in args.ks.split(",")):
+        sweep("5pt", matrices.poisson2d, 2**22, k, args.products_only)
+        sweep("27pt", matrices.stencil27, 2**22, k, args.products_only)

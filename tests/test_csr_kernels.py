@@ -23,7 +23,13 @@ FAMILIES = {
         triton_csr,
         "cuda",
         triton_csr.BlockSizes(
-            block_rows=4, lanes=2, row_steps=2, long_lanes=8, long_programs=3, block_k=4
+            block_rows=4,
+            lanes=2,
+            row_steps=2,
+            long_lanes=8,
+            long_programs=3,
+            block_k=4,
+            cache_hints=True,
         ),
         (triton_csr.csr_matmul_triton, triton_csr.csr_matmul_t_triton, triton_csr.csr_sddmm_triton),
     ),
@@ -175,6 +181,8 @@ def test_block_sizes():
         triton_csr.BlockSizes(num_warps=6)
     with pytest.raises(ValueError, match="num_stages"):
         triton_csr.BlockSizes(num_stages=0)
+    with pytest.raises(TypeError, match="cache_hints"):
+        triton_csr.BlockSizes(cache_hints=1)
     with pytest.raises(ValueError, match="block_rows"):
         mosaic_tpu_csr.BlockSizes(block_rows=4)
     with pytest.raises(ValueError, match="block_nnz"):

@@ -6,6 +6,8 @@
 #   gpu-tests  the suite with "auto" on the GPU
 #   cpu-tests  the CPU-behaviour tests with JAX on the CPU
 #   csr-tiles  the CSR tile sweep (benchmarks/gpu_csr_tiles.py; not by default)
+#   kernels    each kernel's time in our products, gradient steps and cuSPARSE's, by
+#              Nsight Compute (benchmarks/gpu_kernel_times.py; not by default)
 #   solve      the tridiagonal solve on the device against the host route
 #   linalg     preconditioned CG (ILU(0) on the GPU) against the host sweeps
 # The benchmark runs first because its figures are what a short lease is for. Every phase
@@ -15,8 +17,9 @@
 # lease's start, one check and a rerun). The exit status says whether all passed. Logs and
 # the JSON results go to $GPU_CHECK_LOGS.
 #
-# GPU_CHECK_BENCHMARK_ARGS and GPU_CHECK_PYTEST_ARGS pass more arguments to the benchmark
-# (`--formats csr --ks 1`) and to both suites (`-v`, whose per-test lines survive a cut).
+# GPU_CHECK_BENCHMARK_ARGS, GPU_CHECK_SWEEP_ARGS and GPU_CHECK_PYTEST_ARGS pass more
+# arguments to the benchmark (`--formats csr --ks 1`), the sweep (`--ks 1,8`) and both
+# suites (`-v`, whose per-test lines survive a cut).
 # GPU_CHECK_NATIVE=prebuilt installs without compiling the native CPU kernels, using the
 # in-place build that `make gpu-native` made for the GPU machine's Python and jaxlib
 # (carried with the tree); the compile there takes about two minutes of the lease.
@@ -76,7 +79,18 @@ run_phase() {
                 -m "on_cpu and not slow" ${GPU_CHECK_PYTEST_ARGS:-} ;;
         csr-tiles)
             phase csr-tiles "$(limit "${GPU_CHECK_SWEEP_S:-150}")" \
-                "$python" benchmarks/gpu_csr_tiles.py --out "$logs/csr-tiles.json" ;;
+                "$python" benchmarks/gpu_csr_tiles.py --out "$logs/csr-tiles.json" \
+                ${GPU_CHECK_SWEEP_ARGS:-} ;;
+        kernels)
+            local ncu metrics
+            ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -n 1)
+            metrics=gpu__time_duration.sum,dram__bytes.sum,launch__registers_per_thread
+            metrics+=,sm__warps_active.avg.pct_of_peak_sustained_active
+            phase kernels "$(limit "${GPU_CHECK_KERNELS_S:-90}")" bash -c "$ncu --csv \
+                --clock-control none --profile-from-start off --print-units base \
+                --metrics $metrics --log-file $logs/ncu.csv \
+                $python benchmarks/gpu_kernel_times.py run $logs/calls.txt \
+                && $python benchmarks/gpu_kernel_times.py report $logs/ncu.csv $logs/calls.txt" ;;
         # Tridiagonal spsolve on the device (cuSPARSE) against the host route and scipy.
         solve) phase solve "$(limit 60)" "$python" benchmarks/solve.py --sections host ;;
         # ILU(0)'s level-scheduled sweeps on the GPU against plain and Jacobi CG and the host

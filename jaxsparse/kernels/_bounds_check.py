@@ -38,10 +38,12 @@ def out_of_bounds_reports():
         jax.clear_caches()
 
 
-def load(ref, index: tuple, *, mask, other):
-    """`ref[index]` where `mask`, `other` elsewhere; masked lanes read nothing."""
+def load(ref, index: tuple, *, mask, other, eviction_policy: str | None = None):
+    """`ref[index]` where `mask`, `other` elsewhere; masked lanes read nothing.
+    `eviction_policy`: Triton's cache hint, `"evict_first"` for values read once (they
+    leave the cache first), `"evict_last"` for values read again."""
     _report("load", ref, index, mask)
-    return plgpu.load(ref.at[index], mask=mask, other=other)
+    return plgpu.load(ref.at[index], mask=mask, other=other, eviction_policy=eviction_policy)
 
 
 def store(ref, index: tuple, value, *, mask):

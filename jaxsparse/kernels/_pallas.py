@@ -68,6 +68,11 @@ def tile(*, minimum: int = 1, power_of_two: bool = True):
     )
 
 
+def switch():
+    """A field of a `BlockSizes`: `None` (pick the default), `True` or `False`."""
+    return dataclasses.field(default=None, metadata={"switch": True})
+
+
 @dataclasses.dataclass(frozen=True)
 class BlockSizes:
     """The base of a kernel file's block sizes: a frozen dataclass whose fields are
@@ -78,6 +83,10 @@ class BlockSizes:
         for field in dataclasses.fields(self):
             value, rules = getattr(self, field.name), field.metadata
             if value is None:
+                continue
+            if rules.get("switch"):
+                if not isinstance(value, bool):
+                    raise TypeError(f"{field.name}={value!r} must be True, False or None")
                 continue
             if rules["power_of_two"] and not is_power_of_two(value):
                 raise ValueError(f"{field.name}={value} must be a positive power of 2")

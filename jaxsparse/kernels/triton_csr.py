@@ -125,6 +125,8 @@ class BlockSizes(_pallas.BlockSizes):
     - `block_batch`: batch members per program (batched calls); a power of 2.
     - `num_warps`, `num_stages`: Triton's warps per program and software-pipelining stages
       (`None` leaves Triton's own defaults).
+    - `cache_hints`: load the entries (read once) with Triton's `evict_first` policy and
+      the dense operand's gathered rows (read again by other rows) with `evict_last`.
 
     `None` tile fields are filled by `get_default` from the platform, the number of
     columns `k`, the batch and the mean row length.
@@ -139,6 +141,7 @@ class BlockSizes(_pallas.BlockSizes):
     block_batch: int | None = _pallas.tile()
     num_warps: int | None = _pallas.tile()
     num_stages: int | None = _pallas.tile(power_of_two=False)
+    cache_hints: bool | None = _pallas.switch()
 
     @classmethod
     def get_default(
@@ -168,6 +171,7 @@ class BlockSizes(_pallas.BlockSizes):
             long_programs=1024,
             block_k=block_k,
             block_batch=block_batch,
+            cache_hints=False,
         )
 
     def filled(
@@ -202,6 +206,17 @@ class _Tiles:
     owned: int  # blocks each long-row program owns, rounded up to a power of 2
     block_k: int
     block_batch: int
+    cache_hints: bool
+
+    @property
+    def read_once(self) -> str | None:
+        """The eviction policy of the entries' loads (see `BlockSizes.cache_hints`)."""
+        return "evict_first" if self.cache_hints else None
+
+    @property
+    def read_again(self) -> str | None:
+        """The eviction policy of the dense operand's gathers."""
+        return "evict_last" if self.cache_hints else None
 
 
 def _k_columns(tiles: _Tiles, k_block):
@@ -234,25 +249,30 @@ def _block_rows(indptr_ref, tiles: _Tiles, block):
     return out_rows, row_mask, starts, jnp.where(bad, 0, ends - starts), bad
 
 
-def _gather(ref, batched: bool, members, member_mask, entries, entry_mask, k_cols, k_mask):
+def _gather(
+    ref, batched: bool, members, member_mask, entries, entry_mask, k_cols, k_mask, policy=None
+):
     """`ref[(member,) entry, k_col]` for `entries` of shape `S`: `(block_batch, *S,
-    block_k)` if `batched`, else `(1, *S, block_k)`; masked lanes read nothing."""
+    block_k)` if `batched`, else `(1, *S, block_k)`; masked lanes read nothing. `policy`:
+    the loads' eviction policy."""
     entries, entry_mask = entries[..., None], entry_mask[..., None]
     k_cols = k_cols.reshape((1,) * (entries.ndim - 1) + (-1,))
     k_mask = k_mask.reshape(k_cols.shape)
     if not batched:
-        return load(ref, (entries, k_cols), mask=entry_mask & k_mask, other=0)[None]
+        mask = entry_mask & k_mask
+        return load(ref, (entries, k_cols), mask=mask, other=0, eviction_policy=policy)[None]
     lead = (-1,) + (1,) * entries.ndim
     members, member_mask = members.reshape(lead), member_mask.reshape(lead)
     mask = member_mask & entry_mask[None] & k_mask[None]
-    return load(ref, (members, entries[None], k_cols[None]), mask=mask, other=0)
+    index = (members, entries[None], k_cols[None])
+    return load(ref, index, mask=mask, other=0, eviction_policy=policy)
 
 
 def _entries(indices_ref, tiles: _Tiles, positions, mask):
     """Columns of the entries at `positions` (masked lanes: column 0), and which of the
     unmasked ones lie outside `[0, n)`."""
     positions = jnp.where(mask, positions, 0)
-    cols = load(indices_ref, (positions,), mask=mask, other=0)
+    cols = load(indices_ref, (positions,), mask=mask, other=0, eviction_policy=tiles.read_once)
     outside = mask & ((cols < 0) | (cols >= tiles.n))
     return positions, jnp.where(outside, 0, cols), outside
 
@@ -265,12 +285,13 @@ def _step_entries(indices_ref, tiles: _Tiles, starts, lengths, lane, lanes: int,
     return mask, *_entries(indices_ref, tiles, starts[..., None] + offset, mask)
 
 
-def _entry_values(data_ref, members, member_mask, positions, mask):
+def _entry_values(data_ref, tiles: _Tiles, members, member_mask, positions, mask):
     """`data[member, positions]` for the batch members, `(block_batch, *positions.shape)`;
     masked lanes read nothing."""
     lead = (-1,) + (1,) * positions.ndim
     mask = member_mask.reshape(lead) & mask[None]
-    return load(data_ref, (members.reshape(lead), positions[None]), mask=mask, other=0)
+    index = (members.reshape(lead), positions[None])
+    return load(data_ref, index, mask=mask, other=0, eviction_policy=tiles.read_once)
 
 
 def _distinct(positions, mask, tiles: _Tiles):
@@ -320,8 +341,10 @@ def _matmul_rows_kernel(
         mask, positions, cols, outside = _step_entries(
             indices_ref, tiles, starts, lengths, lane, tiles.lanes, s
         )
-        vals = _entry_values(data_ref, members, member_mask, positions, mask)
-        x_rows = _gather(x_ref, not shared, members, member_mask, cols, mask, k_cols, k_mask)
+        vals = _entry_values(data_ref, tiles, members, member_mask, positions, mask)
+        x_rows = _gather(
+            x_ref, not shared, members, member_mask, cols, mask, k_cols, k_mask, tiles.read_again
+        )
         products = vals.astype(acc_dtype)[..., None] * x_rows.astype(acc_dtype)
         return acc + jnp.sum(products, axis=2), bad | (jnp.max(outside.astype(jnp.int32), 1) > 0)
 
@@ -384,8 +407,18 @@ def _matmul_long_rows_kernel(
             mask, positions, cols, outside = _step_entries(
                 indices_ref, tiles, start, length, lane, tiles.long_lanes, s
             )
-            vals = _entry_values(data_ref, members, member_mask, positions, mask)
-            x_rows = _gather(x_ref, not shared, members, member_mask, cols, mask, k_cols, k_mask)
+            vals = _entry_values(data_ref, tiles, members, member_mask, positions, mask)
+            x_rows = _gather(
+                x_ref,
+                not shared,
+                members,
+                member_mask,
+                cols,
+                mask,
+                k_cols,
+                k_mask,
+                tiles.read_again,
+            )
             products = vals.astype(acc_dtype)[..., None] * x_rows.astype(acc_dtype)
             return acc + jnp.sum(products, axis=1), bad | jnp.max(outside.astype(jnp.int32))
 
@@ -429,7 +462,7 @@ def _matmul_t_rows_kernel(
         mask, positions, cols, outside = _step_entries(
             indices_ref, tiles, starts, lengths, lane, tiles.lanes, s
         )
-        vals = _entry_values(data_ref, members, member_mask, positions, mask)
+        vals = _entry_values(data_ref, tiles, members, member_mask, positions, mask)
         atomic_add(
             out_ref,
             (out_members[:, None, None, None], cols[None, :, :, None], out_k[None, None, None]),
@@ -469,7 +502,7 @@ def _matmul_t_long_rows_kernel(
             mask, positions, cols, outside = _step_entries(
                 indices_ref, tiles, start, length, lane, tiles.long_lanes, s
             )
-            vals = _entry_values(data_ref, members, member_mask, positions, mask)
+            vals = _entry_values(data_ref, tiles, members, member_mask, positions, mask)
             # An entry whose column is outside adds NaN to column 0 (where `cols` points).
             products = vals.astype(acc_dtype)[..., None] * g_row
             atomic_add(
@@ -533,7 +566,17 @@ def _sddmm_rows_kernel(
             g_rows = _gather(
                 g_ref, batched[0], members, member_mask, rows, row_mask, k_cols, k_mask
             )
-            x_rows = _gather(x_ref, batched[1], members, member_mask, cols, mask, k_cols, k_mask)
+            x_rows = _gather(
+                x_ref,
+                batched[1],
+                members,
+                member_mask,
+                cols,
+                mask,
+                k_cols,
+                k_mask,
+                tiles.read_again,
+            )
             products = g_rows.astype(acc_dtype)[:, :, None, :] * x_rows.astype(acc_dtype)
             return acc + jnp.sum(products, axis=3)
 
@@ -575,7 +618,15 @@ def _sddmm_long_rows_kernel(
                     g_ref, batched[0], members, member_mask, g_row, row_mask, k_cols, k_mask
                 )
                 x_rows = _gather(
-                    x_ref, batched[1], members, member_mask, cols, mask, k_cols, k_mask
+                    x_ref,
+                    batched[1],
+                    members,
+                    member_mask,
+                    cols,
+                    mask,
+                    k_cols,
+                    k_mask,
+                    tiles.read_again,
                 )
                 return acc + jnp.sum(g_rows.astype(acc_dtype) * x_rows.astype(acc_dtype), axis=2)
 
@@ -639,6 +690,7 @@ def _tiles(platform, interpret, block_sizes, *, shape, nnz, k, batch) -> tuple[_
         owned=pl.next_power_of_2(pl.cdiv(blocks, long_programs)),
         block_k=block_sizes.block_k,
         block_batch=block_sizes.block_batch if batch > 1 else 1,
+        cache_hints=block_sizes.cache_hints,
     )
     return tiles, block_sizes
 
