@@ -68,8 +68,7 @@ def variants(default: BlockSizes, k: int) -> dict[str, BlockSizes]:
     if k == 1:
         found |= {
             "long lanes /4": change(long_lanes=max(default.long_lanes // 4, 16)),
-            "long programs x4": change(long_programs=default.long_programs * 4),
-            "long programs x32": change(long_programs=default.long_programs * 32),
+            "long lanes x4": change(long_lanes=default.long_lanes * 4),
             "row cap /2": change(row_steps=max(default.row_steps // 2, 1)),
             "row cap x2": change(row_steps=default.row_steps * 2),
         }

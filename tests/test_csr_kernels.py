@@ -27,7 +27,6 @@ FAMILIES = {
             lanes=2,
             row_steps=2,
             long_lanes=8,
-            long_programs=3,
             block_k=4,
             cache_hints=True,
         ),
@@ -317,8 +316,8 @@ def test_invalid_structures_give_nan_rows(name):
     data = jnp.ones(8, jnp.float32)
     x = jnp.asarray(np.random.default_rng(2).standard_normal((5, 3)), jnp.float32)
     g = jnp.ones((4, 3), jnp.float32)
-    # Blocks of 2 rows, long rows past 2 entries: both kernels meet the bad rows.
-    blocks = triton_csr.BlockSizes(block_rows=2, lanes=1, row_steps=2, long_programs=1)
+    # Blocks of 2 rows, long rows past 2 entries: short and long rows meet the bad rows.
+    blocks = triton_csr.BlockSizes(block_rows=2, lanes=1, row_steps=2)
     options = dict(shape=(4, 5), interpret=True, platform="cuda", block_sizes=blocks)
     product = jax.jit(functools.partial(triton_csr.csr_matmul_triton, **options))
     with out_of_bounds_reports() as reports:
@@ -391,10 +390,10 @@ def test_invalid_structures_on_the_mosaic_tpu_kernels_give_nan(name):
 def _transposed_with_atomics(data, g, indices, indptr, options):
     """The GPU's transposed product (atomic scatter kernels), run in interpret mode: only
     inside `out_of_bounds_reports`, whose `atomic_add` interpret mode can run."""
-    kernels = (triton_csr._matmul_t_rows_kernel, triton_csr._matmul_t_long_rows_kernel)
+    kernel = triton_csr._matmul_t_rows_kernel
     shape = options["shape"]
     rest = {key: value for key, value in options.items() if key != "shape"}
-    return triton_csr._product(kernels, "csr_matmul_t", data, g, indices, indptr, shape, **rest)
+    return triton_csr._product(kernel, "csr_matmul_t", data, g, indices, indptr, shape, **rest)
 
 
 @pytest.mark.parametrize("shape", [(4, 0), (0, 5)])

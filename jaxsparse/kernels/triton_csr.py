@@ -3,21 +3,20 @@
 `A` is `(m, n)` with `data` `(nnz,)`, `indices` `(nnz,)` (the column of each entry) and
 `indptr` `(m + 1,)`; row `i` holds the entries `p` in `[indptr[i], indptr[i + 1])`.
 
-**Balanced over entries, in two kernels.** What the structure looks like is not known
-when the program is traced (under `jit` it is data), so every call runs both:
+**Row blocks, their long rows walked whole.** What the structure looks like is not known
+when the program is traced (under `jit` it is data), so every program handles any rows.
+One program per block of `block_rows` consecutive rows (and block of `block_k` columns of
+the dense operand, and block of batch members):
 
-1. *Row blocks.* One program per block of `block_rows` consecutive rows (and block of
-   `block_k` columns of the dense operand). Each loop step takes `lanes` entries of every
-   row of the block at once, a `(block_rows, lanes)` tile of gathers, until the block's
-   longest row is done. `lanes` follows the mean row length `nnz / m`, which is static, so
-   short rows fill the lanes instead of one row holding a whole program. Rows longer than
-   `row_cap = lanes * row_steps` entries are left to the second kernel, so no block waits
-   on one long row; the program writes how many it left (`long_rows[block]`).
-2. *Long rows.* A fixed grid of `long_programs` programs; program `p` owns the blocks `p`,
-   `p + long_programs`, ..., reads their counts with one load, and walks the long rows of
-   the blocks it owns, `long_lanes` entries per step, writing each row's result into the
-   first kernel's output (aliased). Where no row is long, each program reads its counts
-   and ends: the price of not knowing the structure is one small launch.
+1. *Short rows.* Each loop step takes `lanes` entries of every row of the block at once,
+   a `(block_rows, lanes)` tile of gathers, until the block's longest short row is done.
+   `lanes` follows the mean row length `nnz / m`, which is static, so short rows fill the
+   lanes instead of one row holding a whole program.
+2. *Long rows.* Rows longer than `row_cap = lanes * row_steps` entries are left out of
+   that loop, so one long row does not make the block's short rows take its steps. The
+   program then walks its long rows one after another, `long_lanes` entries per step.
+   Long rows are spread over the blocks' many programs, which the GPU schedules as they
+   come, and a block with none pays one count.
 
 Each row is summed by one program in a fixed order, so results are the same bits on
 every run (no atomics).
@@ -30,13 +29,14 @@ the product, a row whose `indptr` bounds are decreasing or outside `[0, nnz]` (o
 in every column of its result. In the sampled product an entry with a column outside
 `[0, n)` gets NaN, and invalid bounds anywhere make every entry NaN (which entries such
 a row claims is not defined). The transposed product with atomics is NaN everywhere for
-invalid bounds or a column outside in a short row, and has NaN in row 0 for a column
-outside in a long row. Entries in a matrix with no rows or no columns make every element
-of a result NaN. The containers' `check()` reports the same problems as an error, off
-the hot path.
+invalid bounds or a column outside. For these whole-result cases each row-block program
+writes a flag, and a second kernel writes NaN over the result where any flag is set (a
+launch whose programs end at once for a valid structure). Entries in a matrix with no
+rows or no columns make every element of a result NaN. The containers' `check()` reports
+the same problems as an error, off the hot path.
 
 **Transposed product `A.T @ g`** (the operand's gradient). On a GPU, for float32 and
-float64: the same two kernels, each entry adding `data[p] * g[row(p)]` to `out[col]` with
+float64: the same row blocks, each entry adding `data[p] * g[row(p)]` to `out[col]` with
 an atomic addition: one pass, but the order of the additions, and so the last bits, may
 vary from run to run. Otherwise (half precision, interpret mode, whose Pallas emulation
 has no masked atomics, or `JAXSPARSE_DETERMINISTIC=1`): the transposed structure is built
@@ -99,27 +99,29 @@ def supports(dtype, platform: str) -> bool:
     return jnp.issubdtype(dtype, jnp.floating)
 
 
-# Values per loop step of a program: the row-block tile is `block_batch * block_rows *
-# lanes * block_k`, the long-row tile `block_batch * long_lanes * block_k`. Row-block
+# Values per loop step of a program: the short-row tile is `block_batch * block_rows *
+# lanes * block_k`, the long-row tile `block_batch * long_lanes * block_k`. Short-row
 # tiles past 1024 values, or past 128 rows, take so many registers a thread that too few
-# warps fit on an SM to hide the gathers' latency (the H200 tile sweep in
-# benchmarks/results/gpu-2026-11-27-h200.txt).
+# warps fit on an SM to hide the gathers' latency; long-row tiles of 512 values beat
+# 2048 (the tile sweeps in benchmarks/results/gpu-2026-11-27-h200.txt and
+# gpu-2026-11-27-h100.txt).
 _ROWS_TILE = 1024
 _MAX_BLOCK_ROWS = 128
 _MIN_BLOCK_ROWS = 8
-_LONG_TILE = 2048
+_LONG_TILE = 512
+# Programs of the kernel that writes NaN over a result for an invalid structure.
+_POISON_PROGRAMS = 1024
 
 
 @dataclasses.dataclass(frozen=True)
 class BlockSizes(_pallas.BlockSizes):
     """Block sizes and Triton knobs of the CSR kernels.
 
-    - `block_rows`: rows per program of the row-block kernels; a power of 2.
-    - `lanes`: entries of each row per loop step there; a power of 2.
-    - `row_steps`: loop steps a row may take there; longer rows (more than
-      `lanes * row_steps` entries) go to the long-row kernels.
-    - `long_lanes`: entries per loop step of the long-row kernels; a power of 2.
-    - `long_programs`: programs of the long-row kernels.
+    - `block_rows`: rows per program; a power of 2.
+    - `lanes`: entries of each short row per loop step; a power of 2.
+    - `row_steps`: loop steps a short row may take; longer rows (more than
+      `lanes * row_steps` entries) are long rows, walked one at a time.
+    - `long_lanes`: entries of a long row per loop step; a power of 2.
     - `block_k`: columns of the dense operand per program (product) or per loop step
       (SDDMM); a power of 2.
     - `block_batch`: batch members per program (batched calls); a power of 2.
@@ -136,7 +138,6 @@ class BlockSizes(_pallas.BlockSizes):
     lanes: int | None = _pallas.tile()
     row_steps: int | None = _pallas.tile(power_of_two=False)
     long_lanes: int | None = _pallas.tile()
-    long_programs: int | None = _pallas.tile(power_of_two=False)
     block_k: int | None = _pallas.tile()
     block_batch: int | None = _pallas.tile()
     num_warps: int | None = _pallas.tile()
@@ -168,7 +169,6 @@ class BlockSizes(_pallas.BlockSizes):
             lanes=lanes,
             row_steps=max(8, 64 // lanes),
             long_lanes=max(_LONG_TILE // (block_k * block_batch), 16),
-            long_programs=1024,
             block_k=block_k,
             block_batch=block_batch,
             cache_hints=False,
@@ -202,8 +202,6 @@ class _Tiles:
     lanes: int
     row_cap: int
     long_lanes: int
-    long_programs: int
-    owned: int  # blocks each long-row program owns, rounded up to a power of 2
     block_k: int
     block_batch: int
     cache_hints: bool
@@ -307,99 +305,68 @@ def _poisoned(values, bad):
     return jnp.where(bad, jnp.nan, values)
 
 
-def _count_long_rows(long_ref, block, lengths, tiles: _Tiles, bad_rows=None):
-    """Writes how many rows of `block` are long (-1 if `bad_rows` has one); returns the
-    lengths with the long rows' at 0."""
+def _each_long_row(tiles: _Tiles, block, starts, lengths, body, init):
+    """Runs `carry = body(row, start, length, carry)` from `init` for each row of `block`
+    longer than `row_cap` (by `lengths`: an invalid row's is 0), in order, and returns the
+    carry: after its short rows, a row-block program walks its long rows one at a time,
+    `long_lanes` entries per step."""
+    rank = jnp.arange(tiles.block_rows, dtype=jnp.int32)
     is_long = lengths > tiles.row_cap
+
+    def one_row(_, state):
+        previous, carry = state
+        row = jnp.min(jnp.where(is_long & (rank > previous), rank, tiles.block_rows))
+        start = jnp.sum(jnp.where(rank == row, starts, 0)).astype(starts.dtype)
+        length = jnp.sum(jnp.where(rank == row, lengths, 0)).astype(starts.dtype)
+        return row, body(block * tiles.block_rows + row, start, length, carry)
+
     count = jnp.sum(is_long.astype(jnp.int32))
-    if bad_rows is not None:
-        count = jnp.where(jnp.max(bad_rows.astype(jnp.int32)) > 0, -1, count)
-    long_ref[block] = count.astype(jnp.int32)
-    return jnp.where(is_long, 0, lengths)
+    return lax.fori_loop(0, count, one_row, (jnp.int32(-1), init))[1]
 
 
 # ---------------------------------------------------------------------------------------
 # Product `A @ x`
 
 
-def _matmul_rows_kernel(
-    indptr_ref, indices_ref, data_ref, x_ref, out_ref, long_ref, *, tiles: _Tiles, shared
-):
+def _matmul_rows_kernel(indptr_ref, indices_ref, data_ref, x_ref, out_ref, *, tiles, shared):
     """Rows block `program_id(0)`, k-block `program_id(1)`, batch block `program_id(2)`:
     `data` `(batch, nnz)`, `x` `(n, k)` if `shared` else `(batch, n, k)`, `out`
-    `(batch, m, k)`; `long_ref` `(blocks,)` counts the rows left to the long-row kernel."""
+    `(batch, m, k)`."""
     block = pl.program_id(0)
     k_cols, k_mask, out_k = _k_columns(tiles, pl.program_id(1))
     members, member_mask, out_members = _members(tiles)
     out_rows, row_mask, starts, lengths, bad_rows = _block_rows(indptr_ref, tiles, block)
-    lengths = _count_long_rows(long_ref, block, lengths, tiles)
+    is_long = lengths > tiles.row_cap
+    short = jnp.where(is_long, 0, lengths)
     lane = jnp.arange(tiles.lanes, dtype=starts.dtype)[None, :]
     acc_dtype = accumulation_dtype(out_ref.dtype)
 
-    def step(s, carry):
-        acc, bad = carry
-        mask, positions, cols, outside = _step_entries(
-            indices_ref, tiles, starts, lengths, lane, tiles.lanes, s
-        )
+    def products(positions, mask, cols):
         vals = _entry_values(data_ref, tiles, members, member_mask, positions, mask)
         x_rows = _gather(
             x_ref, not shared, members, member_mask, cols, mask, k_cols, k_mask, tiles.read_again
         )
-        products = vals.astype(acc_dtype)[..., None] * x_rows.astype(acc_dtype)
-        return acc + jnp.sum(products, axis=2), bad | (jnp.max(outside.astype(jnp.int32), 1) > 0)
+        return vals.astype(acc_dtype)[..., None] * x_rows.astype(acc_dtype)
 
-    num_steps = ((jnp.max(lengths) + tiles.lanes - 1) // tiles.lanes).astype(jnp.int32)
+    def step(s, carry):
+        acc, bad = carry
+        mask, positions, cols, outside = _step_entries(
+            indices_ref, tiles, starts, short, lane, tiles.lanes, s
+        )
+        summed = jnp.sum(products(positions, mask, cols), axis=2)
+        return acc + summed, bad | (jnp.max(outside.astype(jnp.int32), 1) > 0)
+
+    num_steps = ((jnp.max(short) + tiles.lanes - 1) // tiles.lanes).astype(jnp.int32)
     zeros = jnp.zeros((tiles.block_batch, tiles.block_rows, tiles.block_k), acc_dtype)
     acc, bad = lax.fori_loop(0, num_steps, step, (zeros, bad_rows))
-    store(
+    store(  # the long rows are written below, by one program's threads in turn
         out_ref,
         (out_members[:, None, None], out_rows[None, :, None], out_k[None, None, :]),
         _poisoned(acc, bad[None, :, None]).astype(out_ref.dtype),
-        mask=member_mask[:, None, None] & row_mask[None, :, None] & k_mask[None, None, :],
+        mask=member_mask[:, None, None] & (row_mask & ~is_long)[None, :, None] & k_mask,
     )
 
-
-def _for_each_long_row(indptr_ref, long_ref, tiles: _Tiles, body, skip=False):
-    """Calls `body(row, start, length)` for every long row of the blocks that this
-    long-row program owns (`program_id(0)`, every `long_programs`-th block); none where
-    `skip` (traced) is true."""
-    blocks_total = pl.cdiv(tiles.m, tiles.block_rows)
-    program = pl.program_id(0)  # read outside the loops: interpret mode needs it there
-    owned = program + tiles.long_programs * jnp.arange(tiles.owned, dtype=jnp.int32)
-    counts = load(
-        long_ref, (jnp.minimum(owned, blocks_total - 1),), mask=owned < blocks_total, other=0
-    )
-    rank = jnp.arange(tiles.block_rows, dtype=jnp.int32)
-
-    def one_block(j, _):
-        count = jnp.maximum(jnp.sum(jnp.where(jnp.arange(tiles.owned) == j, counts, 0)), 0)
-        count = jnp.where(skip, 0, count)
-        block = program + tiles.long_programs * j
-
-        def one_row(_, previous):
-            _, _, starts, lengths, _ = _block_rows(indptr_ref, tiles, block)
-            later_long = (lengths > tiles.row_cap) & (rank > previous)
-            row = jnp.min(jnp.where(later_long, rank, tiles.block_rows))
-            start = jnp.sum(jnp.where(rank == row, starts, 0)).astype(starts.dtype)
-            length = jnp.sum(jnp.where(rank == row, lengths, 0)).astype(starts.dtype)
-            body(block * tiles.block_rows + row, start, length)
-            return row
-
-        lax.fori_loop(0, count.astype(jnp.int32), one_row, jnp.int32(-1))
-
-    lax.fori_loop(0, tiles.owned, one_block, None)
-
-
-def _matmul_long_rows_kernel(
-    indptr_ref, indices_ref, data_ref, x_ref, long_ref, _, out_ref, *, tiles: _Tiles, shared
-):
-    """The rows longer than `row_cap`: program `program_id(0)` walks those of the blocks it
-    owns, `long_lanes` entries per step; `out` is the row-block kernel's output."""
-    k_cols, k_mask, out_k = _k_columns(tiles, pl.program_id(1))
-    members, member_mask, out_members = _members(tiles)
-    acc_dtype = accumulation_dtype(out_ref.dtype)
-
-    def one_row(row, start, length):
+    def long_row(row, start, length, carry):
         lane = jnp.arange(tiles.long_lanes, dtype=start.dtype)
 
         def step(s, carry):
@@ -407,20 +374,8 @@ def _matmul_long_rows_kernel(
             mask, positions, cols, outside = _step_entries(
                 indices_ref, tiles, start, length, lane, tiles.long_lanes, s
             )
-            vals = _entry_values(data_ref, tiles, members, member_mask, positions, mask)
-            x_rows = _gather(
-                x_ref,
-                not shared,
-                members,
-                member_mask,
-                cols,
-                mask,
-                k_cols,
-                k_mask,
-                tiles.read_again,
-            )
-            products = vals.astype(acc_dtype)[..., None] * x_rows.astype(acc_dtype)
-            return acc + jnp.sum(products, axis=1), bad | jnp.max(outside.astype(jnp.int32))
+            summed = jnp.sum(products(positions, mask, cols), axis=1)
+            return acc + summed, bad | jnp.max(outside.astype(jnp.int32))
 
         num_steps = ((length + tiles.long_lanes - 1) // tiles.long_lanes).astype(jnp.int32)
         zeros = jnp.zeros((tiles.block_batch, tiles.block_k), acc_dtype)
@@ -431,8 +386,9 @@ def _matmul_long_rows_kernel(
             _poisoned(acc, bad > 0).astype(out_ref.dtype),
             mask=member_mask[:, None] & k_mask[None, :],
         )
+        return carry
 
-    _for_each_long_row(indptr_ref, long_ref, tiles, one_row)
+    _each_long_row(tiles, block, starts, lengths, long_row, None)
 
 
 # ---------------------------------------------------------------------------------------
@@ -440,89 +396,79 @@ def _matmul_long_rows_kernel(
 
 
 def _matmul_t_rows_kernel(
-    indptr_ref, indices_ref, data_ref, g_ref, _, out_ref, long_ref, *, tiles: _Tiles, shared
+    indptr_ref, indices_ref, data_ref, g_ref, _, out_ref, bad_ref, *, tiles: _Tiles, shared
 ):
     """Rows block `program_id(0)` of `A`, k-block `program_id(1)`, batch block
-    `program_id(2)`: adds `data[p] * g[row(p)]` to `out[indices[p]]` for the block's short
-    rows; `out` `(batch, n, k)` starts at zero. `long_ref[block]` is the count of long
-    rows, or -1 if a row's bounds or a column were invalid."""
+    `program_id(2)`: adds `data[p] * g[row(p)]` to `out[indices[p]]` for the block's rows;
+    `out` `(batch, n, k)` starts at zero. `bad_ref[block]` is 1 if a row's bounds or a
+    column were invalid (the poisoning kernel then makes all of `out` NaN), else 0."""
     block = pl.program_id(0)
     k_cols, k_mask, out_k = _k_columns(tiles, pl.program_id(1))
     members, member_mask, out_members = _members(tiles)
     out_rows, row_mask, starts, lengths, bad_rows = _block_rows(indptr_ref, tiles, block)
-    is_long = lengths > tiles.row_cap
-    lengths = jnp.where(is_long, 0, lengths)
+    short = jnp.where(lengths > tiles.row_cap, 0, lengths)
     rows = jnp.minimum(out_rows, tiles.m - 1)
     acc_dtype = accumulation_dtype(out_ref.dtype)
     g_rows = _gather(g_ref, not shared, members, member_mask, rows, row_mask, k_cols, k_mask)
     g_rows = g_rows.astype(acc_dtype)[:, :, None, :]
     lane = jnp.arange(tiles.lanes, dtype=starts.dtype)[None, :]
 
-    def step(s, bad):
-        mask, positions, cols, outside = _step_entries(
-            indices_ref, tiles, starts, lengths, lane, tiles.lanes, s
-        )
+    def scatter(positions, mask, cols, outside, g_rows):
+        """Adds the entries' products with `g_rows` to `out` at their columns; returns
+        whether a column was outside."""
         vals = _entry_values(data_ref, tiles, members, member_mask, positions, mask)
         atomic_add(
             out_ref,
-            (out_members[:, None, None, None], cols[None, :, :, None], out_k[None, None, None]),
+            (out_members[:, None, None, None], cols[None, ..., None], out_k[None, None, None]),
             (vals.astype(acc_dtype)[..., None] * g_rows).astype(out_ref.dtype),
             mask=member_mask[:, None, None, None]
-            & (mask & ~outside)[None, :, :, None]
+            & (mask & ~outside)[None, ..., None]
             & k_mask[None, None, None],
         )
-        return bad | jnp.max(jnp.max(outside.astype(jnp.int32), axis=1))
+        return jnp.max(outside.astype(jnp.int32))
 
-    num_steps = ((jnp.max(lengths) + tiles.lanes - 1) // tiles.lanes).astype(jnp.int32)
-    bad = lax.fori_loop(0, num_steps, step, jnp.max(bad_rows.astype(jnp.int32)))
-    long_ref[block] = jnp.where(bad > 0, -1, jnp.sum(is_long.astype(jnp.int32))).astype(jnp.int32)
+    def step(s, bad):
+        mask, positions, cols, outside = _step_entries(
+            indices_ref, tiles, starts, short, lane, tiles.lanes, s
+        )
+        return bad | scatter(positions, mask, cols, outside, g_rows)
 
-
-def _matmul_t_long_rows_kernel(
-    indptr_ref, indices_ref, data_ref, g_ref, long_ref, invalid_ref, _, out_ref, *, tiles, shared
-):
-    """The long rows of `A`, `long_lanes` entries per step, scattered into the row-block
-    kernel's output `out`; or, where `invalid_ref[0]` says a bound or a column was invalid,
-    NaN over all of `out`: where such entries belong is not defined. (A column outside in a
-    long row, which the row-block kernel does not see, adds NaN to row 0 of `out`.)"""
-    k_cols, k_mask, out_k = _k_columns(tiles, pl.program_id(1))
-    members, member_mask, out_members = _members(tiles)
-    acc_dtype = accumulation_dtype(out_ref.dtype)
-    program = pl.program_id(0)
-
-    def one_row(row, start, length):
-        lane = jnp.arange(tiles.long_lanes, dtype=start.dtype)
+    def long_row(row, start, length, bad):
+        lane = jnp.arange(tiles.long_lanes, dtype=start.dtype)[None, :]
         row_ids = jnp.full((1,), row, jnp.int32)
         g_row = _gather(
             g_ref, not shared, members, member_mask, row_ids, row_ids >= 0, k_cols, k_mask
         )
-        g_row = g_row.astype(acc_dtype)
+        g_row = g_row.astype(acc_dtype)[:, :, None, :]
 
-        def step(s, _):
+        def step(s, bad):
             mask, positions, cols, outside = _step_entries(
-                indices_ref, tiles, start, length, lane, tiles.long_lanes, s
+                indices_ref, tiles, start[None], length[None], lane, tiles.long_lanes, s
             )
-            vals = _entry_values(data_ref, tiles, members, member_mask, positions, mask)
-            # An entry whose column is outside adds NaN to column 0 (where `cols` points).
-            products = vals.astype(acc_dtype)[..., None] * g_row
-            atomic_add(
-                out_ref,
-                (out_members[:, None, None], cols[None, :, None], out_k[None, None]),
-                _poisoned(products, outside[None, :, None]).astype(out_ref.dtype),
-                mask=member_mask[:, None, None] & mask[None, :, None] & k_mask[None, None],
-            )
+            return bad | scatter(positions, mask, cols, outside, g_row)
 
         num_steps = ((length + tiles.long_lanes - 1) // tiles.long_lanes).astype(jnp.int32)
-        lax.fori_loop(0, num_steps, step, None)
+        return lax.fori_loop(0, num_steps, step, bad)
 
-    invalid = invalid_ref[0] > 0
-    _for_each_long_row(indptr_ref, long_ref, tiles, one_row, skip=invalid)
-    share = pl.cdiv(tiles.n, tiles.long_programs)
+    num_steps = ((jnp.max(short) + tiles.lanes - 1) // tiles.lanes).astype(jnp.int32)
+    bad = lax.fori_loop(0, num_steps, step, jnp.max(bad_rows.astype(jnp.int32)))
+    bad = _each_long_row(tiles, block, starts, lengths, long_row, bad)
+    bad_ref[block] = bad.astype(jnp.int32)
+
+
+def _matmul_t_poison_kernel(invalid_ref, _, out_ref, *, tiles: _Tiles, programs: int):
+    """NaN over all of `out` (`(batch, n, k)`, the row-block kernel's output) where
+    `invalid_ref[0]` says a bound or a column was invalid: where such entries belong is
+    not defined. Program `program_id(0)` of `programs` takes a share of the rows."""
+    _, k_mask, out_k = _k_columns(tiles, pl.program_id(1))
+    _, member_mask, out_members = _members(tiles)
+    share = pl.cdiv(tiles.n, programs)
+    first = pl.program_id(0) * share
     lane = jnp.arange(tiles.long_lanes, dtype=jnp.int32)
 
     def poison(s, _):
         offset = s * tiles.long_lanes + lane
-        rows = program * share + offset
+        rows = first + offset
         mask = (offset < share) & (rows < tiles.n)
         nans = jnp.full(
             (tiles.block_batch, tiles.long_lanes, tiles.block_k), jnp.nan, out_ref.dtype
@@ -534,8 +480,8 @@ def _matmul_t_long_rows_kernel(
             mask=member_mask[:, None, None] & mask[None, :, None] & k_mask[None, None],
         )
 
-    poison_steps = invalid.astype(jnp.int32) * pl.cdiv(share, tiles.long_lanes)
-    lax.fori_loop(0, poison_steps, poison, None)
+    steps = (invalid_ref[0] > 0).astype(jnp.int32) * pl.cdiv(share, tiles.long_lanes)
+    lax.fori_loop(0, steps, poison, None)
 
 
 # ---------------------------------------------------------------------------------------
@@ -543,23 +489,22 @@ def _matmul_t_long_rows_kernel(
 
 
 def _sddmm_rows_kernel(
-    indptr_ref, indices_ref, g_ref, x_ref, out_ref, long_ref, *, tiles: _Tiles, batched
+    indptr_ref, indices_ref, g_ref, x_ref, out_ref, bad_ref, *, tiles: _Tiles, batched
 ):
     """Rows block `program_id(0)`, batch block `program_id(2)` (`program_id(1)` is 0): `g`
     and `x` are `(rows, k)` (shared) or `(batch, rows, k)` per `batched`, `out`
-    `(batch, nnz)`; `long_ref` as the product's."""
+    `(batch, nnz)`; `bad_ref[block]` is 1 if a row's bounds were invalid, else 0."""
     block = pl.program_id(0)
     members, member_mask, out_members = _members(tiles)
     out_rows, row_mask, starts, lengths, bad_rows = _block_rows(indptr_ref, tiles, block)
-    lengths = _count_long_rows(long_ref, block, lengths, tiles, bad_rows)
+    bad_ref[block] = jnp.max(bad_rows.astype(jnp.int32))
+    short = jnp.where(lengths > tiles.row_cap, 0, lengths)
     rows = jnp.minimum(out_rows, tiles.m - 1).astype(jnp.int32)
-    lane = jnp.arange(tiles.lanes, dtype=starts.dtype)[None, :]
     acc_dtype = accumulation_dtype(out_ref.dtype)
 
-    def step(s, _):
-        mask, positions, cols, outside = _step_entries(
-            indices_ref, tiles, starts, lengths, lane, tiles.lanes, s
-        )
+    def sample(rows, row_mask, positions, mask, cols, outside):
+        """Writes the entries' sampled products, `rows` (one per leading index of
+        `positions`) against the gathered rows of `x` at `cols`."""
 
         def k_step(kb, acc):
             k_cols, k_mask, _ = _k_columns(tiles, kb)
@@ -580,7 +525,7 @@ def _sddmm_rows_kernel(
             products = g_rows.astype(acc_dtype)[:, :, None, :] * x_rows.astype(acc_dtype)
             return acc + jnp.sum(products, axis=3)
 
-        zeros = jnp.zeros((tiles.block_batch, tiles.block_rows, tiles.lanes), acc_dtype)
+        zeros = jnp.zeros((tiles.block_batch, *positions.shape), acc_dtype)
         acc = lax.fori_loop(0, pl.cdiv(tiles.k, tiles.block_k), k_step, zeros)
         store(
             out_ref,
@@ -589,68 +534,44 @@ def _sddmm_rows_kernel(
             mask=member_mask[:, None, None] & mask[None],
         )
 
-    num_steps = ((jnp.max(lengths) + tiles.lanes - 1) // tiles.lanes).astype(jnp.int32)
-    lax.fori_loop(0, num_steps, step, None)
+    def step(s, _):
+        lane = jnp.arange(tiles.lanes, dtype=starts.dtype)[None, :]
+        mask, positions, cols, outside = _step_entries(
+            indices_ref, tiles, starts, short, lane, tiles.lanes, s
+        )
+        sample(rows, row_mask, positions, mask, cols, outside)
 
-
-def _sddmm_long_rows_kernel(
-    indptr_ref, indices_ref, g_ref, x_ref, long_ref, invalid_ref, _, out_ref, *, tiles, batched
-):
-    """The entries of rows longer than `row_cap`, `long_lanes` per step, into the row-block
-    kernel's output `out`; or, where `invalid_ref[0]` says a row's bounds are invalid,
-    NaN over every entry: which entries such a row claims is not defined."""
-    members, member_mask, out_members = _members(tiles)
-    acc_dtype = accumulation_dtype(out_ref.dtype)
-
-    def one_row(row, start, length):
-        lane = jnp.arange(tiles.long_lanes, dtype=start.dtype)
-        g_row = jnp.full((1,), row, jnp.int32)
-        row_mask = jnp.full((1,), True)
+    def long_row(row, start, length, carry):
+        lane = jnp.arange(tiles.long_lanes, dtype=start.dtype)[None, :]
+        row_ids = jnp.full((1,), row, jnp.int32)
 
         def step(s, _):
             mask, positions, cols, outside = _step_entries(
-                indices_ref, tiles, start, length, lane, tiles.long_lanes, s
+                indices_ref, tiles, start[None], length[None], lane, tiles.long_lanes, s
             )
-
-            def k_step(kb, acc):
-                k_cols, k_mask, _ = _k_columns(tiles, kb)
-                g_rows = _gather(
-                    g_ref, batched[0], members, member_mask, g_row, row_mask, k_cols, k_mask
-                )
-                x_rows = _gather(
-                    x_ref,
-                    batched[1],
-                    members,
-                    member_mask,
-                    cols,
-                    mask,
-                    k_cols,
-                    k_mask,
-                    tiles.read_again,
-                )
-                return acc + jnp.sum(g_rows.astype(acc_dtype) * x_rows.astype(acc_dtype), axis=2)
-
-            zeros = jnp.zeros((tiles.block_batch, tiles.long_lanes), acc_dtype)
-            acc = lax.fori_loop(0, pl.cdiv(tiles.k, tiles.block_k), k_step, zeros)
-            store(
-                out_ref,
-                (out_members[:, None], _distinct(positions, mask, tiles)[None]),
-                _poisoned(acc, outside[None]).astype(out_ref.dtype),
-                mask=member_mask[:, None] & mask[None],
-            )
+            sample(row_ids, row_ids >= 0, positions, mask, cols, outside)
 
         num_steps = ((length + tiles.long_lanes - 1) // tiles.long_lanes).astype(jnp.int32)
         lax.fori_loop(0, num_steps, step, None)
+        return carry
 
-    invalid = invalid_ref[0] > 0
-    _for_each_long_row(indptr_ref, long_ref, tiles, one_row, skip=invalid)
-    share = pl.cdiv(tiles.nnz, tiles.long_programs)
+    num_steps = ((jnp.max(short) + tiles.lanes - 1) // tiles.lanes).astype(jnp.int32)
+    lax.fori_loop(0, num_steps, step, None)
+    _each_long_row(tiles, block, starts, lengths, long_row, None)
+
+
+def _sddmm_poison_kernel(invalid_ref, _, out_ref, *, tiles: _Tiles, programs: int):
+    """NaN over every entry of `out` (`(batch, nnz)`) where `invalid_ref[0]` says a row's
+    bounds were invalid: which entries such a row claims is not defined. Program
+    `program_id(0)` of `programs` takes a share of the entries."""
+    _, member_mask, out_members = _members(tiles)
+    share = pl.cdiv(tiles.nnz, programs)
+    first = pl.program_id(0) * share
     lane = jnp.arange(tiles.long_lanes, dtype=jnp.int32)
-    program = pl.program_id(0)
 
     def poison(s, _):
         offset = s * tiles.long_lanes + lane
-        positions = program * share + offset
+        positions = first + offset
         mask = (offset < share) & (positions < tiles.nnz)
         nans = jnp.full((tiles.block_batch, tiles.long_lanes), jnp.nan, out_ref.dtype)
         store(
@@ -660,8 +581,8 @@ def _sddmm_long_rows_kernel(
             mask=member_mask[:, None] & mask[None],
         )
 
-    poison_steps = invalid.astype(jnp.int32) * pl.cdiv(share, tiles.long_lanes)
-    lax.fori_loop(0, poison_steps, poison, None)
+    steps = (invalid_ref[0] > 0).astype(jnp.int32) * pl.cdiv(share, tiles.long_lanes)
+    lax.fori_loop(0, steps, poison, None)
 
 
 # ---------------------------------------------------------------------------------------
@@ -674,8 +595,6 @@ def _tiles(platform, interpret, block_sizes, *, shape, nnz, k, batch) -> tuple[_
     block_sizes = (block_sizes or BlockSizes()).filled(
         platform=platform, num_cols=k, batch=batch, mean_row_length=nnz / max(m, 1)
     )
-    blocks = pl.cdiv(m, block_sizes.block_rows)
-    long_programs = min(block_sizes.long_programs, blocks)
     tiles = _Tiles(
         m=m,
         n=n,
@@ -686,8 +605,6 @@ def _tiles(platform, interpret, block_sizes, *, shape, nnz, k, batch) -> tuple[_
         lanes=block_sizes.lanes,
         row_cap=block_sizes.lanes * block_sizes.row_steps,
         long_lanes=block_sizes.long_lanes,
-        long_programs=long_programs,
-        owned=pl.next_power_of_2(pl.cdiv(blocks, long_programs)),
         block_k=block_sizes.block_k,
         block_batch=block_sizes.block_batch if batch > 1 else 1,
         cache_hints=block_sizes.cache_hints,
@@ -695,38 +612,42 @@ def _tiles(platform, interpret, block_sizes, *, shape, nnz, k, batch) -> tuple[_
     return tiles, block_sizes
 
 
-def _two_kernels(rows_kernel, long_kernel, operands, out_shape, tiles, k_blocks, options, **extra):
-    """The row-block kernel, then the long-row kernel writing into its output.
-
-    `extra`: `poison_all=True` gives the long-row kernel, after the counts of long rows,
-    whether any block was invalid (a count of -1); `initial=array` is the row-block
-    kernel's output before it runs (it takes it after `operands`, aliased)."""
+def _launch(
+    rows_kernel, operands, out_shape, tiles, k_blocks, options, *, poison=None, initial=None
+):
+    """The row-block kernel over `operands` (and `initial`, its output's starting value,
+    aliased), one program per block of rows, k-block and batch block. With a `poison`
+    kernel, the row-block kernel also writes a flag per block (1: invalid input) and the
+    poisoning kernel, given whether any flag is set, writes NaN over all of the output."""
     interpret, block_sizes, name = options
     blocks = pl.cdiv(tiles.m, tiles.block_rows)
-    batch_blocks = pl.cdiv(tiles.batch, tiles.block_batch)
+    grid = (blocks, k_blocks, pl.cdiv(tiles.batch, tiles.block_batch))
     params = _compiler_params(block_sizes)
-    initial = (extra["initial"],) if "initial" in extra else ()
-    out, long_rows = pl.pallas_call(
+    initial = () if initial is None else (initial,)
+    flags = () if poison is None else (jax.ShapeDtypeStruct((blocks,), jnp.int32),)
+    results = pl.pallas_call(
         rows_kernel,
-        grid=(blocks, k_blocks, batch_blocks),
-        out_shape=(out_shape, jax.ShapeDtypeStruct((blocks,), jnp.int32)),
+        grid=grid,
+        out_shape=(out_shape, *flags),
         input_output_aliases={len(operands): 0} if initial else {},
         compiler_params=params,
         interpret=interpret,
         name=f"{name}_rows",
     )(*operands, *initial)
-    flags = (long_rows,)
-    if extra.get("poison_all"):
-        flags += ((jnp.min(long_rows, keepdims=True) < 0).astype(jnp.int32),)
+    if poison is None:
+        return results[0]
+    out, bad = results
+    programs = min(_POISON_PROGRAMS, blocks)
+    invalid = (jnp.max(bad, keepdims=True) > 0).astype(jnp.int32)
     return pl.pallas_call(
-        long_kernel,
-        grid=(tiles.long_programs, k_blocks, batch_blocks),
+        functools.partial(poison, tiles=tiles, programs=programs),
+        grid=(programs, *grid[1:]),
         out_shape=out_shape,
-        input_output_aliases={len(operands) + len(flags): 0},
+        input_output_aliases={1: 0},
         compiler_params=params,
         interpret=interpret,
-        name=f"{name}_long_rows",
-    )(*operands, *flags, out)
+        name=f"{name}_poison",
+    )(invalid, out)
 
 
 def csr_matmul_triton(
@@ -756,14 +677,13 @@ def csr_matmul_triton(
     **Returns:** `(m, k)` array in `x`'s dtype (`(B, m, k)` for a batch); NaN in the rows
     of an invalid structure (see the module docstring).
     """
-    kernels = (_matmul_rows_kernel, _matmul_long_rows_kernel)
     options = dict(interpret=interpret, platform=platform, block_sizes=block_sizes)
-    return _product(kernels, "csr_matmul", data, x, indices, indptr, shape, **options)
+    return _product(_matmul_rows_kernel, "csr_matmul", data, x, indices, indptr, shape, **options)
 
 
-def _product(kernels, name, data, dense, indices, indptr, shape, **options):
+def _product(rows_kernel, name, data, dense, indices, indptr, shape, **options):
     """`A @ dense` (`name` `"csr_matmul"`, `dense` `(n, k)`) or `A.T @ dense`
-    (`"csr_matmul_t"`, `(m, k)`) by the two `kernels`, with the batch axis of the product
+    (`"csr_matmul_t"`, `(m, k)`) by `rows_kernel`, with the batch axis of the product
     contract; the transposed product scatters into a zeroed result and poisons it all
     for an invalid structure."""
     m, n = shape
@@ -788,9 +708,11 @@ def _product(kernels, name, data, dense, indices, indptr, shape, **options):
         batch=batch or 1,
     )
     out_shape = (batch or 1, outer, k)
-    extra = dict(poison_all=True, initial=jnp.zeros(out_shape, dense.dtype)) if transposed else {}
-    out = _two_kernels(
-        *(functools.partial(kernel, tiles=tiles, shared=dense.ndim == 2) for kernel in kernels),
+    extra = {}
+    if transposed:
+        extra = dict(poison=_matmul_t_poison_kernel, initial=jnp.zeros(out_shape, dense.dtype))
+    out = _launch(
+        functools.partial(rows_kernel, tiles=tiles, shared=dense.ndim == 2),
         (indptr, indices, data.reshape(batch or 1, -1), dense),
         jax.ShapeDtypeStruct(out_shape, dense.dtype),
         tiles,
@@ -844,9 +766,10 @@ def csr_matmul_t_triton(
             platform=platform,
             block_sizes=block_sizes,
         )
-    kernels = (_matmul_t_rows_kernel, _matmul_t_long_rows_kernel)
     options = dict(interpret=interpret, platform=platform, block_sizes=block_sizes)
-    return _product(kernels, "csr_matmul_t", data, g, indices, indptr, shape, **options)
+    return _product(
+        _matmul_t_rows_kernel, "csr_matmul_t", data, g, indices, indptr, shape, **options
+    )
 
 
 def csr_sddmm_triton(
@@ -881,17 +804,13 @@ def csr_sddmm_triton(
     tiles, block_sizes = _tiles(
         platform, interpret, block_sizes, shape=shape, nnz=nnz, k=k, batch=batch or 1
     )
-    kernels = (
-        functools.partial(kernel, tiles=tiles, batched=(g.ndim == 3, x.ndim == 3))
-        for kernel in (_sddmm_rows_kernel, _sddmm_long_rows_kernel)
-    )
-    out = _two_kernels(
-        *kernels,
+    out = _launch(
+        functools.partial(_sddmm_rows_kernel, tiles=tiles, batched=(g.ndim == 3, x.ndim == 3)),
         (indptr, indices, g, x),
         jax.ShapeDtypeStruct((batch or 1, nnz), g.dtype),
         tiles,
         1,
         (interpret, block_sizes, "csr_sddmm"),
-        poison_all=True,
+        poison=_sddmm_poison_kernel,
     )
     return out if batch else out[0]
