@@ -425,7 +425,9 @@ def _matmul_t_rows_kernel(
             & (mask & ~outside)[None, ..., None]
             & k_mask[None, None, None],
         )
-        return jnp.max(outside.astype(jnp.int32))
+        # One axis at a time: JAX 0.12's Triton lowering of a reduction over two axes
+        # gives its intermediate the input's sharding and fails under a mesh.
+        return jnp.max(jnp.max(outside.astype(jnp.int32), axis=1))
 
     def step(s, bad):
         mask, positions, cols, outside = _step_entries(
