@@ -17,7 +17,7 @@ from jaxsparse.kernels._bounds_check import out_of_bounds_reports
 
 # Each family's kernels and its platform; small blocks so the tiny test matrices still
 # take several loop steps (and column blocks on Triton), and on Triton rows of more than 4
-# entries take the long-row kernels.
+# entries are long rows.
 FAMILIES = {
     "triton": (
         triton_csr,
@@ -396,6 +396,27 @@ def _transposed_with_atomics(data, g, indices, indptr, options):
     return triton_csr._product(kernel, "csr_matmul_t", data, g, indices, indptr, shape, **rest)
 
 
+def test_atomic_transposed_product_walks_several_long_rows_of_a_block():
+    """The GPU's transposed product (atomic scatter) on blocks holding several long rows
+    between short and empty ones. Every column is used once, so interpret mode's lane by
+    lane emulation of the atomics is exact."""
+    lengths = np.array([1, 9, 0, 12, 2, 7, 5, 0])
+    m, nnz = lengths.size, int(lengths.sum())
+    rng = np.random.default_rng(3)
+    indptr = jnp.asarray(np.concatenate([[0], np.cumsum(lengths)]), jnp.int32)
+    indices = jnp.asarray(rng.permutation(nnz), jnp.int32)
+    data = jnp.asarray(rng.standard_normal(nnz), jnp.float32)
+    g = jnp.asarray(rng.standard_normal((m, 3)), jnp.float32)
+    # Blocks of 4 rows, long past 4 entries: rows 1, 3 and 5 of two blocks are long.
+    blocks = triton_csr.BlockSizes(block_rows=4, lanes=2, row_steps=2, long_lanes=4)
+    options = dict(shape=(m, nnz), interpret=True, platform="cuda", block_sizes=blocks)
+    with out_of_bounds_reports() as reports:
+        got = _transposed_with_atomics(data, g, indices, indptr, options)
+    assert reports == []
+    twin = sp.csr_array((np.asarray(data), np.asarray(indices), np.asarray(indptr)), (m, nnz))
+    np.testing.assert_allclose(np.asarray(got), twin.T @ np.asarray(g), rtol=1e-6, atol=1e-6)
+
+
 @pytest.mark.parametrize("shape", [(4, 0), (0, 5)])
 def test_entries_in_an_empty_dimension_give_nan(shape):
     m, n = shape
@@ -491,8 +512,8 @@ def test_invalid_structures_on_the_gpu_give_nan_rows(name):
 @pytest.mark.parametrize("k", [1, 8])
 def test_long_and_short_rows_on_the_default_device(k):
     """Rows of 0 to 3000 entries through `js.matmul` and its gradient with the default
-    tiles: on a GPU the Triton kernels (row blocks and the long-row kernels), elsewhere
-    what `"auto"` runs there."""
+    tiles: on a GPU the Triton kernels (short rows by blocks, long rows one at a time),
+    elsewhere what `"auto"` runs there."""
     import jaxsparse as js
 
     rng = np.random.default_rng(5)

@@ -359,7 +359,8 @@ def _matmul_rows_kernel(indptr_ref, indices_ref, data_ref, x_ref, out_ref, *, ti
     num_steps = ((jnp.max(short) + tiles.lanes - 1) // tiles.lanes).astype(jnp.int32)
     zeros = jnp.zeros((tiles.block_batch, tiles.block_rows, tiles.block_k), acc_dtype)
     acc, bad = lax.fori_loop(0, num_steps, step, (zeros, bad_rows))
-    store(  # the long rows are written below, by one program's threads in turn
+    # Not the long rows: their own stores below come from other threads, unordered with these.
+    store(
         out_ref,
         (out_members[:, None, None], out_rows[None, :, None], out_k[None, None, :]),
         _poisoned(acc, bad[None, :, None]).astype(out_ref.dtype),
