@@ -14,7 +14,10 @@ Per matrix and `k` (columns of the dense operand), float32:
 
 Times are medians over repeats of a jitted `lax.fori_loop` of `LOOP` dependent products
 (`x <- A @ x`, the matrix scaled to norm 1), divided by `LOOP`: the product's own time
-without the per-call dispatch; the single call (dispatch included) is reported beside it.
+without the per-call dispatch; the single call (dispatch included) is reported beside it,
+and so are the same `LOOP` products unrolled in one program ("unrolled"), which leaves
+out what XLA's while loop costs each iteration. Each figure takes `REPEATS` repeats, or
+fewer (at least `MIN_REPEATS`) where they would pass `REPEAT_BUDGET_S`.
 The gradient step is one jitted `jax.vjp` of the product in the values and the operand.
 Bytes are the ideal bytes of each product (DIA: `ndiag*n*v + n*k*v + m*k*v`; CSR:
 `nnz*(v+i) + (m+1)*i + n*k*v + m*k*v`), so GB/s is an effective figure.
@@ -49,6 +52,8 @@ from jaxsparse import _backend  # noqa: E402
 
 LOOP = 20
 REPEATS = 15
+MIN_REPEATS = 5
+REPEAT_BUDGET_S = 2.0  # seconds of repeats a figure may take before it settles for fewer
 PEAK_TBS = {"H100": 3.35, "H200": 4.8, "A100": 2.0, "L4": 0.3}
 KINDS = (
     ("poisson2d-5pt", "dia", matrices.poisson2d),
@@ -60,13 +65,24 @@ KINDS = (
 
 
 def median_time(fn, *args) -> float:
-    """Median seconds of `REPEATS` calls of `fn(*args)`, after one untimed call."""
+    """Median seconds of `REPEATS` calls of `fn(*args)` (fewer past `REPEAT_BUDGET_S`),
+    after one untimed call."""
     jax.block_until_ready(fn(*args))
-    times = []
-    for _ in range(REPEATS):
+
+    def timed() -> float:
         start = time.perf_counter()
         jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - start)
+        return time.perf_counter() - start
+
+    return _median_of_repeats(timed)
+
+
+def _median_of_repeats(timed) -> float:
+    """Median of `timed()` (seconds) over `REPEATS` repeats, or over `MIN_REPEATS` and
+    more until `REPEAT_BUDGET_S` have passed."""
+    times = []
+    while len(times) < REPEATS and (len(times) < MIN_REPEATS or sum(times) < REPEAT_BUDGET_S):
+        times.append(timed())
     return float(np.median(times))
 
 
@@ -76,8 +92,12 @@ def _product_times(product, matrix, x) -> dict:
     def loop(matrix, x):
         return lax.fori_loop(0, LOOP, lambda _, y: product(matrix, y), x)
 
+    def unrolled(matrix, x):
+        return functools.reduce(lambda y, _: product(matrix, y), range(LOOP), x)
+
     return {
         "loop_s": median_time(jax.jit(loop), matrix, x) / LOOP,
+        "unrolled_s": median_time(jax.jit(unrolled), matrix, x) / LOOP,
         "single_s": median_time(jax.jit(product), matrix, x),
     }
 
@@ -160,15 +180,17 @@ def _cupy_row(scipy_csr, x) -> dict | None:
     start, end = cupy.cuda.Event(), cupy.cuda.Event()
     for _ in range(3):
         y = matrix @ y
-    times = []
-    for _ in range(REPEATS):
+
+    def timed() -> float:
+        nonlocal y
         start.record()
         for _ in range(LOOP):
             y = matrix @ y
         end.record()
         end.synchronize()
-        times.append(cupy.cuda.get_elapsed_time(start, end) / 1e3 / LOOP)
-    return {"system": "cupyx (cuSPARSE)", "loop_s": float(np.median(times))}
+        return cupy.cuda.get_elapsed_time(start, end) / 1e3
+
+    return {"system": "cupyx (cuSPARSE)", "loop_s": _median_of_repeats(timed) / LOOP}
 
 
 def _normalized(matrix):
@@ -243,7 +265,16 @@ def _run_cases(results, rows, ks, with_xla, formats):
 def _print_case(case, copy_gbs):
     title = f"{case['format'].upper()} {case['matrix']}, {case['rows']} rows"
     print(f"\n{title}, nnz {case['nnz']}, k={case['k']}")
-    header = ("system", "loop us", "single us", "grad us", "grad/loop", "GB/s", "% copy")
+    header = (
+        "system",
+        "loop us",
+        "unrolled",
+        "single us",
+        "grad us",
+        "grad ratio",
+        "GB/s",
+        "% copy",
+    )
     print(f"  {header[0]:<22}" + "".join(f"{h:>11}" for h in header[1:]))
     for system in case["systems"]:
         if "declined" in system:
@@ -252,12 +283,14 @@ def _print_case(case, copy_gbs):
         loop = system["loop_s"]
         gbs = case["bytes"] / loop / 1e9
         single = f"{system['single_s'] * 1e6:.1f}" if "single_s" in system else "-"
+        unrolled = f"{system['unrolled_s'] * 1e6:.1f}" if "unrolled_s" in system else "-"
         grad, ratio = "-", "-"
         if "gradient_s" in system:
             grad = f"{system['gradient_s'] * 1e6:.1f}"
             ratio = f"{system['gradient_s'] / system['single_s']:.2f}"
         cells = (
             f"{loop * 1e6:.1f}",
+            unrolled,
             single,
             grad,
             ratio,
@@ -268,13 +301,14 @@ def _print_case(case, copy_gbs):
 
 
 def summary(results) -> list[str]:
-    """One line per case: jaxsparse's fastest family against cuSPARSE (CuPy) and BCSR,
-    the share of the measured copy bandwidth, the gradient step over the product (both
-    single calls), and the product's relative error against scipy."""
+    """One line per case: jaxsparse's fastest family against cuSPARSE (CuPy) and BCSR (in
+    the loop; the family's unrolled time beside it), the share of the measured copy
+    bandwidth, the gradient step over the product (both single calls), and the product's
+    relative error against scipy."""
     lines = [
         f"{results['device']}, JAX {results['jax']}, {results['date']}; "
         f"copy {results['copy_gbs']:.0f} GB/s",
-        f"{'matrix':<22}{'k':>4}{'ours us':>10}{'CuPy us':>10}{'BCSR us':>10}"
+        f"{'matrix':<22}{'k':>4}{'ours us':>10}{'unrolled':>10}{'CuPy us':>10}{'BCSR us':>10}"
         f"{'vs CuPy':>9}{'vs best':>9}{'% copy':>8}{'grad/prod':>11}{'rel err':>9}",
     ]
     for case in results["cases"]:
@@ -293,7 +327,8 @@ def summary(results) -> list[str]:
         cupy_us = f"{cupy_s * 1e6:.1f}" if cupy_s else "-"
         vs_cupy = f"{cupy_s / best['loop_s']:.2f}" if cupy_s else "-"
         lines.append(
-            f"{name:<22}{case['k']:>4}{best['loop_s'] * 1e6:>10.1f}{cupy_us:>10}"
+            f"{name:<22}{case['k']:>4}{best['loop_s'] * 1e6:>10.1f}"
+            f"{best.get('unrolled_s', float('nan')) * 1e6:>10.1f}{cupy_us:>10}"
             f"{bcsr_s * 1e6:>10.1f}{vs_cupy:>9}{fastest_other / best['loop_s']:>9.2f}"
             f"{100 * gbs / results['copy_gbs']:>8.0f}{grad:>11.2f}"
             f"{best.get('relative_error', float('nan')):>9.1e}"
