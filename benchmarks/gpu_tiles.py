@@ -1,6 +1,5 @@
 """Tile sweep for the Triton DIA kernels on this GPU: time per product (median of a
-jitted loop of dependent products) over block sizes, warps and cache hints, to pick the
-defaults.
+jitted loop of dependent products) over block sizes and warps, to pick the defaults.
 
     python benchmarks/gpu_tiles.py [--ks 1,8,64] [--products-only]
 """
@@ -41,18 +40,16 @@ def sweep(name, build, rows, k, products_only=False):
     x = jnp.asarray(np.random.default_rng(1).standard_normal((shape[1], k)), jnp.float32)
     ideal = (len(offsets) * shape[1] + 2 * shape[0] * k) * 4
     results = []
-    for rows_, warps, hints in itertools.product(
-        (128, 256, 512, 1024, 2048), (4, 8), (False, True)
-    ):
+    for rows_, warps in itertools.product((128, 256, 512, 1024, 2048), (4, 8)):
         cols = min(k, 64)
         if rows_ * cols > 32768:
             continue
-        blocks = BlockSizes(block_rows=rows_, block_cols=cols, num_warps=warps, cache_hints=hints)
+        blocks = BlockSizes(block_rows=rows_, block_cols=cols, num_warps=warps)
         product = functools.partial(
             dia_matmul_triton, offsets=offsets, shape=shape, block_sizes=blocks
         )
         t = _time(_looped(product), data, x)
-        results.append(("matmul", rows_, cols, f"{warps}, hints {hints}", t, ideal / t / 1e9))
+        results.append(("matmul", rows_, cols, warps, t, ideal / t / 1e9))
     for rows_, cols, warps in itertools.product((32, 64, 128, 256, 512), (8, 16, 32, 64), (4, 8)):
         if products_only or cols > max(k, 8) or (k == 1 and cols != 8) or rows_ * cols > 16384:
             continue

@@ -129,7 +129,7 @@ def test_kernels_match_scipy(case, dtype, family):
 # Several row blocks, and several column blocks (TPU: multiples of 128 lanes).
 _SMALL_BLOCKS = {
     "window": (mosaic_tpu_dia.BlockSizes(block_rows=32, block_cols=128), 130),
-    "triton": (triton_dia.BlockSizes(block_rows=32, block_cols=2, cache_hints=True), 5),
+    "triton": (triton_dia.BlockSizes(block_rows=32, block_cols=2), 5),
 }
 
 

@@ -77,8 +77,6 @@ class BlockSizes(_pallas.BlockSizes):
     - `block_cols`: columns of the dense operand per program (or per reduction step, for
       the data gradient); a power of two.
     - `num_warps`, `num_stages`: Triton's warps per program and software-pipelining stages.
-    - `cache_hints`: the product loads the diagonals (read once) with Triton's
-      `evict_first` policy and the operand (read once per diagonal) with `evict_last`.
 
     `None` fields take `default_block_sizes`.
     """
@@ -87,7 +85,6 @@ class BlockSizes(_pallas.BlockSizes):
     block_cols: int | None = _pallas.tile()
     num_warps: int | None = _pallas.tile()
     num_stages: int | None = _pallas.tile(power_of_two=False)
-    cache_hints: bool | None = _pallas.switch()
 
 
 def default_block_sizes(kernel: str, num_cols: int, itemsize: int = 4) -> BlockSizes:
@@ -115,16 +112,15 @@ def default_block_sizes(kernel: str, num_cols: int, itemsize: int = 4) -> BlockS
             block_rows=max(32, min(rows, _MAX_TILE_BYTES // (block_cols * itemsize))),
             block_cols=block_cols,
             num_warps=8 if cols <= 8 else 4,
-            cache_hints=False,
         )
     if cols <= 8:
-        return BlockSizes(block_rows=256, block_cols=cols, num_warps=4, cache_hints=False)
-    return BlockSizes(block_rows=32, block_cols=32, num_warps=8, cache_hints=False)
+        return BlockSizes(block_rows=256, block_cols=cols, num_warps=4)
+    return BlockSizes(block_rows=32, block_cols=32, num_warps=8)
 
 
 def _tiles(kernel, platform, interpret, block_sizes, num_cols, itemsize):
-    """`(block_rows, block_cols, compiler_params, cache_hints)`: `block_sizes` with `None`
-    fields taken from `default_block_sizes`."""
+    """`(block_rows, block_cols, compiler_params)`: `block_sizes` with `None` fields taken
+    from `default_block_sizes`."""
     _pallas.resolve_platform(platform, interpret, _PLATFORMS)
     default = default_block_sizes(kernel, num_cols, itemsize)
     block_sizes = block_sizes or default
@@ -133,8 +129,7 @@ def _tiles(kernel, platform, interpret, block_sizes, num_cols, itemsize):
     params = plgpu.CompilerParams(
         num_warps=block_sizes.num_warps or default.num_warps, num_stages=block_sizes.num_stages
     )
-    hints = default.cache_hints if block_sizes.cache_hints is None else block_sizes.cache_hints
-    return block_rows, block_cols, params, hints
+    return block_rows, block_cols, params
 
 
 def _diagonal_loop(offsets, shape, body, init):
@@ -154,23 +149,13 @@ def _diagonal_loop(offsets, shape, body, init):
     )
 
 
-def _operand_rows(ref, batch, rows, cols, mask, policy=None):
-    """`ref[(batch,) rows, cols]`, a `(len(rows), len(cols))` tile, zero where masked;
-    `policy`: the loads' eviction policy."""
-    index = (*batch, rows[:, None], cols[None, :])
-    return load(ref, index, mask=mask, other=0, eviction_policy=policy)
+def _operand_rows(ref, batch, rows, cols, mask):
+    """`ref[(batch,) rows, cols]`, a `(len(rows), len(cols))` tile, zero where masked."""
+    return load(ref, (*batch, rows[:, None], cols[None, :]), mask=mask, other=0)
 
 
 def _rows_kernel(
-    *refs,
-    offsets,
-    shape,
-    transposed,
-    num_cols,
-    block_rows,
-    block_cols,
-    batched_operand,
-    cache_hints,
+    *refs, offsets, shape, transposed, num_cols, block_rows, block_cols, batched_operand
 ):
     """One `(block_rows, block_cols)` tile of `A @ x` (or `A^T @ g`) for batch member
     `program_id(2)`, summed over the diagonals."""
@@ -188,17 +173,9 @@ def _rows_kernel(
         source = rows - off if transposed else rows + off
         stored = rows if transposed else source
         inside = row_ok & (source >= 0) & (source < in_rows)
-        values = load(
-            data_ref,
-            (b, d, stored),
-            mask=inside,
-            other=0,
-            eviction_policy="evict_first" if cache_hints else None,
-        )
+        values = load(data_ref, (b, d, stored), mask=inside, other=0)
         batch = (b,) if batched_operand else ()
-        mask = inside[:, None] & col_ok[None, :]
-        policy = "evict_last" if cache_hints else None
-        block = _operand_rows(operand_ref, batch, source, cols, mask, policy)
+        block = _operand_rows(operand_ref, batch, source, cols, inside[:, None] & col_ok[None, :])
         return acc + values.astype(acc_dtype)[:, None] * block.astype(acc_dtype)
 
     zeros = jnp.zeros((block_rows, block_cols), acc_dtype)
@@ -220,7 +197,7 @@ def _rows_product(data, operand, *, offsets, shape, transposed, interpret, platf
     k = operand.shape[-1]
     if k == 0 or out_rows == 0 or not active_diagonals(offsets, shape)[0] or 0 in lead:
         return jnp.zeros((*lead, out_rows, k), operand.dtype)
-    block_rows, block_cols, params, cache_hints = _tiles(
+    block_rows, block_cols, params = _tiles(
         "matmul", platform, interpret, block_sizes, k, operand.dtype.itemsize
     )
     batch = lead[0] if lead else 1
@@ -234,7 +211,6 @@ def _rows_product(data, operand, *, offsets, shape, transposed, interpret, platf
         block_rows=block_rows,
         block_cols=block_cols,
         batched_operand=operand.ndim == 3,
-        cache_hints=cache_hints,
     )
     ndiag = len(offsets)
     out = pl.pallas_call(
@@ -418,7 +394,7 @@ def dia_sddmm_triton(
     batch = lead[0] if lead else 1
     if k == 0 or n == 0 or not active_diagonals(offsets, shape)[0] or 0 in lead:
         return jnp.zeros((*lead, ndiag, n), x.dtype)
-    block_rows, block_cols, params, _ = _tiles(
+    block_rows, block_cols, params = _tiles(
         "sddmm", platform, interpret, block_sizes, k, x.dtype.itemsize
     )
     looped = not unrolls_diagonals(offsets, shape)
