@@ -251,6 +251,20 @@ def test_product_and_gradient_lower_for_cuda(dtype, k):
 
 
 @NEEDS_CROSS_LOWERING
+def test_data_gradient_is_written_at_its_width():
+    """Columns past the kernel's last whole block (5000 = 9 blocks of 512 and 392) come
+    from XLA, written into the kernel's result of 5000 columns in place: no padded result
+    of 5120 columns cut to 5000, which copies the whole gradient."""
+    offsets, shape = (-1, 0, 1), (5000, 5000)
+    g = x = jax.ShapeDtypeStruct((5000, 1), jnp.float32)
+    sddmm = functools.partial(dia_sddmm_mosaic_gpu, offsets=offsets, shape=shape)
+    text = lower(sddmm, (g, x), "cuda")
+    kernel_line = next(line for line in text.splitlines() if _MOSAIC_CALL in line)
+    assert kernel_line.rstrip().endswith("tensor<1x3x5000xf32>")
+    assert "stablehlo.dynamic_update_slice" in text and "x5120x" not in text
+
+
+@NEEDS_CROSS_LOWERING
 @pytest.mark.parametrize("backend", ["pallas", "auto"])
 def test_product_and_gradient_export_for_cuda_with_default_checks(backend):
     product, _, values_shape = _stencil_product_and_gradient(backend)
