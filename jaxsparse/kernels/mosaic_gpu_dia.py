@@ -97,6 +97,7 @@ from jax.experimental import pallas as pl
 from .._dia_layout import MAX_UNROLLED_DIAGONALS, active_diagonals
 from ._dia_checks import check_product, check_sddmm
 from ._precision import accumulation_dtype
+from .xla_dia import dia_sddmm_xla
 
 try:
     from jax.experimental.pallas import mosaic_gpu as plgpu
@@ -580,22 +581,6 @@ def dia_matmul_t_mosaic_gpu(
     return _product(data, g, offsets=offsets, shape=shape, transposed=True, interpret=interpret)
 
 
-def _sddmm_columns(g, x, offsets, num_rows: int, columns: range):
-    """`out[b, d, j] = sum_c g[b, j - offsets[d], c] * x[b, j, c]` for the stored columns
-    `j` in `columns`, exactly 0 where `j - offsets[d]` is outside `[0, num_rows)`; `g`,
-    `x` `(B or 1, rows, k)`. In XLA: the few columns past the kernel's last whole block."""
-    acc_dtype = accumulation_dtype(x.dtype)
-    j = np.arange(columns.start, columns.stop)
-    x_cols = x[:, columns.start : columns.stop, :].astype(acc_dtype)
-    sums = []
-    for offset in offsets:
-        rows = j - offset
-        inside = (rows >= 0) & (rows < num_rows)
-        g_rows = g[:, np.clip(rows, 0, num_rows - 1), :].astype(acc_dtype)
-        sums.append(jnp.where(inside, jnp.sum(g_rows * x_cols, axis=-1), 0))
-    return jnp.stack(sums, axis=1)
-
-
 def dia_sddmm_mosaic_gpu(
     g: jax.Array,
     x: jax.Array,
@@ -625,12 +610,13 @@ def dia_sddmm_mosaic_gpu(
     index, active = active_diagonals(offsets, shape)
     if x.shape[-1] == 0 or n == 0 or not index or 0 in lead:
         return jnp.zeros((*lead, len(offsets), n), x.dtype)
+    given = (g, x)
     g, x = _as_batch(g, 2), _as_batch(x, 2)
     batch = max(g.shape[0], x.shape[0])
     block_rows = _block_rows(n, len(active))
     # The kernel writes whole blocks of columns. Past the last whole block, a result of `n`
-    # columns takes the rest from XLA, written into it in place; below one block, the
-    # kernel writes a padded result that is cut (a copy, small at that size).
+    # columns takes the rest from the XLA kernel, written into it in place; below one
+    # block, the kernel writes a padded result that is cut (a copy, small at that size).
     blocks = n // block_rows or 1
     columns = n if n >= block_rows else block_rows
     # Stored column j reads g at row j - offset and x at row j.
@@ -656,9 +642,15 @@ def dia_sddmm_mosaic_gpu(
     if columns != n:
         gradient = gradient[..., :n]
     done = blocks * block_rows
-    if done < n:
-        rest = _sddmm_columns(g, x, active, m, range(done, n))
-        gradient = lax.dynamic_update_slice(gradient, rest.astype(x.dtype), (0, 0, done))
+    if done < n:  # stored columns done.. of A are columns 0.. of a matrix offset by -done
+        g_given, x_given = given
+        rest = dia_sddmm_xla(
+            g_given,
+            x_given[..., done:, :],
+            offsets=tuple(off - done for off in active),
+            shape=(m, n - done),
+        )
+        gradient = lax.dynamic_update_slice(gradient, _as_batch(rest, 2), (0, 0, done))
     if len(index) != len(offsets):
         full = jnp.zeros((batch, len(offsets), n), x.dtype)
         gradient = full.at[:, np.asarray(index), :].set(gradient)
