@@ -18,14 +18,19 @@ without the per-call dispatch; the single call (dispatch included) is reported b
 and so are the same `LOOP` products unrolled in one program ("unrolled"), which leaves
 out what XLA's while loop costs each iteration. Each figure takes `REPEATS` repeats, or
 fewer (at least `MIN_REPEATS`) where they would pass `REPEAT_BUDGET_S`.
+A case's programs are compiled all at once on threads before any is timed.
 The gradient step is one jitted `jax.vjp` of the product in the values and the operand.
 Bytes are the ideal bytes of each product (DIA: `ndiag*n*v + n*k*v + m*k*v`; CSR:
 `nnz*(v+i) + (m+1)*i + n*k*v + m*k*v`), so GB/s is an effective figure.
 """
 
 import argparse
+import concurrent.futures
+import contextlib
+import dataclasses
 import functools
 import json
+import os
 import pathlib
 import platform
 import sys
@@ -86,8 +91,21 @@ def _median_of_repeats(timed) -> float:
     return float(np.median(times))
 
 
-def _product_times(product, matrix, x) -> dict:
-    """Per product: in a loop of `LOOP` dependent products, and one call."""
+@dataclasses.dataclass(frozen=True)
+class _Program:
+    """A lowered program, the arguments it is timed with, and the products one call makes."""
+
+    lowered: jax.stages.Lowered
+    args: tuple
+    products: int = 1
+
+
+def _lowered(fn, *args, products: int = 1) -> _Program:
+    return _Program(jax.jit(fn).lower(*args), args, products)
+
+
+def _product_programs(product, matrix, x) -> dict[str, _Program]:
+    """Per product: a loop of `LOOP` dependent products, the same unrolled, and one call."""
 
     def loop(matrix, x):
         return lax.fori_loop(0, LOOP, lambda _, y: product(matrix, y), x)
@@ -96,13 +114,13 @@ def _product_times(product, matrix, x) -> dict:
         return functools.reduce(lambda y, _: product(matrix, y), range(LOOP), x)
 
     return {
-        "loop_s": median_time(jax.jit(loop), matrix, x) / LOOP,
-        "unrolled_s": median_time(jax.jit(unrolled), matrix, x) / LOOP,
-        "single_s": median_time(jax.jit(product), matrix, x),
+        "loop_s": _lowered(loop, matrix, x, products=LOOP),
+        "unrolled_s": _lowered(unrolled, matrix, x, products=LOOP),
+        "single_s": _lowered(product, matrix, x),
     }
 
 
-def _gradient_time(matrix, x, backend) -> float:
+def _gradient_program(matrix, x, backend) -> _Program:
     """One jitted vjp in the values and the operand; the matrix is an argument, so a CSR
     structure is not a constant that XLA would fold."""
 
@@ -113,7 +131,30 @@ def _gradient_time(matrix, x, backend) -> float:
         y, pullback = jax.vjp(product, matrix.data, x)
         return y, pullback(cotangent)
 
-    return median_time(jax.jit(step), matrix, x, x)
+    return _lowered(step, matrix, x, x)
+
+
+def _compiled(programs: dict, threads) -> dict:
+    """`{system: {figure: compiled}}` for `{system: {figure: _Program}}`, every program
+    compiled on `threads` at once (XLA compiles without the GIL) before any is timed.
+    Lowering stays on the caller's thread, where the family table and the configuration
+    it reads are set."""
+    jobs = {
+        system: {figure: threads.submit(p.lowered.compile) for figure, p in figures.items()}
+        for system, figures in programs.items()
+    }
+    return {
+        system: {figure: job.result() for figure, job in figures.items()}
+        for system, figures in jobs.items()
+    }
+
+
+def _times(programs: dict[str, _Program], compiled: dict) -> dict:
+    """Each figure's median seconds per product."""
+    return {
+        figure: median_time(compiled[figure], *program.args) / program.products
+        for figure, program in programs.items()
+    }
 
 
 def _ideal_bytes(fmt, scipy_matrix, k, itemsize=4, index_size=4) -> int:
@@ -139,35 +180,41 @@ def _relative_error(got, want) -> float:
     return float(np.linalg.norm(np.asarray(got, np.float64) - want) / np.linalg.norm(want))
 
 
-def _jaxsparse_rows(fmt, matrix, x, with_xla: bool, expected) -> list[dict]:
-    """One row per GPU kernel family that takes this product (then `xla`, if asked), with
-    its relative error against `expected` (scipy, float64, on `_checked_columns`)."""
-    rows = []
+@contextlib.contextmanager
+def _family(family: str):
+    """`backend="pallas"` on a GPU lowers to `family` alone inside the block."""
     table = _backend.PREFERENCES
+    saved = table["pallas", "cuda"]
+    table["pallas", "cuda"] = (family,)
+    try:
+        yield
+    finally:
+        table["pallas", "cuda"] = saved
+
+
+def _jaxsparse_programs(matrix, x, with_xla: bool) -> tuple[dict, list[dict]]:
+    """The programs of every GPU kernel family that takes this product (then `xla`, if
+    asked), by system, and a row for each family that declined it."""
+    programs, declined = {}, []
     for family in (*_gpu_families(), *(("xla",) if with_xla else ())):
         backend = "xla" if family == "xla" else "pallas"
-        saved = table["pallas", "cuda"]
-        table["pallas", "cuda"] = (family,)
-        try:
-            product = functools.partial(js.matmul, backend=backend)
-            times = _product_times(product, matrix, x)
-            times["gradient_s"] = _gradient_time(matrix, x, backend)
-            got = jax.jit(product)(matrix, x)[:, _checked_columns(x.shape[1])]
-            times["relative_error"] = _relative_error(got, expected)
-        except TypeError as declined:
-            rows.append({"system": f"jaxsparse {family}", "declined": str(declined)[:120]})
-            continue
-        finally:
-            table["pallas", "cuda"] = saved
-        rows.append({"system": f"jaxsparse {family}", **times})
-    return rows
+        product = functools.partial(js.matmul, backend=backend)
+        with _family(family):
+            try:
+                figures = _product_programs(product, matrix, x)
+                figures["gradient_s"] = _gradient_program(matrix, x, backend)
+            except TypeError as error:
+                declined.append({"system": f"jaxsparse {family}", "declined": str(error)[:120]})
+                continue
+        programs[f"jaxsparse {family}"] = figures
+    return programs, declined
 
 
-def _bcsr_row(scipy_csr, x) -> dict:
+def _bcsr_programs(scipy_csr, x) -> dict[str, _Program]:
     jax.config.update("jax_bcoo_cusparse_lowering", True)
     try:
         matrix = jsparse.BCSR.from_scipy_sparse(scipy_csr)
-        return {"system": "BCSR (cuSPARSE)", **_product_times(lambda a, y: a @ y, matrix, x)}
+        return _product_programs(lambda a, y: a @ y, matrix, x)
     finally:
         jax.config.update("jax_bcoo_cusparse_lowering", False)
 
@@ -191,6 +238,23 @@ def _cupy_row(scipy_csr, x) -> dict | None:
         return cupy.cuda.get_elapsed_time(start, end) / 1e3
 
     return {"system": "cupyx (cuSPARSE)", "loop_s": _median_of_repeats(timed) / LOOP}
+
+
+def _systems(matrix, csr, x, with_xla: bool, expected, threads) -> list[dict]:
+    """One row per system: each jaxsparse family (with its relative error against
+    `expected`, scipy in float64 on `_checked_columns`) or its refusal, BCSR, and CuPy."""
+    programs, declined = _jaxsparse_programs(matrix, x, with_xla)
+    programs["BCSR (cuSPARSE)"] = _bcsr_programs(csr, x)
+    compiled = _compiled(programs, threads)
+    rows = declined
+    for system, figures in programs.items():
+        row = {"system": system, **_times(figures, compiled[system])}
+        if system.startswith("jaxsparse"):
+            got = compiled[system]["single_s"](matrix, x)[:, _checked_columns(x.shape[1])]
+            row["relative_error"] = _relative_error(got, expected)
+        rows.append(row)
+    cupy_row = _cupy_row(csr, x)
+    return rows + [cupy_row] if cupy_row else rows
 
 
 def _normalized(matrix):
@@ -238,28 +302,28 @@ def run(rows: int, ks=(1, 8, 64), with_xla: bool = False, formats=("dia", "csr")
 def _run_cases(results, rows, ks, with_xla, formats):
     """Times every case into `results["cases"]`, printing each as it is done."""
     rng = np.random.default_rng(0)
-    for name, fmt, build in (kind for kind in KINDS if kind[1] in formats):
-        scipy_matrix = _normalized(build(rows, rng))
-        csr = scipy.sparse.csr_array(scipy_matrix)
-        if fmt == "dia":
-            matrix = js.DIAMatrix.from_scipy(scipy_matrix)
-        else:
-            matrix = js.CSRMatrix.from_scipy(csr)
-        for k in ks:
-            x = jnp.asarray(rng.standard_normal((csr.shape[1], k), np.float32))
-            case = {"matrix": name, "format": fmt, "rows": csr.shape[0], "nnz": csr.nnz, "k": k}
-            case["dtype"] = str(csr.dtype)  # every system's, CuPy's too
-            case["bytes"] = _ideal_bytes(fmt, scipy_matrix if fmt == "dia" else csr, k)
-            checked = np.asarray(x[:, _checked_columns(k)], np.float64)
-            expected = csr.astype(np.float64) @ checked
-            systems = _jaxsparse_rows(fmt, matrix, x, with_xla, expected)
-            systems.append(_bcsr_row(csr, x))
-            cupy_row = _cupy_row(csr, x)
-            if cupy_row:
-                systems.append(cupy_row)
-            case["systems"] = systems
-            results["cases"].append(case)
-            _print_case(case, results["copy_gbs"])
+    threads = concurrent.futures.ThreadPoolExecutor(max(os.cpu_count() or 1, 1))
+    try:
+        for name, fmt, build in (kind for kind in KINDS if kind[1] in formats):
+            scipy_matrix = _normalized(build(rows, rng))
+            csr = scipy.sparse.csr_array(scipy_matrix)
+            if fmt == "dia":
+                matrix = js.DIAMatrix.from_scipy(scipy_matrix)
+            else:
+                matrix = js.CSRMatrix.from_scipy(csr)
+            for k in ks:
+                x = jnp.asarray(rng.standard_normal((csr.shape[1], k), np.float32))
+                case = {"matrix": name, "format": fmt, "rows": csr.shape[0], "nnz": csr.nnz}
+                case["k"] = k
+                case["dtype"] = str(csr.dtype)  # every system's, CuPy's too
+                case["bytes"] = _ideal_bytes(fmt, scipy_matrix if fmt == "dia" else csr, k)
+                checked = np.asarray(x[:, _checked_columns(k)], np.float64)
+                expected = csr.astype(np.float64) @ checked
+                case["systems"] = _systems(matrix, csr, x, with_xla, expected, threads)
+                results["cases"].append(case)
+                _print_case(case, results["copy_gbs"])
+    finally:  # an interrupt leaves no compilation queued
+        threads.shutdown(wait=False, cancel_futures=True)
 
 
 def _print_case(case, copy_gbs):
