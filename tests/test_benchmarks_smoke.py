@@ -141,6 +141,26 @@ def test_gpu_benchmark_keeps_the_cases_done_when_interrupted(monkeypatch):
 
 
 @pytest.mark.slow
+def test_gpu_transposed_benchmark_checks_every_route_on_the_cpu(monkeypatch):
+    """`gpu_transposed.py` in interpret mode at a small size: every route of `A.T @ g` on
+    every matrix agrees with scipy, and each timed figure is there. (Interpret mode has no
+    atomics, so its "atomic scatter" route sorts: this checks the script, not the GPU.)"""
+    transposed = _load("gpu_transposed")
+    monkeypatch.setattr(transposed.gpu, "LOOP", 2)
+    found = transposed.run(300, (2,), options={"interpret": True, "platform": "cpu"})
+    assert [case["matrix"] for case in found] == [name for name, _ in transposed.MATRICES]
+    routes = ("atomic scatter", "carried transpose", "sort per call")
+    for case in found:
+        assert set(case["errors"]) == set(routes), case
+        assert max(case["errors"].values()) < 1e-5, case
+        for route in routes:
+            assert case["us"][f"{route}, loop"] > 0 and case["us"][f"{route}, single"] > 0
+        assert case["us"]["atomic scatter, gradient"] > 0
+        assert case["us"]["carried transpose, gradient"] > 0
+        assert case["us"]["product, loop"] > 0
+
+
+@pytest.mark.slow
 def test_solve_benchmark_sections_off_by_default_run_and_check():
     """`solve.py`'s `host` and `routes` sections (run by `make gpu-check` and by hand), in a
     process of their own as `run.py` runs the solve section (it enables float64)."""

@@ -8,6 +8,8 @@
 #   csr-tiles  the CSR tile sweep (benchmarks/gpu_csr_tiles.py; not by default)
 #   kernels    each kernel's time in our products, gradient steps and cuSPARSE's, by
 #              Nsight Compute (benchmarks/gpu_kernel_times.py; not by default)
+#   transposed the CSR transposed product by atomics, by a carried transposed structure
+#              and by a sort per call (benchmarks/gpu_transposed.py; not by default)
 #   solve      the tridiagonal solve on the device against the host route
 #   linalg     preconditioned CG (ILU(0) on the GPU) against the host sweeps
 # The benchmark runs first because its figures are what a short lease is for. Every phase
@@ -91,6 +93,9 @@ run_phase() {
                 --metrics $metrics --log-file $logs/ncu.csv \
                 $python benchmarks/gpu_kernel_times.py run $logs/calls.txt \
                 && $python benchmarks/gpu_kernel_times.py report $logs/ncu.csv $logs/calls.txt" ;;
+        transposed)
+            phase transposed "$(limit "${GPU_CHECK_TRANSPOSED_S:-120}")" \
+                "$python" benchmarks/gpu_transposed.py --out "$logs/transposed.json" ;;
         # Tridiagonal spsolve on the device (cuSPARSE) against the host route and scipy.
         solve) phase solve "$(limit 60)" "$python" benchmarks/solve.py --sections host ;;
         # ILU(0)'s level-scheduled sweeps on the GPU against plain and Jacobi CG and the host
