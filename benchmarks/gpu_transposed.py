@@ -66,9 +66,7 @@ def _carried(csr: scipy.sparse.csr_array):
     transposed = scipy.sparse.csr_array(positions.T)
     transposed.sort_indices()
     perm = transposed.data.astype(np.int32)
-    return tuple(
-        jnp.asarray(a, jnp.int32) for a in (perm, transposed.indices, transposed.indptr)
-    )
+    return tuple(jnp.asarray(a, jnp.int32) for a in (perm, transposed.indices, transposed.indptr))
 
 
 def routes(shape, options) -> dict:
