@@ -41,8 +41,9 @@ def variants(default: BlockSizes, k: int) -> dict[str, BlockSizes]:
     least 64 entries), and the defaults with other warp counts and pipelining depths.
     k = 1: 64-256 rows by 1-8 lanes, the long-row knobs and the row cap; k = 8: 16-64 rows
     by 1-4 lanes; k = 64: 4-16 rows by 1-4 lanes. Up to k = 8 the grid also runs with the
-    other cache hints. Smaller row blocks take fewer registers a thread, so more warps
-    fit on an SM (benchmarks/results/gpu-2026-11-27-h200.txt)."""
+    other cache hints; past k = 16, column tiles of 16 and 32 (the same rows, and rows
+    scaled up to keep the tile's values). Smaller row blocks take fewer registers a
+    thread, so more warps fit on an SM (benchmarks/results/gpu-2026-11-27-h200.txt)."""
     change = functools.partial(dataclasses.replace, default)
     grid = {1: ((64, 128, 256), (1, 2, 4, 8)), 8: ((16, 32, 64), (1, 2, 4))}
     rows_options, lanes_options = grid.get(k, ((4, 8, 16), (1, 2, 4)))
@@ -59,6 +60,11 @@ def variants(default: BlockSizes, k: int) -> dict[str, BlockSizes]:
             )
             for label, blocks in found.items()
         }
+    for block_k in (16, 32) if k > 16 else ():
+        if block_k < default.block_k:
+            rows = min(default.block_rows * default.block_k // block_k, 128)
+            found[f"{block_k} columns"] = change(block_k=block_k)
+            found[f"{block_k} columns x {rows} rows"] = change(block_k=block_k, block_rows=rows)
     found |= {
         "2 warps": change(num_warps=2),
         "8 warps": change(num_warps=8),
