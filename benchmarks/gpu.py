@@ -18,7 +18,8 @@ without the per-call dispatch; the single call (dispatch included) is reported b
 and so are the same `LOOP` products unrolled in one program ("unrolled"), which leaves
 out what XLA's while loop costs each iteration. Each figure takes `REPEATS` repeats, or
 fewer (at least `MIN_REPEATS`) where they would pass `REPEAT_BUDGET_S`.
-A case's programs are compiled all at once on threads before any is timed.
+A case's programs are compiled all at once on threads (`--compile-threads`, by default one
+a core) before any is timed.
 The gradient step is one jitted `jax.vjp` of the product in the values and the operand.
 Bytes are the ideal bytes of each product (DIA: `ndiag*n*v + n*k*v + m*k*v`; CSR:
 `nnz*(v+i) + (m+1)*i + n*k*v + m*k*v`), so GB/s is an effective figure.
@@ -275,9 +276,16 @@ def copy_bandwidth(nbytes: int = 2**30) -> float:
     return 2 * nbytes / seconds / 1e9
 
 
-def run(rows: int, ks=(1, 8, 64), with_xla: bool = False, formats=("dia", "csr")) -> dict:
-    """Every case of `KINDS` in `formats` at each `k`; an interrupt (`make gpu-check`'s
-    time limit sends one) ends the run with the cases done, marked `interrupted`."""
+def run(
+    rows: int,
+    ks=(1, 8, 64),
+    with_xla: bool = False,
+    formats=("dia", "csr"),
+    compile_threads: int | None = None,
+) -> dict:
+    """Every case of `KINDS` in `formats` at each `k`, each case's programs compiled
+    `compile_threads` at once (default: one a core); an interrupt (`make gpu-check`'s time
+    limit sends one) ends the run with the cases done, marked `interrupted`."""
     device = jax.devices()[0]
     peak = next((v for key, v in PEAK_TBS.items() if key in device.device_kind), None)
     results = {
@@ -292,17 +300,17 @@ def run(rows: int, ks=(1, 8, 64), with_xla: bool = False, formats=("dia", "csr")
     }
     print(f"{device.device_kind}, JAX {jax.__version__}; copy {results['copy_gbs']:.0f} GB/s")
     try:
-        _run_cases(results, rows, ks, with_xla, formats)
+        _run_cases(results, rows, ks, with_xla, formats, compile_threads or os.cpu_count() or 1)
     except KeyboardInterrupt:  # `make gpu-check`'s time limit: keep the cases measured
         results["interrupted"] = True
         print(f"\ninterrupted after {len(results['cases'])} cases", flush=True)
     return results
 
 
-def _run_cases(results, rows, ks, with_xla, formats):
+def _run_cases(results, rows, ks, with_xla, formats, compile_threads: int):
     """Times every case into `results["cases"]`, printing each as it is done."""
     rng = np.random.default_rng(0)
-    threads = concurrent.futures.ThreadPoolExecutor(max(os.cpu_count() or 1, 1))
+    threads = concurrent.futures.ThreadPoolExecutor(compile_threads)
     try:
         for name, fmt, build in (kind for kind in KINDS if kind[1] in formats):
             scipy_matrix = _normalized(build(rows, rng))
@@ -407,6 +415,9 @@ def main():
     parser.add_argument("--out", type=pathlib.Path, default=None)
     parser.add_argument("--with-xla", action="store_true", help="also time the xla backend")
     parser.add_argument("--formats", default="dia,csr", help="the formats to time")
+    parser.add_argument(
+        "--compile-threads", type=int, default=None, help="programs compiled at once (1: in turn)"
+    )
     args = parser.parse_args()
     if jax.default_backend() != "gpu":
         sys.exit(
@@ -417,6 +428,7 @@ def main():
         ks=tuple(int(k) for k in args.ks.split(",")),
         with_xla=args.with_xla,
         formats=tuple(args.formats.split(",")),
+        compile_threads=args.compile_threads,
     )
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -131,7 +131,7 @@ def test_gpu_benchmark_keeps_the_cases_done_when_interrupted(monkeypatch):
             raise KeyboardInterrupt
 
     monkeypatch.setattr(gpu, "_print_case", print_then_interrupt)
-    results = gpu.run(300, ks=(1, 2), with_xla=True, formats=("csr",))
+    results = gpu.run(300, ks=(1, 2), with_xla=True, formats=("csr",), compile_threads=1)
     assert results["interrupted"]
     assert [(case["matrix"], case["k"]) for case in results["cases"]] == [
         ("poisson2d-5pt", 1),
