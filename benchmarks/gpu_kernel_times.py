@@ -113,7 +113,16 @@ def run(labels: pathlib.Path) -> None:
     cupy.cuda.profiler.stop()
 
 
-_UNITS_US = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "second": 1e6}
+_UNITS_US = {
+    "ns": 1e-3,
+    "nsecond": 1e-3,
+    "us": 1.0,
+    "usecond": 1.0,
+    "ms": 1e3,
+    "msecond": 1e3,
+    "s": 1e6,
+    "second": 1e6,
+}
 
 
 def report(path: pathlib.Path, labels: pathlib.Path) -> None:

@@ -160,6 +160,37 @@ def test_gpu_transposed_benchmark_checks_every_route_on_the_cpu(monkeypatch):
         assert case["us"]["product, loop"] > 0
 
 
+def test_kernel_times_report_assigns_kernels_to_calls_by_marker(tmp_path, capsys):
+    """`gpu_kernel_times.py report` on a CSV as Nsight Compute writes it: each kernel goes
+    to the call whose marker's grid came before it, times in ncu's units become
+    microseconds (an unknown unit is NaN, not a wrong number), and the totals add up."""
+    times = _load("gpu_kernel_times")
+    marker = times.MARKER_NAME
+    columns = ("ID", "Kernel Name", "Grid Size", "Metric Name", "Metric Unit", "Metric Value")
+    rows = [
+        (0, marker, "(1, 1, 1)", "gpu__time_duration.sum", "nsecond", "1,000"),
+        (1, "rows_kernel", "(64, 1, 1)", "gpu__time_duration.sum", "nsecond", "2,500"),
+        (1, "rows_kernel", "(64, 1, 1)", "dram__bytes.sum", "byte", "4,096"),
+        (2, "poison_kernel", "(8, 1, 1)", "gpu__time_duration.sum", "usecond", "1.5"),
+        (3, marker, "(2, 1, 1)", "gpu__time_duration.sum", "nsecond", "900"),
+        (4, "csrmv_v3", "(128, 1, 1)", "gpu__time_duration.sum", "msecond", "0.25"),
+        (5, "partition", "(1, 1, 1)", "gpu__time_duration.sum", "cycle", "700"),
+    ]
+    lines = ["==PROF== a line ncu writes that is not CSV", ",".join(f'"{c}"' for c in columns)]
+    lines += [",".join(f'"{cell}"' for cell in row) for row in rows]
+    csv_path, labels = tmp_path / "ncu.csv", tmp_path / "calls.txt"
+    csv_path.write_text("\n".join(lines) + "\n")
+    labels.write_text("ours k=1\ncuSPARSE k=1\n")
+    times.report(csv_path, labels)
+    out = capsys.readouterr().out
+    ours, cusparse = out.split("\ncuSPARSE k=1\n")
+    assert "2.5 us  rows_kernel" in ours and "1.5 us  poison_kernel" in ours
+    assert "bytes.sum 4096" in ours
+    assert "250.0 us  csrmv_v3" in cusparse and "nan us  partition" in cusparse
+    totals = out.split("== kernel time per call (us)")[1]
+    assert "ours k=1" in totals and " 4.0" in totals.split("cuSPARSE")[0]
+
+
 @pytest.mark.slow
 def test_solve_benchmark_sections_off_by_default_run_and_check():
     """`solve.py`'s `host` and `routes` sections (run by `make gpu-check` and by hand), in a
