@@ -160,6 +160,19 @@ def test_gpu_transposed_benchmark_checks_every_route_on_the_cpu(monkeypatch):
         assert case["us"]["product, loop"] > 0
 
 
+def test_csr_tile_sweep_variants_are_valid_block_sizes():
+    """`gpu_csr_tiles.variants` (whose `BlockSizes` refuse invalid tiles as they are made):
+    the defaults first, and column tiles narrower than the defaults' only past k = 16."""
+    tiles = _load("gpu_csr_tiles")
+    from jaxsparse.kernels.triton_csr import BlockSizes
+
+    for k, columns in ((1, set()), (8, set()), (64, {16, 32})):
+        default = BlockSizes().filled(platform="cuda", num_cols=k, mean_row_length=5.0)
+        grid = tiles.variants(default, k)
+        assert next(iter(grid.items())) == ("default", default)
+        assert {b.block_k for b in grid.values()} - {default.block_k} == columns, k
+
+
 def test_kernel_times_report_assigns_kernels_to_calls_by_marker(tmp_path, capsys):
     """`gpu_kernel_times.py report` on a CSV as Nsight Compute writes it: each kernel goes
     to the call whose marker's grid came before it, times in ncu's units become
