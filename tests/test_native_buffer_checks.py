@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.sparse
+import scipy.sparse.linalg
 
 import jaxsparse  # noqa: F401  (registers the native FFI targets)
 from jaxsparse.kernels import _native_library
@@ -51,10 +52,23 @@ def _kept():
     )(DIA_DATA.at[1].add(2.0), jnp.ones((N, K), jnp.float32), offsets=OFFSETS)[1:]
 
 
+def _tridiagonal_kept():
+    """The inverse pivots and status a tridiagonal solve of DIA_DATA + 2 I keeps."""
+    return jax.ffi.ffi_call(
+        "jaxsparse_dia_tridiagonal_solve_keeping",
+        (
+            jax.ShapeDtypeStruct((N, K), jnp.float32),
+            jax.ShapeDtypeStruct((N,), jnp.float32),
+            jax.ShapeDtypeStruct((), jnp.int32),
+        ),
+    )(DIA_DATA.at[1].add(2.0), jnp.ones((N, K), jnp.float32), offsets=OFFSETS)[1:]
+
+
 # On the CPU: a GPU machine's suite imports this module (then deselects it), and the
 # target is registered for the CPU alone.
 with jax.default_device(jax.devices("cpu")[0]):
     KEPT = tuple(_kept()) if _native_library.AVAILABLE else (None,) * 4
+    PIVOTS = tuple(_tridiagonal_kept()) if _native_library.AVAILABLE else (None,) * 2
 
 
 def dense(*shape, dtype=jnp.float32):
@@ -90,6 +104,20 @@ def test_matching_buffers_give_scipys_product():
     np.testing.assert_array_equal(indptr, summed.indptr)
     np.testing.assert_array_equal(indices, summed.indices)
     np.testing.assert_allclose(values, summed.data, rtol=1e-6)
+    banded = scipy.sparse.dia_array((np.asarray(DIA_DATA.at[1].add(2.0)), OFFSETS), (N, N))
+    assert int(PIVOTS[1]) == 1  # dominant: the inverse pivots were kept
+    x = dense(N, K)
+    attributes = {"offsets": OFFSETS, "op": np.int64(1)}
+    y = call(
+        "jaxsparse_dia_tridiagonal_kept_solve",
+        result(N, K),
+        DIA_DATA.at[1].add(2.0),
+        *PIVOTS,
+        x,
+        **attributes,
+    )
+    expected = scipy.sparse.linalg.spsolve(banded.T.tocsc(), np.asarray(x, np.float64))
+    np.testing.assert_allclose(y, expected, rtol=1e-5)
 
 
 MISMATCHES = {
@@ -310,6 +338,41 @@ MISMATCHES = {
         (*KEPT[:2], KEPT[2].astype(jnp.int64), KEPT[3], dense(N, K)),
         {"offsets": OFFSETS, "op": np.int64(0)},
         "pivots and status int32",
+    ),
+    "tridiagonal inverse pivots of another type": (
+        "jaxsparse_dia_tridiagonal_kept_solve",
+        result(N, K),
+        (DIA_DATA, PIVOTS[0].astype(jnp.float64), PIVOTS[1], dense(N, K)),
+        {"offsets": OFFSETS, "op": np.int64(1)},
+        "the inverse pivots must be the values' dtype, the status int32",
+    ),
+    "tridiagonal inverse pivots of the wrong length": (
+        "jaxsparse_dia_tridiagonal_kept_adjoint",
+        (result(N, K), result(3, N)),
+        (DIA_DATA, jnp.ones(N + 1, jnp.float32), PIVOTS[1], dense(N, K), dense(N, K)),
+        {"offsets": OFFSETS},
+        "the inverse pivots must be \\(..., n\\)",
+    ),
+    "a tridiagonal status per member of an unbatched call": (
+        "jaxsparse_dia_tridiagonal_kept_solve",
+        result(N, K),
+        (DIA_DATA, PIVOTS[0], jnp.ones(2, jnp.int32), dense(N, K)),
+        {"offsets": OFFSETS, "op": np.int64(0)},
+        "the status \\(...\\), one per member",
+    ),
+    "a band too wide for the tridiagonal solve": (
+        "jaxsparse_dia_tridiagonal_solve_keeping",
+        (result(N, K), result(N), result(dtype=jnp.int32)),
+        (DIA_DATA, dense(N, K)),
+        {"offsets": np.array([-2, 0, 1], np.int64)},
+        "offsets must lie in \\[-1, 1\\]",
+    ),
+    "a tridiagonal offset twice": (
+        "jaxsparse_dia_tridiagonal_solve_keeping",
+        (result(N, K), result(N), result(dtype=jnp.int32)),
+        (DIA_DATA, dense(N, K)),
+        {"offsets": np.array([0, 0, 1], np.int64)},
+        "repeated offsets",
     ),
     "a DIA result of the wrong width": (
         "jaxsparse_dia_sddmm",

@@ -1,11 +1,11 @@
 """The derivatives of `spsolve` for DIA matrices: the forward pass keeps its factors
-(`native_banded_kept.solve_keeping`) and the reverse step is one native call that sweeps
-with them for `A^T` and returns the values' cotangent (`kept_adjoint`); or, for narrow
-bands whose factors are large (`keeps_factors`), the same from the values
-(`native_banded_lu.banded_adjoint`). Both routes are checked against scipy and against the
-same gradient through `factorized` (`custom_linear_solve`, an adjoint solve then the
-product's transpose), on the split and one-pass paths, under `vmap`, and against the host
-path."""
+(`native_banded_kept.solve_keeping`; a tridiagonal band its inverse pivots alone) and the
+reverse step is one native call that sweeps with them for `A^T` and returns the values'
+cotangent (`kept_adjoint`); or, for narrow bands whose factors are large
+(`keeps_factors`), the same from the values (`native_banded_lu.banded_adjoint`). Both
+routes are checked against scipy and against the same gradient through `factorized`
+(`custom_linear_solve`, an adjoint solve then the product's transpose), on the split and
+one-pass paths, under `vmap`, and against the host path."""
 
 import functools
 import os
@@ -53,11 +53,14 @@ def route(request, monkeypatch):
 
 def test_which_bands_keep_their_factors():
     keeps = _banded_one_pass.keeps_factors
-    assert keeps((-1, 0, 1), 100_000, 1, np.float64)  # 5.2 MB with the solution
-    assert not keeps((-1, 0, 1), 1_000_000, 1, np.float64)  # 52 MB: factored again
-    assert not keeps((-1, 0, 1), 400_000, 8, np.float64)  # many right-hand sides
-    assert keeps((-1, 0, 1), 400_000, 1, np.float32)  # 11.2 MB
+    penta = (-2, -1, 0, 1, 2)
+    assert keeps(penta, 100_000, 1, np.float64)  # 7.6 MB with the solution
+    assert not keeps(penta, 1_000_000, 1, np.float64)  # 76 MB: factored again
+    assert not keeps(penta, 400_000, 8, np.float64)  # many right-hand sides
+    assert keeps(penta, 400_000, 1, np.float32)  # 16 MB
     assert keeps((-100, -1, 0, 1, 100), 1_000_000, 1, np.float64)  # a wide band: always
+    for tridiagonal in ((-1, 0, 1), (-1, 0), (0, 1), (0,)):  # the inverse pivots: always
+        assert keeps(tridiagonal, 1_000_000, 8, np.float64)
 
 
 def _loss(solve, weights):
@@ -91,9 +94,11 @@ def test_gradient_matches_the_factorized_route(dominant, dtype, route):
 
 
 @pytest.mark.on_cpu  # the native kernels
-def test_gradient_step_is_one_solve_and_one_adjoint_call(route):
+@pytest.mark.parametrize("offsets", [(-1, 0, 2), (-1, 0, 1)])
+def test_gradient_step_is_one_solve_and_one_adjoint_call(offsets, route):
+    """A tridiagonal band keeps its inverse pivots at any size, the others by their size."""
     rng = np.random.default_rng(41)
-    matrix = _band(rng, 50, (-1, 0, 1), jnp.float64, True)
+    matrix = _band(rng, 50, offsets, jnp.float64, True)
     b = jnp.asarray(random_values(rng, (50,), jnp.float64))
 
     def loss(data, b):
@@ -103,7 +108,11 @@ def test_gradient_step_is_one_solve_and_one_adjoint_call(route):
     solve, adjoint = {
         "kept": ("jaxsparse_dia_banded_solve_keeping", "jaxsparse_dia_banded_factored_adjoint"),
         "values": ("jaxsparse_dia_banded_solve", "jaxsparse_dia_banded_adjoint"),
-    }[route]
+        "tridiagonal": (
+            "jaxsparse_dia_tridiagonal_solve_keeping",
+            "jaxsparse_dia_tridiagonal_kept_adjoint",
+        ),
+    }["tridiagonal" if offsets == (-1, 0, 1) else route]
     targets = [
         line.split('custom_call_target="')[1].split('"')[0]
         for line in hlo.splitlines()
@@ -112,9 +121,9 @@ def test_gradient_step_is_one_solve_and_one_adjoint_call(route):
     assert sorted(targets) == sorted([solve, adjoint])
 
 
-# Bandwidths of every kind: tridiagonal, wider below than above, one-sided each way, and a
-# gap between the diagonals.
-KEPT_OFFSETS = [(-1, 0, 1), (-3, 0, 1), (0, 2), (-1, 0), (-2, 0, 5)]
+# Bandwidths of every kind past tridiagonal: wider below than above, one-sided each way, and
+# a gap between the diagonals.
+KEPT_OFFSETS = [(-1, 0, 2), (-3, 0, 1), (0, 2), (-2, 0), (-2, 0, 5)]
 
 
 @pytest.mark.on_cpu  # the native kernels
@@ -147,11 +156,66 @@ def test_kept_solves_match_scipy(offsets, dtype, dominant, columns):
     np.testing.assert_array_equal(adjoint, solve(g, op="T"))
 
 
+@pytest.mark.on_cpu  # the native kernels
+@pytest.mark.parametrize("offsets", [(-1, 0, 1), (-1, 0), (0, 1), (0,)], ids=str)
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.complex128], ids=dtype_id)
+@pytest.mark.parametrize("dominant", [True, False], ids=["dominant", "pivoting"])
+@pytest.mark.parametrize("columns", [1, 3])
+def test_tridiagonal_kept_solves_match_scipy(offsets, dtype, dominant, columns):
+    """A tridiagonal band keeps its inverse pivots where it is diagonally dominant (status 1),
+    and otherwise solves with pivoting and keeps none (status 0: the derivatives' solves
+    factor again from the values); solves with `A` and `A^T` agree with scipy's either way,
+    and the adjoint's `lambda` (written over `g`'s buffer) is the solve with `A^T`."""
+    rng = np.random.default_rng(47)
+    n = 301
+    matrix = _band(rng, n, offsets, dtype, dominant)
+    b = jnp.asarray(random_values(rng, (n, columns), dtype))
+    g = jnp.asarray(random_values(rng, (n, columns), dtype))
+    x, kept = native_banded_kept.solve_keeping(matrix.data, b, offsets=offsets)
+    assert isinstance(kept, native_banded_kept.TridiagonalKept)
+    if dominant or offsets == (0,):
+        assert int(kept.status) == 1
+    elif offsets == (-1, 0, 1):  # random signs on the diagonal: pivoting
+        assert int(kept.status) == 0
+    S = matrix.to_scipy().astype(np.complex128).tocsc()
+    tolerance = 1e-4 if dtype == jnp.float32 else 1e-10
+    solve = functools.partial(native_banded_kept.kept_solve, matrix.data, kept, offsets=offsets)
+    for op, system, rhs, got in (("N", S, b, x), ("N", S, g, None), ("T", S.T.tocsc(), g, None)):
+        got = solve(rhs, op=op) if got is None else got
+        expected = scipy.sparse.linalg.spsolve(system, np.asarray(rhs)).reshape(n, columns)
+        scale = np.max(np.abs(expected))
+        np.testing.assert_allclose(got, expected, rtol=0, atol=tolerance * scale)
+    adjoint = jax.jit(native_banded_kept.kept_adjoint, static_argnames="offsets")
+    lam, _ = adjoint(matrix.data, kept, x, g, offsets=offsets)
+    np.testing.assert_array_equal(lam, solve(g, op="T"))
+
+
+@pytest.mark.on_cpu  # the native kernels
+def test_tridiagonal_adjoint_from_the_values_keeps_g_apart_from_lambda():
+    """Where no pivots were kept, the adjoint solves from the values with `lambda` in `g`'s
+    buffer; the split over two threads stops at a row that is not dominant and starts over
+    from `g`, so `g` must survive what the first attempt wrote (the kernel copies it)."""
+    rng = np.random.default_rng(48)
+    n = SPLIT_ROWS + 1
+    matrix = _band(rng, n, (-1, 0, 1), jnp.float64, True)
+    data = matrix.data.at[1, n // 4].set(0.1)  # one row past dominance, in the first block
+    x, kept = native_banded_kept.solve_keeping(data, jnp.ones((n, 1)), offsets=(-1, 0, 1))
+    assert int(kept.status) == 0
+    g = jnp.asarray(random_values(rng, (n, 1), jnp.float64))
+    lam, _ = jax.jit(native_banded_kept.kept_adjoint, static_argnames="offsets")(
+        data, kept, x, g, offsets=(-1, 0, 1)
+    )
+    S = matrix.with_data(data).to_scipy().T.tocsc()
+    expected = scipy.sparse.linalg.spsolve(S, np.asarray(g)).reshape(n, 1)
+    np.testing.assert_allclose(lam, expected, rtol=0, atol=1e-10 * np.max(np.abs(expected)))
+
+
+@pytest.mark.parametrize("offsets", [(-1, 0, 2), (-1, 0, 1)])
 @pytest.mark.parametrize("dtype", [jnp.float64, jnp.complex128], ids=dtype_id)
-def test_check_grads_under_vmap(dtype, route):
+def test_check_grads_under_vmap(offsets, dtype, route):
     """Batches of right-hand sides over one matrix, and of matrices, both modes."""
     rng = np.random.default_rng(42)
-    matrix = _band(rng, 12, (-1, 0, 2), dtype, False)
+    matrix = _band(rng, 12, offsets, dtype, offsets == (-1, 0, 1))
     b = jnp.asarray(random_values(rng, (3, 12), dtype))
     values = jnp.stack([matrix.data, 1.1 * matrix.data, 0.9 * matrix.data])
 

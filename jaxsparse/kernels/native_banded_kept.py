@@ -9,6 +9,13 @@ solve is nan; 1: one pass; 2: the two blocks of the split). `kept_solve` (with `
 and `kept_adjoint` (`A^T` and the values' cotangent) sweep with those factors, multiply-adds
 alone, where a solve from the values would search for pivots and divide again.
 
+A tridiagonal band (`kl, ku <= 1`) keeps `TridiagonalKept` instead: the inverse pivots
+`(..., n)` of an elimination without interchanges, and `status` `(...)` int32 (1: kept; 0:
+a matrix of the call was neither row nor column diagonally dominant, or singular, so the
+pass solved with pivoting and the derivatives' solves factor again from the values). With
+the values beside them they are the whole factorization, in a quarter of `Kept`'s memory,
+which lets a gradient step keep them at any size (`native/banded_tridiagonal.h`).
+
 On CPU with the native kernels built: native calls. Elsewhere the solve runs as
 `native_banded_lu.banded_solve` runs it there (a tridiagonal band on a GPU itself, LAPACK on
 the host otherwise) and keeps nothing: the factors are zeros of the same shapes, and the
@@ -46,12 +53,34 @@ class Kept(NamedTuple):
     status: jax.Array
 
 
-# The ranks of `Kept`'s arrays for one matrix.
-KEPT_RANKS = (2, 2, 1, 0)
+class TridiagonalKept(NamedTuple):
+    """What `solve_keeping` keeps of a tridiagonal band (see the module's docstring)."""
+
+    inverse_pivots: jax.Array
+    status: jax.Array
 
 
-def _kept_shapes(b, kl: int, ku: int) -> Kept:
+def is_tridiagonal(kl: int, ku: int) -> bool:
+    """Whether a band with these bandwidths keeps `TridiagonalKept`."""
+    return kl <= 1 and ku <= 1
+
+
+def kept_factors(arrays) -> Kept | TridiagonalKept:
+    """The kept factors as their tuple, from their arrays in order."""
+    return (TridiagonalKept if len(arrays) == len(TridiagonalKept._fields) else Kept)(*arrays)
+
+
+def kept_ranks(kept) -> tuple[int, ...]:
+    """The ranks of the kept factors' arrays for one matrix."""
+    return (1, 0) if isinstance(kept, TridiagonalKept) else (2, 2, 1, 0)
+
+
+def _kept_shapes(b, kl: int, ku: int) -> Kept | TridiagonalKept:
     lead, n = b.shape[:-2], b.shape[-2]
+    if is_tridiagonal(kl, ku):
+        return TridiagonalKept(
+            jax.ShapeDtypeStruct((*lead, n), b.dtype), jax.ShapeDtypeStruct(lead, np.int32)
+        )
     return Kept(
         jax.ShapeDtypeStruct((*lead, n, kl + ku), b.dtype),
         jax.ShapeDtypeStruct((*lead, n, max(kl, ku) + 1), b.dtype),
@@ -61,11 +90,14 @@ def _kept_shapes(b, kl: int, ku: int) -> Kept:
 
 
 def _keeping_native(data, b, *, offsets, kl, ku):
+    target = "tridiagonal" if is_tridiagonal(kl, ku) else "banded"
+
     def call(data, b):
-        shapes = (jax.ShapeDtypeStruct(b.shape, b.dtype), *_kept_shapes(b, kl, ku))
-        keeping = jax.ffi.ffi_call("jaxsparse_dia_banded_solve_keeping", shapes)
+        kept_shapes = _kept_shapes(b, kl, ku)
+        shapes = (jax.ShapeDtypeStruct(b.shape, b.dtype), *kept_shapes)
+        keeping = jax.ffi.ffi_call(f"jaxsparse_dia_{target}_solve_keeping", shapes)
         x, *kept = keeping(data, b, offsets=np.asarray(offsets, np.int64))
-        return x, Kept(*kept)
+        return x, type(kept_shapes)(*kept)
 
     # The kernel keeps one set of factors per member of b's batch: the values get that batch.
     return fold_batch(call, (data, b), (2, 2))
@@ -76,7 +108,8 @@ def _keeping_elsewhere(data, b, *, offsets, kl, ku, host):
     `solve_once_off_cpu` runs it; the factors are zeros."""
     solve = _solve_once_host if host else solve_once_off_cpu
     x = solve(data, b, offsets=offsets, kl=kl, ku=ku, op="N")
-    return x, Kept(*(jnp.zeros(s.shape, s.dtype) for s in _kept_shapes(b, kl, ku)))
+    shapes = _kept_shapes(b, kl, ku)
+    return x, type(shapes)(*(jnp.zeros(s.shape, s.dtype) for s in shapes))
 
 
 def _keeping_members(data, b, *, offsets, kl, ku, host):
@@ -104,12 +137,14 @@ def _keeping_solver(offsets: tuple, kl: int, ku: int, host: bool):
     @solve.def_vmap
     def _(axis_size, in_batched, data, b):
         data_batched, b_batched = in_batched
+        kind = TridiagonalKept if is_tridiagonal(kl, ku) else Kept
         if not data_batched:
             x, kept = solve(data, batch_as_columns(b))
-            return (columns_as_batch(x, axis_size), kept), (True, Kept(False, False, False, False))
+            return (columns_as_batch(x, axis_size), kept), (True, kind(*(False for _ in kept)))
         if not b_batched:
             b = jnp.broadcast_to(b, (axis_size, *b.shape))
-        return _keeping_members(data, b, **kwargs), (True, Kept(True, True, True, True))
+        x, kept = _keeping_members(data, b, **kwargs)
+        return (x, kept), (True, kind(*(True for _ in kept)))
 
     return solve
 
@@ -123,7 +158,23 @@ def solve_keeping(data, b, *, offsets, host: bool = False):
     return _keeping_solver(tuple(offsets), kl, ku, host)(data, b)
 
 
+def _tridiagonal_kept_solve_native(data, kept, b, *, offsets, op):
+    def call(data, inverse_pivots, status, b):
+        solve = jax.ffi.ffi_call(
+            "jaxsparse_dia_tridiagonal_kept_solve", jax.ShapeDtypeStruct(b.shape, b.dtype)
+        )
+        offsets_attribute = np.asarray(offsets, np.int64)
+        return solve(
+            data, inverse_pivots, status, b, offsets=offsets_attribute, op=np.int64(SOLVE_OPS[op])
+        )
+
+    return fold_batch(call, (data, *kept, b), (2, 1, 0, 2), (True, True, True, False))
+
+
 def _kept_solve_native(data, kept, b, *, offsets, op):
+    if isinstance(kept, TridiagonalKept):
+        return _tridiagonal_kept_solve_native(data, kept, b, offsets=offsets, op=op)
+
     def call(u, lower, pivots, status, b):
         out = jax.ShapeDtypeStruct(b.shape, b.dtype)
         solve = jax.ffi.ffi_call("jaxsparse_dia_banded_factored_solve", out)
@@ -137,8 +188,8 @@ def _kept_solve_native(data, kept, b, *, offsets, op):
             op=np.int64(SOLVE_OPS[op]),
         )
 
-    shared = (True,) * len(KEPT_RANKS) + (False,)
-    return fold_batch(call, (*kept, b), (*KEPT_RANKS, 2), shared)
+    shared = (True,) * len(kept) + (False,)
+    return fold_batch(call, (*kept, b), (*kept_ranks(kept), 2), shared)
 
 
 def _kept_solve_elsewhere(data, kept, b, *, offsets, op, host):
@@ -166,14 +217,27 @@ def kept_solve(data, kept: Kept, b, *, offsets, op: str = "N", host: bool = Fals
 
 def _kept_adjoint_native(data, kept, x, g, *, offsets):
     values = jax.ShapeDtypeStruct(data.shape[-2:], data.dtype)
+    offsets_attribute = np.asarray(offsets, np.int64)
+    if isinstance(kept, TridiagonalKept):
+
+        def call(data, inverse_pivots, status, x, g):
+            shapes = _adjoint_shapes(values, x)
+            # lambda in g's buffer: a gradient step allocates 8 bytes a row less.
+            adjoint = jax.ffi.ffi_call(
+                "jaxsparse_dia_tridiagonal_kept_adjoint", shapes, input_output_aliases={4: 0}
+            )
+            return tuple(adjoint(data, inverse_pivots, status, x, g, offsets=offsets_attribute))
+
+        shared = (True, True, True, False, False)
+        return fold_batch(call, (data, *kept, x, g), (2, 1, 0, 2, 2), shared)
 
     def call(u, lower, pivots, status, x, g):
         shapes = _adjoint_shapes(values, x)
         adjoint = jax.ffi.ffi_call("jaxsparse_dia_banded_factored_adjoint", shapes)
-        return tuple(adjoint(u, lower, pivots, status, x, g, offsets=np.asarray(offsets, np.int64)))
+        return tuple(adjoint(u, lower, pivots, status, x, g, offsets=offsets_attribute))
 
-    shared = (True,) * len(KEPT_RANKS) + (False, False)
-    return fold_batch(call, (*kept, x, g), (*KEPT_RANKS, 2, 2), shared)
+    shared = (True,) * len(kept) + (False, False)
+    return fold_batch(call, (*kept, x, g), (*kept_ranks(kept), 2, 2), shared)
 
 
 def _kept_adjoint_elsewhere(data, kept, x, g, *, offsets, host):

@@ -25,7 +25,7 @@ from jax.interpreters import ad, batching, mlir
 from .._dia_layout import transpose_data
 from ..kernels import native_banded_kept, native_banded_lu
 from ..kernels._folded_batch import batch_shape, fold_arrays, unfold
-from ..kernels.native_banded_kept import KEPT_RANKS, Kept
+from ..kernels.native_banded_kept import is_tridiagonal, kept_factors, kept_ranks
 from ..kernels.xla_dia import dia_matmul_xla, dia_sddmm_xla
 
 
@@ -74,8 +74,9 @@ KEPT_BYTES = 32 << 20
 def keeps_factors(offsets, n: int, columns: int, dtype) -> bool:
     """Whether the derivatives of a solve with this `n x n` band and `columns` right-hand
     sides keep the forward pass's factors (`native_banded_kept`) rather than factor `A^T`
-    again from the values: when the factors, the solution and its cotangent take at most
-    `KEPT_BYTES`, or the band is wider than pentadiagonal (`kl + ku > 4`).
+    again from the values: always for a tridiagonal band (which keeps its inverse pivots
+    alone, `n` values); otherwise when the factors, the solution and its cotangent take at
+    most `KEPT_BYTES`, or the band is wider than pentadiagonal (`kl + ku > 4`).
 
     XLA allocates a call's buffers afresh, and glibc hands out blocks over 32 MiB as new
     mappings whose pages fault in on every call: for a band with `kl + ku <= 4`, that costs
@@ -83,6 +84,8 @@ def keeps_factors(offsets, n: int, columns: int, dtype) -> bool:
     factors only multiply); a wider band costs far more to factor again than to fault in.
     Measured in `benchmarks/results/solve-gradient-2026-11-26-epyc.txt`."""
     kl, ku = native_banded_lu.bandwidths(offsets, n)
+    if is_tridiagonal(kl, ku):
+        return True
     itemsize = np.dtype(dtype).itemsize
     size = n * (kl + ku + max(kl, ku) + 1 + 2 * columns) * itemsize + 4 * n
     return size <= KEPT_BYTES or kl + ku > 4
@@ -137,7 +140,7 @@ def _tangent_value(ddata, db, data, x, *kept, offsets):
     rhs = db - _product(ddata, x, offsets)
     if not kept:
         return _solve_members(data, rhs, offsets, "N")
-    return native_banded_kept.kept_solve(data, Kept(*kept), rhs, offsets=offsets)
+    return native_banded_kept.kept_solve(data, kept_factors(kept), rhs, offsets=offsets)
 
 
 # tangent_solve(ddata, db, data, x, *kept) = A^{-1} (db - dA x), linear in (ddata, db), with
@@ -160,7 +163,7 @@ def _transpose(ct, ddata, db, data, x, *kept, offsets):
     unused = [None] * (2 + len(kept))
     if type(ct) is ad.Zero:
         return [None, None, *unused]
-    factors = Kept(*kept) if kept else None
+    factors = kept_factors(kept) if kept else None
     if ad.is_undefined_primal(ddata):
         adjoint, dvalues = _adjoint(offsets, True)(data, factors, x, ct)
     else:
@@ -188,7 +191,7 @@ def _batch(args, dims, *, offsets):
     """The new batch axis and the one the arguments carry folded into one: the primitive's
     arguments keep one batch axis at most under any depth of `vmap`."""
     kept = args[4:]
-    ranks = (2, 2, 2, 2, *(KEPT_RANKS if kept else ()))
+    ranks = (2, 2, 2, 2, *(kept_ranks(kept_factors(kept)) if kept else ()))
     # A matrix shared by the whole batch keeps its values and factors unbatched.
     shared = (False, False, True, False, *(True for _ in kept))
     vmapped = tuple(d is not None for d in dims)

@@ -44,6 +44,13 @@ XLA_FFI_Error* JaxsparseDiaBandedFactoredSolve(XLA_FFI_CallFrame* call_frame);
 // (u, lower, pivots, status, x, g; offsets) -> (lambda = A^{-T} g, dA = -lambda[row] *
 // x[col] on the slots): the adjoint of x = A^{-1} b from kept factors
 XLA_FFI_Error* JaxsparseDiaBandedFactoredAdjoint(XLA_FFI_CallFrame* call_frame);
+// (data, b; offsets) -> (x, inverse pivots, status): a tridiagonal solve keeping the inverse
+// pivots of an elimination without interchanges where A is diagonally dominant
+XLA_FFI_Error* JaxsparseDiaTridiagonalSolveKeeping(XLA_FFI_CallFrame* call_frame);
+// (data, inverse pivots, status, b; offsets, op) -> x with them
+XLA_FFI_Error* JaxsparseDiaTridiagonalKeptSolve(XLA_FFI_CallFrame* call_frame);
+// (data, inverse pivots, status, x, g; offsets) -> (lambda, dA) with them
+XLA_FFI_Error* JaxsparseDiaTridiagonalKeptAdjoint(XLA_FFI_CallFrame* call_frame);
 // (values, cols, indptr, diagonal) -> the ILU(0) factors on the CSR pattern
 XLA_FFI_Error* JaxsparseIlu0Factor(XLA_FFI_CallFrame* call_frame);
 // (factors, cols, indptr, diagonal, r; transpose) -> U^{-1} L^{-1} r or its transpose

@@ -40,6 +40,9 @@ constexpr Target kTargets[] = {
     {"jaxsparse_dia_banded_solve_keeping", JaxsparseDiaBandedSolveKeeping},
     {"jaxsparse_dia_banded_factored_solve", JaxsparseDiaBandedFactoredSolve},
     {"jaxsparse_dia_banded_factored_adjoint", JaxsparseDiaBandedFactoredAdjoint},
+    {"jaxsparse_dia_tridiagonal_solve_keeping", JaxsparseDiaTridiagonalSolveKeeping},
+    {"jaxsparse_dia_tridiagonal_kept_solve", JaxsparseDiaTridiagonalKeptSolve},
+    {"jaxsparse_dia_tridiagonal_kept_adjoint", JaxsparseDiaTridiagonalKeptAdjoint},
     {"jaxsparse_ilu0_factor", JaxsparseIlu0Factor},
     {"jaxsparse_ilu0_apply", JaxsparseIlu0Apply},
 };
