@@ -198,7 +198,9 @@ def _kept_solve_elsewhere(data, kept, b, *, offsets, op, host):
     return solve(data, b, offsets=offsets, kl=kl, ku=ku, op=op)
 
 
-def kept_solve(data, kept: Kept, b, *, offsets, op: str = "N", host: bool = False):
+def kept_solve(
+    data, kept: Kept | TridiagonalKept, b, *, offsets, op: str = "N", host: bool = False
+):
     """`x` with `A x = b` (`op="N"`) or `A^T x = b` ("T") from the factors that
     `solve_keeping(data, ...)` kept, `b` `(..., n, k)`; `data` and the factors are one
     matrix's or have `b`'s leading axes. On CPU one native call; elsewhere (or with
@@ -246,7 +248,7 @@ def _kept_adjoint_elsewhere(data, kept, x, g, *, offsets, host):
     return adjoint(data, x, g, offsets=offsets, kl=kl, ku=ku)
 
 
-def kept_adjoint(data, kept: Kept, x, g, *, offsets, host: bool = False):
+def kept_adjoint(data, kept: Kept | TridiagonalKept, x, g, *, offsets, host: bool = False):
     """The reverse-mode step of `x, kept = solve_keeping(data, b)`: `(lambda, dvalues)` with
     `lambda = A^{-T} g` (`b`'s cotangent) and `dvalues[..., d, j] = -lambda[j - offsets[d]]
     . x[j]` on the slots inside the matrix, zero elsewhere (the values' cotangent, plain
