@@ -121,6 +121,24 @@ def test_gradient_step_is_one_solve_and_one_adjoint_call(offsets, route):
     assert sorted(targets) == sorted([solve, adjoint])
 
 
+@pytest.mark.on_cpu  # the native kernels
+def test_tridiagonal_gradient_step_writes_lambda_over_its_cotangent():
+    """The adjoint's `lambda` takes the buffer of its cotangent `g`: a gradient step's
+    temporaries are `x` and the inverse pivots, two vectors, not three (a third would make
+    single calls fault in fresh pages at 10^6 rows)."""
+    rng = np.random.default_rng(49)
+    n = 5000
+    matrix = _band(rng, n, (-1, 0, 1), jnp.float64, True)
+    b = jnp.asarray(random_values(rng, (n,), jnp.float64))
+
+    def loss(data, b):
+        return jnp.sum(js.linalg.spsolve(matrix.with_data(data), b) ** 2)
+
+    compiled = jax.jit(jax.grad(loss, argnums=(0, 1))).lower(matrix.data, b).compile()
+    vector = n * 8
+    assert 2 * vector <= compiled.memory_analysis().temp_size_in_bytes < 2.5 * vector
+
+
 # Bandwidths of every kind past tridiagonal: wider below than above, one-sided each way, and
 # a gap between the diagonals.
 KEPT_OFFSETS = [(-1, 0, 2), (-3, 0, 1), (0, 2), (-2, 0), (-2, 0, 5)]
