@@ -137,14 +137,14 @@ def _keeping_solver(offsets: tuple, kl: int, ku: int, host: bool):
     @solve.def_vmap
     def _(axis_size, in_batched, data, b):
         data_batched, b_batched = in_batched
-        kind = TridiagonalKept if is_tridiagonal(kl, ku) else Kept
         if not data_batched:
             x, kept = solve(data, batch_as_columns(b))
-            return (columns_as_batch(x, axis_size), kept), (True, kind(*(False for _ in kept)))
+            unbatched = type(kept)(*(False for _ in kept))
+            return (columns_as_batch(x, axis_size), kept), (True, unbatched)
         if not b_batched:
             b = jnp.broadcast_to(b, (axis_size, *b.shape))
         x, kept = _keeping_members(data, b, **kwargs)
-        return (x, kept), (True, kind(*(True for _ in kept)))
+        return (x, kept), (True, type(kept)(*(True for _ in kept)))
 
     return solve
 
