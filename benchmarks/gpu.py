@@ -12,12 +12,11 @@ Per matrix and `k` (columns of the dense operand), float32:
 - cuSPARSE through `jax.experimental.sparse.BCSR` with `jax_bcoo_cusparse_lowering` on,
   and through `cupyx.scipy.sparse` when CuPy is installed.
 
-Times are medians over repeats of a jitted `lax.fori_loop` of `LOOP` dependent products
-(`x <- A @ x`, the matrix scaled to norm 1), divided by `LOOP`: the product's own time
-without the per-call dispatch; the single call (dispatch included) is reported beside it,
-and so are the same `LOOP` products unrolled in one program ("unrolled"), which leaves
-out what XLA's while loop costs each iteration. Each figure takes `REPEATS` repeats, or
-fewer (at least `MIN_REPEATS`) where they would pass `REPEAT_BUDGET_S`.
+Times are medians over repeats of a jitted loop of `LOOP` dependent products (`x <- A @ x`,
+the matrix scaled to norm 1; `products_in_a_loop`), divided by `LOOP`: the product's own
+time without the per-call dispatch; the single call (dispatch included) is reported
+beside it. Each figure takes `REPEATS` repeats, or fewer (at least `MIN_REPEATS`) where
+they would pass `REPEAT_BUDGET_S`.
 A case's programs are compiled all at once on threads (`--compile-threads`, by default one
 a core) before any is timed.
 The gradient step is one jitted `jax.vjp` of the product in the values and the operand.
@@ -105,18 +104,23 @@ def _lowered(fn, *args, products: int = 1) -> _Program:
     return _Program(jax.jit(fn).lower(*args), args, products)
 
 
+def products_in_a_loop(step, x):
+    """`x <- step(x)`, `LOOP` times in a `lax.fori_loop`, two an iteration: XLA keeps the
+    carried operand in one buffer, and a product cannot write over the operand it reads, so
+    with one an iteration each would end with a copy into that buffer (a copy of the
+    operand per product, `gpu_loop_copy.py`); the second of two writes over the first's
+    operand."""
+    return lax.fori_loop(0, LOOP, lambda _, y: step(y), x, unroll=2)
+
+
 def _product_programs(product, matrix, x) -> dict[str, _Program]:
-    """Per product: a loop of `LOOP` dependent products, the same unrolled, and one call."""
+    """Per product: a loop of `LOOP` dependent products and one call."""
 
     def loop(matrix, x):
-        return lax.fori_loop(0, LOOP, lambda _, y: product(matrix, y), x)
-
-    def unrolled(matrix, x):
-        return functools.reduce(lambda y, _: product(matrix, y), range(LOOP), x)
+        return products_in_a_loop(lambda y: product(matrix, y), x)
 
     return {
         "loop_s": _lowered(loop, matrix, x, products=LOOP),
-        "unrolled_s": _lowered(unrolled, matrix, x, products=LOOP),
         "single_s": _lowered(product, matrix, x),
     }
 
@@ -340,7 +344,6 @@ def _print_case(case, copy_gbs):
     header = (
         "system",
         "loop us",
-        "unrolled",
         "single us",
         "grad us",
         "grad ratio",
@@ -355,14 +358,12 @@ def _print_case(case, copy_gbs):
         loop = system["loop_s"]
         gbs = case["bytes"] / loop / 1e9
         single = f"{system['single_s'] * 1e6:.1f}" if "single_s" in system else "-"
-        unrolled = f"{system['unrolled_s'] * 1e6:.1f}" if "unrolled_s" in system else "-"
         grad, ratio = "-", "-"
         if "gradient_s" in system:
             grad = f"{system['gradient_s'] * 1e6:.1f}"
             ratio = f"{system['gradient_s'] / system['single_s']:.2f}"
         cells = (
             f"{loop * 1e6:.1f}",
-            unrolled,
             single,
             grad,
             ratio,
@@ -374,13 +375,12 @@ def _print_case(case, copy_gbs):
 
 def summary(results) -> list[str]:
     """One line per case: jaxsparse's fastest family against cuSPARSE (CuPy) and BCSR (in
-    the loop; the family's unrolled time beside it), the share of the measured copy
-    bandwidth, the gradient step over the product (both single calls), and the product's
-    relative error against scipy."""
+    the loop), the share of the measured copy bandwidth, the gradient step over the
+    product (both single calls), and the product's relative error against scipy."""
     lines = [
         f"{results['device']}, JAX {results['jax']}, {results['date']}; "
         f"copy {results['copy_gbs']:.0f} GB/s",
-        f"{'matrix':<22}{'k':>4}{'ours us':>10}{'unrolled':>10}{'CuPy us':>10}{'BCSR us':>10}"
+        f"{'matrix':<22}{'k':>4}{'ours us':>10}{'CuPy us':>10}{'BCSR us':>10}"
         f"{'vs CuPy':>9}{'vs best':>9}{'% copy':>8}{'grad/prod':>11}{'rel err':>9}",
     ]
     for case in results["cases"]:
@@ -399,8 +399,7 @@ def summary(results) -> list[str]:
         cupy_us = f"{cupy_s * 1e6:.1f}" if cupy_s else "-"
         vs_cupy = f"{cupy_s / best['loop_s']:.2f}" if cupy_s else "-"
         lines.append(
-            f"{name:<22}{case['k']:>4}{best['loop_s'] * 1e6:>10.1f}"
-            f"{best.get('unrolled_s', float('nan')) * 1e6:>10.1f}{cupy_us:>10}"
+            f"{name:<22}{case['k']:>4}{best['loop_s'] * 1e6:>10.1f}{cupy_us:>10}"
             f"{bcsr_s * 1e6:>10.1f}{vs_cupy:>9}{fastest_other / best['loop_s']:>9.2f}"
             f"{100 * gbs / results['copy_gbs']:>8.0f}{grad:>11.2f}"
             f"{best.get('relative_error', float('nan')):>9.1e}"

@@ -21,7 +21,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import scipy.sparse
-from jax import lax
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import gpu  # noqa: E402
@@ -30,9 +29,9 @@ import matrices  # noqa: E402
 from jaxsparse.kernels.triton_csr import BlockSizes, csr_matmul_triton  # noqa: E402
 
 MATRICES = (
-    ("random-8", functools.partial(matrices.random_uniform, per_row=8)),
-    ("power-law", matrices.power_law),
     ("poisson2d-5pt", matrices.poisson2d),
+    ("power-law", matrices.power_law),
+    ("random-8", functools.partial(matrices.random_uniform, per_row=8)),
 )
 
 
@@ -40,13 +39,13 @@ def variants(default: BlockSizes, k: int) -> dict[str, BlockSizes]:
     """The defaults and a grid around them: row blocks by lanes (each with a row cap of at
     least 64 entries), and the defaults with other warp counts and pipelining depths.
     k = 1: 64-256 rows by 1-8 lanes, the long-row knobs and the row cap; k = 8: 16-64 rows
-    by 1-4 lanes; k = 64: 4-16 rows by 1-4 lanes. Up to k = 8 the grid also runs with the
+    by 1-4 lanes; k = 64: 4-32 rows by 1-4 lanes. Up to k = 8 the grid also runs with the
     other cache hints; past k = 16, column tiles of 16 and 32 (the same rows, and rows
     scaled up to keep the tile's values). Smaller row blocks take fewer registers a
     thread, so more warps fit on an SM (benchmarks/results/gpu-2026-11-27-h200.txt)."""
     change = functools.partial(dataclasses.replace, default)
     grid = {1: ((64, 128, 256), (1, 2, 4, 8)), 8: ((16, 32, 64), (1, 2, 4))}
-    rows_options, lanes_options = grid.get(k, ((4, 8, 16), (1, 2, 4)))
+    rows_options, lanes_options = grid.get(k, ((4, 8, 16, 32), (1, 2, 4)))
     found = {"default": default}
     for rows in rows_options:
         for lanes in lanes_options:
@@ -85,8 +84,7 @@ def _compiled(blocks: BlockSizes, shape, args):
     product = functools.partial(csr_matmul_triton, shape=shape, block_sizes=blocks)
 
     def loop(data, x, indices, indptr):
-        step = lambda _, y: product(data, y, indices, indptr)  # noqa: E731
-        return lax.fori_loop(0, gpu.LOOP, step, x)
+        return gpu.products_in_a_loop(lambda y: product(data, y, indices, indptr), x)
 
     return jax.jit(loop).lower(*args).compile()
 

@@ -31,7 +31,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import scipy.sparse
-from jax import lax
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import gpu  # noqa: E402
@@ -106,8 +105,7 @@ def _programs(shape, structure, data, x, options) -> dict:
         args = (data, x, indices, indptr, *carried)
 
         def loop(data, g, *rest, transposed=transposed):
-            step = lambda _, y: transposed(data, y, *rest)  # noqa: E731
-            return lax.fori_loop(0, gpu.LOOP, step, g)
+            return gpu.products_in_a_loop(lambda y: transposed(data, y, *rest), g)
 
         programs[name] = {
             "loop_s": gpu._lowered(loop, *args, products=gpu.LOOP),
@@ -119,7 +117,7 @@ def _programs(shape, structure, data, x, options) -> dict:
     product = functools.partial(csr_matmul_triton, shape=shape, **options)
 
     def product_loop(data, x, indices, indptr):
-        return lax.fori_loop(0, gpu.LOOP, lambda _, y: product(data, y, indices, indptr), x)
+        return gpu.products_in_a_loop(lambda y: product(data, y, indices, indptr), x)
 
     programs["product"] = {
         "loop_s": gpu._lowered(product_loop, data, x, indices, indptr, products=gpu.LOOP)

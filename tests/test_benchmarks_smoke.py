@@ -6,6 +6,7 @@ jaxsparse's results matched scipy's (the benchmark checks each result before tim
 
 import importlib.util
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -98,8 +99,7 @@ def test_gpu_benchmark_checks_every_case_on_the_cpu(monkeypatch):
     gpu = _load("gpu")
     monkeypatch.setattr(gpu, "_gpu_families", lambda: ())
     monkeypatch.setattr(gpu, "copy_bandwidth", lambda: 1.0)  # 1 GiB copies: GPU-sized
-    # XLA's CPU compiler takes minutes over 20 unrolled 27-diagonal products; 2 still unroll.
-    monkeypatch.setattr(gpu, "LOOP", 2)
+    monkeypatch.setattr(gpu, "LOOP", 2)  # the loop's length changes nothing checked here
     results = gpu.run(300, ks=(1, 5), with_xla=True)
     assert gpu._checked_columns(1) == [0] and gpu._checked_columns(64) == [0, 32, 63]
     assert [(case["matrix"], case["k"]) for case in results["cases"]] == [
@@ -158,6 +158,22 @@ def test_gpu_transposed_benchmark_checks_every_route_on_the_cpu(monkeypatch):
         assert case["us"]["atomic scatter, gradient"] > 0
         assert case["us"]["carried transpose, gradient"] > 0
         assert case["us"]["product, loop"] > 0
+
+
+# Benchmark code rather than the library's: `slow`, which CI runs.
+@pytest.mark.slow
+def test_loop_copy_benchmark_counts_the_copy_that_unrolling_by_two_removes(capsys):
+    """`gpu_loop_copy.py` at a small size on the CPU (`"auto"`: the native kernels): the
+    loop with one product an iteration compiles a copy more than the loop with two, the
+    unrolled products none, and every figure is a time."""
+    copies = _load("gpu_loop_copy")
+    copies.main(["--rows", "300", "--ks", "1"])
+    lines = capsys.readouterr().out.splitlines()[1:]
+    assert [line.split(":")[0] for line in lines] == [f"{name} k=1" for name, *_ in copies.CASES]
+    for line in lines:
+        counts = [int(c) for c in re.findall(r"\((\d+) copies\)", line)]
+        assert len(counts) == 3 and counts[0] == counts[1] + 1 and counts[2] == 0, line
+        assert all(float(t) > 0 for t in re.findall(r" ([0-9.]+) us", line)), line
 
 
 def test_csr_tile_sweep_variants_are_valid_block_sizes():
