@@ -200,6 +200,13 @@ def test_block_sizes():
         assert blocks.lanes * blocks.row_steps >= max(64, 8 * lanes)
         assert 8 <= blocks.block_rows <= 128
         assert blocks.block_rows * blocks.lanes <= 1024
+    # With column tiles of 64, one lane a row whatever the rows' length.
+    for mean in (5.0, 11.8, 300.0):
+        blocks = triton_csr.BlockSizes.get_default(
+            platform="cuda", num_cols=64, mean_row_length=mean
+        )
+        assert (blocks.block_rows, blocks.lanes, blocks.block_k) == (16, 1, 64)
+        assert blocks.lanes * blocks.row_steps >= 64
     for module, platform in ((triton_csr, "metal"), (mosaic_tpu_csr, "cuda")):
         with pytest.raises(ValueError, match="platform"):
             module.BlockSizes.get_default(platform=platform, num_cols=1)

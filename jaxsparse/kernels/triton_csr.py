@@ -11,7 +11,7 @@ the dense operand, and block of batch members):
 1. *Short rows.* Each loop step takes `lanes` entries of every row of the block at once,
    a `(block_rows, lanes)` tile of gathers, until the block's longest short row is done.
    `lanes` follows the mean row length `nnz / m`, which is static, so short rows fill the
-   lanes instead of one row holding a whole program.
+   lanes instead of one row holding a whole program (one lane with 64 columns a tile).
 2. *Long rows.* Rows longer than `row_cap = lanes * row_steps` entries are left out of
    that loop, so one long row does not make the block's short rows take its steps. The
    program then walks its long rows one after another, `long_lanes` entries per step.
@@ -109,6 +109,10 @@ _ROWS_TILE = 1024
 _MAX_BLOCK_ROWS = 128
 _MIN_BLOCK_ROWS = 8
 _LONG_TILE = 512
+# From this many operand columns a tile, one lane a row: each entry already gathers a
+# whole line of `x`, and more lanes only add a reduction across them (the k = 64 sweep in
+# benchmarks/results/gpu-2026-11-27-h200-evening.txt).
+_ONE_LANE_COLUMNS = 64
 # Programs of the kernel that writes NaN over a result for an invalid structure.
 _POISON_PROGRAMS = 1024
 
@@ -152,13 +156,16 @@ class BlockSizes(_pallas.BlockSizes):
         matrices, and rows of `mean_row_length` entries on average (`nnz / m`).
 
         A row's lanes are the largest power of 2 up to half its mean length (rounded), so
-        most rows take two or three steps; a row counts as long past 8 steps and at least
-        64 entries. The row-block tile stays near 1024 values, with 8 to 128 rows.
+        most rows take two or three steps, and one lane with column tiles of 64; a row
+        counts as long past 8 steps and at least 64 entries. The row-block tile stays near
+        1024 values, with 8 to 128 rows.
         """
         _pallas.check_platform(platform, _PLATFORMS)
         block_k = min(pl.next_power_of_2(max(num_cols, 1)), 64)
         block_batch = min(pl.next_power_of_2(max(batch, 1)), 8)
         lanes = min(1 << max(round(mean_row_length / 2), 1).bit_length() - 1, 32)
+        if block_k >= _ONE_LANE_COLUMNS:
+            lanes = 1
         rows_budget = _ROWS_TILE // (block_k * block_batch * lanes)
         block_rows = min(max(rows_budget, 1), _MAX_BLOCK_ROWS)
         if block_rows < _MIN_BLOCK_ROWS:  # keep blocks of a few rows: fewer lanes instead
