@@ -37,8 +37,8 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py
 
 # On a machine with a GPU whose Python already has JAX for it (GPU machines here have no
-# network, so no venv): tools/gpu_check.sh runs the GPU benchmark, the suite on the GPU
-# and the CPU-behaviour tests (marked `on_cpu`) with JAX on the CPU alone, within a budget.
+# network, so no venv): tools/gpu_check.sh runs the GPU benchmark and the suite on the GPU
+# within a budget (more phases by GPU_CHECK_PHASES).
 GPU_PYTHON ?= python3
 gpu-check:
 	GPU_PYTHON=$(GPU_PYTHON) tools/gpu_check.sh

@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # `make gpu-check`, on a machine with a GPU whose Python already has JAX for it: install in
-# place, then the phases named in GPU_CHECK_PHASES, in its order (by default all
-# but the sweep):
+# place, then the phases named in GPU_CHECK_PHASES, in its order (by default the first
+# two, which is what fits the budget):
 #   benchmark  the GPU benchmark (benchmarks/gpu.py; its summary table prints last)
 #   gpu-tests  the suite with "auto" on the GPU
-#   cpu-tests  the CPU-behaviour tests with JAX on the CPU
-#   csr-tiles  the CSR tile sweep (benchmarks/gpu_csr_tiles.py; not by default)
+#   cpu-tests  the CPU-behaviour tests with JAX on the CPU (this jaxlib's CPU path)
+#   csr-tiles  the CSR tile sweep (benchmarks/gpu_csr_tiles.py)
 #   kernels    each kernel's time in our products, gradient steps and cuSPARSE's, by
-#              Nsight Compute (benchmarks/gpu_kernel_times.py; not by default)
+#              Nsight Compute (benchmarks/gpu_kernel_times.py)
 #   transposed the CSR transposed product by atomics, by a carried transposed structure
-#              and by a sort per call (benchmarks/gpu_transposed.py; not by default)
+#              and by a sort per call (benchmarks/gpu_transposed.py)
 #   solve      the tridiagonal solve on the device against the host route
 #   linalg     preconditioned CG (ILU(0) on the GPU) against the host sweeps
 # The benchmark runs first because its figures are what a short lease is for. Every phase
@@ -21,7 +21,7 @@
 #
 # GPU_CHECK_BENCHMARK_ARGS, GPU_CHECK_SWEEP_ARGS and GPU_CHECK_PYTEST_ARGS pass more
 # arguments to the benchmark (`--formats csr --ks 1`), the sweep (`--ks 1,8`) and both
-# suites (`-v`, whose per-test lines survive a cut).
+# suites (`-vv`, whose per-test lines survive a cut: the suites run with `-q`).
 # GPU_CHECK_NATIVE=prebuilt installs without compiling the native CPU kernels, using the
 # in-place build that `make gpu-native` made for the GPU machine's Python and jaxlib
 # (carried with the tree); the compile there takes about two minutes of the lease.
@@ -31,7 +31,7 @@ python=${GPU_PYTHON:-python3}
 logs=${GPU_CHECK_LOGS:-benchmarks/results/gpu-check}
 workers=${GPU_CHECK_WORKERS:-14}
 budget=${GPU_CHECK_BUDGET_S:-480}
-phases=${GPU_CHECK_PHASES:-benchmark gpu-tests cpu-tests solve linalg}
+phases=${GPU_CHECK_PHASES:-benchmark gpu-tests}
 mkdir -p "$logs"
 status=0
 export PYTHONUNBUFFERED=1  # a phase stopped at its limit still leaves its log
@@ -72,7 +72,7 @@ run_phase() {
                 "$python" benchmarks/gpu.py --out "$logs/gpu.json" ${GPU_CHECK_BENCHMARK_ARGS:-} ;;
         # The fast suite: the `slow` sweeps repeat its code paths, and CI runs them on CPUs.
         gpu-tests)
-            phase gpu-tests "$(limit 240)" env XLA_PYTHON_CLIENT_PREALLOCATE=false \
+            phase gpu-tests "$(limit 270)" env XLA_PYTHON_CLIENT_PREALLOCATE=false \
                 "$python" -m pytest -q -rfE -n "$workers" -p no:cacheprovider \
                 -m "not on_cpu and not slow" ${GPU_CHECK_PYTEST_ARGS:-} ;;
         cpu-tests)
