@@ -1,7 +1,8 @@
 """Tile sweep for the Triton CSR product on this GPU: time per product (median of a jitted
 loop of dependent products) over a grid of block sizes around the defaults, to pick them.
 
-    python benchmarks/gpu_csr_tiles.py [--rows 4194304] [--ks 1,8,64] [--out tiles.json]
+    python benchmarks/gpu_csr_tiles.py [--rows 4194304] [--ks 1,8,64] [--matrices power-law]
+        [--out tiles.json]
 
 Every variant of a matrix and `k` is compiled first, on threads at once (compilation is
 most of a sweep's time and runs mostly outside the GIL), then all are timed one after
@@ -89,11 +90,13 @@ def _compiled(blocks: BlockSizes, shape, args):
     return jax.jit(loop).lower(*args).compile()
 
 
-def sweep(rows: int, ks, found: list[dict]) -> None:
-    """Appends each matrix and `k`'s times to `found` as they are measured (an interrupt
-    keeps those done)."""
+def sweep(rows: int, ks, found: list[dict], names=None) -> None:
+    """Appends each matrix (of `names`, by default all) and `k`'s times to `found` as
+    they are measured (an interrupt keeps those done)."""
     threads = concurrent.futures.ThreadPoolExecutor(max(os.cpu_count() or 1, 1))
     for name, build in MATRICES:
+        if names is not None and name not in names:
+            continue
         csr = scipy.sparse.csr_array(gpu._normalized(build(rows, np.random.default_rng(0))))
         m, n = csr.shape
         data, indices, indptr = (jnp.asarray(a) for a in (csr.data, csr.indices, csr.indptr))
@@ -138,13 +141,20 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=2**22)
     parser.add_argument("--ks", default="1,8,64", help="columns of the dense operand")
+    parser.add_argument(
+        "--matrices", default=None, help=f"matrices to sweep, of {[m[0] for m in MATRICES]}"
+    )
     parser.add_argument("--out", type=pathlib.Path, default=None)
     args = parser.parse_args()
     if jax.default_backend() != "gpu":
         sys.exit("benchmarks/gpu_csr_tiles.py needs a GPU.")
+    names = args.matrices.split(",") if args.matrices else None
+    unknown = set(names or ()) - {m[0] for m in MATRICES}
+    if unknown:
+        sys.exit(f"--matrices: unknown {sorted(unknown)}; the sweep has {[m[0] for m in MATRICES]}")
     found = []
     try:
-        sweep(args.rows, [int(k) for k in args.ks.split(",")], found)
+        sweep(args.rows, [int(k) for k in args.ks.split(",")], found, names)
     finally:
         if args.out:
             args.out.write_text(json.dumps(found, indent=1))
