@@ -13,7 +13,10 @@ Per matrix and `k`, in microseconds: each route per product in a jitted loop of 
 dependent products (`g <- A.T @ g`, the matrix scaled so that neither its rows nor its
 columns grow a vector) and as a single call, the product `A @ x` in the same loop, and a
 whole gradient step (product, transposed product, sampled product) as a single call with
-the atomic and the carried routes. Every route's single call is checked against scipy.
+the atomic and the carried routes, and with the two gradients in one pass ("one pass":
+`csr_matmul_pullback_triton`, the sampled product beside the atomic scatter, what
+`jax.grad` in the values and `x` runs on a GPU). Every route's single call is checked
+against scipy.
 float32, the CSR matrices of `benchmarks/gpu.py`; programs compiled on threads first.
 
     python benchmarks/gpu_transposed.py [--rows 4194304] [--ks 1,8] [--out transposed.json]
@@ -38,6 +41,7 @@ import matrices  # noqa: E402
 
 from jaxsparse.kernels._csr_common import matmul_t_by_transposed_structure  # noqa: E402
 from jaxsparse.kernels.triton_csr import (  # noqa: E402
+    csr_matmul_pullback_triton,
     csr_matmul_t_triton,
     csr_matmul_triton,
     csr_sddmm_triton,
@@ -122,6 +126,12 @@ def _programs(shape, structure, data, x, options) -> dict:
     programs["product"] = {
         "loop_s": gpu._lowered(product_loop, data, x, indices, indptr, products=gpu.LOOP)
     }
+
+    def one_pass(data, x, g, indices, indptr):
+        y = product(data, x, indices, indptr)
+        return y, *csr_matmul_pullback_triton(g, data, x, indices, indptr, shape=shape, **options)
+
+    programs["one pass"] = {"gradient_s": gpu._lowered(one_pass, data, x, x, indices, indptr)}
     return programs
 
 
@@ -147,7 +157,7 @@ def run(rows: int, ks, options=None, found=None) -> list[dict]:
                     times = gpu._times(figures, compiled[system])
                     for figure, seconds in times.items():
                         case["us"][f"{system}, {figure[:-2]}"] = seconds * 1e6
-                    if system != "product":
+                    if "single_s" in figures:
                         got = compiled[system]["single_s"](data, x, *structure)
                         case["errors"][system] = gpu._relative_error(got, want)
                 found.append(case)

@@ -16,6 +16,7 @@ import functools
 from collections.abc import Callable, Mapping
 
 import jax
+import jax.numpy as jnp
 
 from .kernels import (
     mosaic_gpu_dia,
@@ -159,6 +160,7 @@ FAMILIES: dict[str, Family] = {
                     triton_csr.csr_matmul_t_triton,
                     triton_csr.csr_sddmm_triton,
                     triton_csr.supports,
+                    matmul_pullback=triton_csr.csr_matmul_pullback_triton,
                 ),
             },
             pallas=True,
@@ -235,11 +237,26 @@ def implementations(format_name: str, *, values_rank: int):
         if (check := f.formats[format_name].supports) is not None
     }
     pullbacks = {
-        f.name: pullback
+        f.name: _pullback_on_planes(f, pullback, table)
         for f in families
         if (pullback := f.formats[format_name].matmul_pullback) is not None
     }
     return table, supports, ({"matmul": pullbacks} if pullbacks else {})
+
+
+def _pullback_on_planes(family: Family, pullback, table):
+    """A Pallas family's fused pullback of `matmul` takes real values; complex ones take
+    the family's two transposes, each on real planes (`table`'s members)."""
+    if not family.pallas:
+        return pullback
+    sddmm, matmul_t = table["sddmm"][family.name], table["matmul_t"][family.name]
+
+    def function(ct, values, x, *structure, **params):
+        if any(jnp.iscomplexobj(a) for a in (ct, values, x)):
+            return sddmm(ct, x, *structure, **params), matmul_t(values, ct, *structure, **params)
+        return pullback(ct, values, x, *structure, **params)
+
+    return function
 
 
 def _on_planes(family: Family, function, member: str, values_rank: int):

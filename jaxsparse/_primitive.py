@@ -31,7 +31,8 @@ transposed (`jax.grad` in the values and the operand), is one `pullback` primiti
 `pullback(ct, a, b) = (cotangent of a, cotangent of b)`: the two transposes of the table
 above in one call, which an implementation family may compute in one pass over the
 structure (`fused_pullbacks`: the native CSR kernel does for `matmul` where the columns are
-banded, see `kernels/native_csr.py`). Families without a fused pullback compute the two
+banded, see `kernels/native_csr.py`, and the Triton CSR kernels on GPUs, see
+`kernels/triton_csr.py`). Families without a fused pullback compute the two
 transposes one after the other, and `tangent` is always the two products. Their JVPs
 and batching rules are those of the two members they stand for, and `pullback`
 transposes back to `tangent`'s two products.

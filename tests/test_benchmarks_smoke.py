@@ -157,6 +157,7 @@ def test_gpu_transposed_benchmark_checks_every_route_on_the_cpu(monkeypatch):
             assert case["us"][f"{route}, loop"] > 0 and case["us"][f"{route}, single"] > 0
         assert case["us"]["atomic scatter, gradient"] > 0
         assert case["us"]["carried transpose, gradient"] > 0
+        assert case["us"]["one pass, gradient"] > 0
         assert case["us"]["product, loop"] > 0
 
 

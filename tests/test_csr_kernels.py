@@ -331,6 +331,7 @@ def test_invalid_structures_give_nan_rows(name):
         got = np.asarray(product(data, x, indices, indptr))
         sampled = np.asarray(triton_csr.csr_sddmm_triton(g, x, indices, indptr, **options))
         transposed = np.asarray(_transposed_with_atomics(data, g, indices, indptr, options))
+        one_pass = triton_csr._pullback_in_one_pass(g, data, x, indices, indptr, **options)
     assert reports == []
     np.testing.assert_allclose(got, _expected_rows(indptr, indices, x, bad_rows), rtol=1e-6)
     # The sampled product: NaN at an entry with a bad column; everywhere for bad bounds.
@@ -341,6 +342,10 @@ def test_invalid_structures_give_nan_rows(name):
         assert np.isnan(sampled).all()
     # The atomic transposed product: NaN everywhere (these bad columns are in short rows).
     assert np.isnan(transposed).all()
+    # The gradient step in one pass: the sampled product's values and NaN, the transposed
+    # product's NaN.
+    np.testing.assert_allclose(np.asarray(one_pass[0]), sampled, rtol=1e-6)
+    assert np.isnan(np.asarray(one_pass[1])).all()
     # So is the one on the sorted transposed structure (interpret mode, half precision).
     sorted_t = triton_csr.csr_matmul_t_triton(data, g, indices, indptr, **options)
     assert np.isnan(np.asarray(sorted_t)).all()
@@ -405,8 +410,7 @@ def _transposed_with_atomics(data, g, indices, indptr, options):
 
 def test_atomic_transposed_product_walks_several_long_rows_of_a_block():
     """The GPU's transposed product (atomic scatter) on blocks holding several long rows
-    between short and empty ones. Every column is used once, so interpret mode's lane by
-    lane emulation of the atomics is exact."""
+    between short and empty ones (interpret mode adds the atomics' lanes one by one)."""
     lengths = np.array([1, 9, 0, 12, 2, 7, 5, 0])
     m, nnz = lengths.size, int(lengths.sum())
     rng = np.random.default_rng(3)
@@ -422,6 +426,61 @@ def test_atomic_transposed_product_walks_several_long_rows_of_a_block():
     assert reports == []
     twin = sp.csr_array((np.asarray(data), np.asarray(indices), np.asarray(indptr)), (m, nnz))
     np.testing.assert_allclose(np.asarray(got), twin.T @ np.asarray(g), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("k", [1, 5])
+def test_gradient_step_in_one_pass_matches_scipy(k):
+    """The GPU's gradient step of `A @ x` in the values and `x` in one pass (atomic
+    scatter of `A.T @ g`, sampled product beside it) on blocks with long, short and empty
+    rows whose columns repeat from row to row, so lanes add into the same rows of `A.T @
+    g` (interpret mode adds the atomics' lanes one by one)."""
+    lengths = np.array([1, 9, 0, 12, 2, 7, 5, 0, 3])
+    m, n, nnz = lengths.size, 13, int(lengths.sum())
+    rng = np.random.default_rng(4)
+    indptr = jnp.asarray(np.concatenate([[0], np.cumsum(lengths)]), jnp.int32)
+    columns = [np.sort(rng.choice(n, length, replace=False)) for length in lengths]
+    indices = jnp.asarray(np.concatenate(columns), jnp.int32)
+    data = jnp.asarray(rng.standard_normal(nnz), jnp.float32)
+    g = jnp.asarray(rng.standard_normal((m, k)), jnp.float32)
+    x = jnp.asarray(rng.standard_normal((n, k)), jnp.float32)
+    # Blocks of 4 rows, long past 4 entries: rows 1, 3 and 5 of two blocks are long.
+    blocks = triton_csr.BlockSizes(block_rows=4, lanes=2, row_steps=2, long_lanes=4)
+    options = dict(shape=(m, n), interpret=True, platform="cuda", block_sizes=blocks)
+    with out_of_bounds_reports() as reports:
+        d_data, d_x = triton_csr._pullback_in_one_pass(g, data, x, indices, indptr, **options)
+    assert reports == []
+    twin = sp.csr_array((np.asarray(data), np.asarray(indices), np.asarray(indptr)), (m, n))
+    rows = np.repeat(np.arange(m), lengths)
+    sampled = np.sum(np.asarray(g)[rows] * np.asarray(x)[np.asarray(indices)], axis=1)
+    np.testing.assert_allclose(np.asarray(d_data), sampled, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(d_x), twin.T @ np.asarray(g), rtol=1e-6, atol=1e-6)
+
+
+# Ten seconds of interpret-mode compiles for the fallbacks' plumbing: `slow`, which CI runs.
+@pytest.mark.slow
+def test_gradient_step_takes_the_two_kernels_where_one_pass_does_not_apply():
+    """Interpret mode (no atomics), a batch and more than 64 columns: the sampled product
+    and the transposed product, as they are on their own."""
+    rng = np.random.default_rng(6)
+    twin = sp.random_array((6, 5), density=0.5, format="csr", rng=rng, dtype=np.float32)
+    structure = (jnp.asarray(twin.indices, jnp.int32), jnp.asarray(twin.indptr, jnp.int32))
+    options = dict(shape=twin.shape, interpret=True, platform="cuda")
+    for lead, k in (((), 3), ((2,), 3), ((), 70)):
+        data = jnp.asarray(rng.standard_normal((*lead, twin.nnz)), jnp.float32)
+        g = jnp.asarray(rng.standard_normal((*lead, 6, k)), jnp.float32)
+        x = jnp.asarray(rng.standard_normal((*lead, 5, k)), jnp.float32)
+        got = triton_csr.csr_matmul_pullback_triton(g, data, x, *structure, **options)
+        want = (
+            triton_csr.csr_sddmm_triton(g, x, *structure, **options),
+            triton_csr.csr_matmul_t_triton(data, g, *structure, **options),
+        )
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    # The one pass itself refuses columns past one column tile.
+    narrow = triton_csr.BlockSizes(block_k=2)
+    data, g, x = jnp.ones(twin.nnz), jnp.ones((6, 3)), jnp.ones((5, 3))
+    with pytest.raises(ValueError, match="one column tile"):
+        triton_csr._pullback_in_one_pass(g, data, x, *structure, **options, block_sizes=narrow)
 
 
 @pytest.mark.parametrize("shape", [(4, 0), (0, 5)])

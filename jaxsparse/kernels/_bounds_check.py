@@ -13,6 +13,7 @@ import contextlib
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
 _reports: list | None = None
@@ -54,14 +55,22 @@ def store(ref, index: tuple, value, *, mask):
 
 def atomic_add(ref, index: tuple, value, *, mask):
     """`ref[index] += value` where `mask`, atomically (GPU only: interpret mode has no
-    masked atomics; under the reports it adds lane by lane, exact where the unmasked
-    lanes' addresses are distinct, enough to check the addresses)."""
+    masked atomics; under the reports it adds one unmasked lane after another, exact
+    whichever lanes share an address)."""
     _report("atomic_add", ref, index, mask)
     if _reports is None:
         plgpu.atomic_add(ref, index, value, mask=mask)
         return
-    current = plgpu.load(ref.at[index], mask=mask, other=0)
-    plgpu.store(ref.at[index], current + value, mask=mask)
+    shape = jnp.broadcast_shapes(jnp.shape(mask), jnp.shape(value), *map(jnp.shape, index))
+    mask, value, *index = (jnp.ravel(jnp.broadcast_to(a, shape)) for a in (mask, value, *index))
+
+    def add_lane(lane, _):
+        @pl.when(mask[lane])
+        def _():
+            position = tuple(i[lane] for i in index)
+            ref[position] = ref[position] + value[lane]
+
+    jax.lax.fori_loop(0, mask.size, add_lane, None)
 
 
 def _report(access: str, ref, index: tuple, mask) -> None:

@@ -47,6 +47,13 @@ fed to the product: deterministic.
 walks the same row blocks and long rows, so it needs no per-entry row ids: each row's
 `g` row is loaded once per step and each entry's `x` row is gathered.
 
+**Gradient step in one pass** (`csr_matmul_pullback_triton`: the gradients of `A @ x` in
+the values and in `x` together, `_primitive.py`'s `pullback`). Where the transposed
+product scatters with atomics, for one matrix with at most 64 columns: one walk of the row
+blocks does both, each entry gathering its `x` row for the sampled product and adding
+into its `A.T @ g` row, so the entries, their columns and `g`'s rows are read once, not
+twice. Elsewhere the two kernels above.
+
 **Bytes per product** (`v`, `i`: bytes per value and per index): `nnz * (v + i) +
 (m + 1) * i + nnz * k * v` (gathered rows of `x`; at most `n * k * v` from memory when
 the cache holds `x`) `+ m * k * v`.
@@ -109,6 +116,8 @@ _ROWS_TILE = 1024
 _MAX_BLOCK_ROWS = 128
 _MIN_BLOCK_ROWS = 8
 _LONG_TILE = 512
+# Columns of the dense operand per program, at most (more take further column tiles).
+_MAX_BLOCK_K = 64
 # From this many operand columns a tile, one lane a row: each entry already gathers a
 # whole line of `x`, and more lanes only add a reduction across them (the k = 64 sweep in
 # benchmarks/results/gpu-2026-11-27-h200-evening.txt).
@@ -161,7 +170,7 @@ class BlockSizes(_pallas.BlockSizes):
         1024 values, with 8 to 128 rows.
         """
         _pallas.check_platform(platform, _PLATFORMS)
-        block_k = min(pl.next_power_of_2(max(num_cols, 1)), 64)
+        block_k = min(pl.next_power_of_2(max(num_cols, 1)), _MAX_BLOCK_K)
         block_batch = min(pl.next_power_of_2(max(batch, 1)), 8)
         lanes = min(1 << max(round(mean_row_length / 2), 1).bit_length() - 1, 32)
         if block_k >= _ONE_LANE_COLUMNS:
@@ -403,32 +412,65 @@ def _matmul_rows_kernel(indptr_ref, indices_ref, data_ref, x_ref, out_ref, *, ti
 # Transposed product `A.T @ g`, scattered with atomic additions
 
 
-def _matmul_t_rows_kernel(
-    indptr_ref, indices_ref, data_ref, g_ref, _, out_ref, bad_ref, *, tiles: _Tiles, shared
-):
-    """Rows block `program_id(0)` of `A`, k-block `program_id(1)`, batch block
-    `program_id(2)`: adds `data[p] * g[row(p)]` to `out[indices[p]]` for the block's rows;
-    `out` `(batch, n, k)` starts at zero. `bad_ref[block]` is 1 if a row's bounds or a
-    column were invalid (the poisoning kernel then makes all of `out` NaN), else 0."""
-    block = pl.program_id(0)
-    k_cols, k_mask, out_k = _k_columns(tiles, pl.program_id(1))
-    members, member_mask, out_members = _members(tiles)
-    out_rows, row_mask, starts, lengths, bad_rows = _block_rows(indptr_ref, tiles, block)
+def _walk_with_g_rows(indptr_ref, indices_ref, g_ref, tiles: _Tiles, batched, k_block, visit):
+    """The walk of the scattering kernels over rows block `program_id(0)`: each step's
+    entries of the short rows, then of each long row, with the rows of `g` they belong to
+    (`(block_batch, rows, 1, block_k)` in the accumulation dtype, k-block `k_block`;
+    `batched`: `g` has the batch axis). `visit(positions, mask, cols, outside, g_rows)`
+    does a step's work and returns whether a column was outside. Returns `(bad_columns,
+    bad_bounds)`: 1 if a column, or a row's bounds, were invalid in the block, else 0."""
+    k_cols, k_mask, _ = _k_columns(tiles, k_block)
+    members, member_mask, _ = _members(tiles)
+    out_rows, row_mask, starts, lengths, bad_rows = _block_rows(indptr_ref, tiles, pl.program_id(0))
     short = jnp.where(lengths > tiles.row_cap, 0, lengths)
-    rows = jnp.minimum(out_rows, tiles.m - 1)
-    acc_dtype = accumulation_dtype(out_ref.dtype)
-    g_rows = _gather(g_ref, not shared, members, member_mask, rows, row_mask, k_cols, k_mask)
-    g_rows = g_rows.astype(acc_dtype)[:, :, None, :]
+    acc_dtype = accumulation_dtype(g_ref.dtype)
+
+    def g_rows_of(rows, mask):
+        g_rows = _gather(g_ref, batched, members, member_mask, rows, mask, k_cols, k_mask)
+        return g_rows.astype(acc_dtype)[:, :, None, :]
+
+    g_rows = g_rows_of(jnp.minimum(out_rows, tiles.m - 1), row_mask)
     lane = jnp.arange(tiles.lanes, dtype=starts.dtype)[None, :]
 
+    def step(s, bad):
+        mask, positions, cols, outside = _step_entries(
+            indices_ref, tiles, starts, short, lane, tiles.lanes, s
+        )
+        return bad | visit(positions, mask, cols, outside, g_rows)
+
+    def long_row(row, start, length, bad):
+        lane = jnp.arange(tiles.long_lanes, dtype=start.dtype)[None, :]
+        row_ids = jnp.full((1,), row, jnp.int32)
+        g_row = g_rows_of(row_ids, row_ids >= 0)
+
+        def step(s, bad):
+            mask, positions, cols, outside = _step_entries(
+                indices_ref, tiles, start[None], length[None], lane, tiles.long_lanes, s
+            )
+            return bad | visit(positions, mask, cols, outside, g_row)
+
+        num_steps = ((length + tiles.long_lanes - 1) // tiles.long_lanes).astype(jnp.int32)
+        return lax.fori_loop(0, num_steps, step, bad)
+
+    num_steps = ((jnp.max(short) + tiles.lanes - 1) // tiles.lanes).astype(jnp.int32)
+    bad = lax.fori_loop(0, num_steps, step, jnp.int32(0))
+    bad = _each_long_row(tiles, pl.program_id(0), starts, lengths, long_row, bad)
+    return bad, jnp.max(bad_rows.astype(jnp.int32))
+
+
+def _scatterer(data_ref, out_ref, tiles: _Tiles, k_block):
+    """`scatter(positions, mask, cols, outside, g_rows)`: adds the entries' products with
+    `g_rows` to `out` at their columns, k-block `k_block`, atomically; returns whether a
+    column was outside."""
+    _, k_mask, out_k = _k_columns(tiles, k_block)
+    members, member_mask, out_members = _members(tiles)
+
     def scatter(positions, mask, cols, outside, g_rows):
-        """Adds the entries' products with `g_rows` to `out` at their columns; returns
-        whether a column was outside."""
         vals = _entry_values(data_ref, tiles, members, member_mask, positions, mask)
         atomic_add(
             out_ref,
             (out_members[:, None, None, None], cols[None, ..., None], out_k[None, None, None]),
-            (vals.astype(acc_dtype)[..., None] * g_rows).astype(out_ref.dtype),
+            (vals.astype(g_rows.dtype)[..., None] * g_rows).astype(out_ref.dtype),
             mask=member_mask[:, None, None, None]
             & (mask & ~outside)[None, ..., None]
             & k_mask[None, None, None],
@@ -437,33 +479,21 @@ def _matmul_t_rows_kernel(
         # gives its intermediate the input's sharding and fails under a mesh.
         return jnp.max(jnp.max(outside.astype(jnp.int32), axis=1))
 
-    def step(s, bad):
-        mask, positions, cols, outside = _step_entries(
-            indices_ref, tiles, starts, short, lane, tiles.lanes, s
-        )
-        return bad | scatter(positions, mask, cols, outside, g_rows)
+    return scatter
 
-    def long_row(row, start, length, bad):
-        lane = jnp.arange(tiles.long_lanes, dtype=start.dtype)[None, :]
-        row_ids = jnp.full((1,), row, jnp.int32)
-        g_row = _gather(
-            g_ref, not shared, members, member_mask, row_ids, row_ids >= 0, k_cols, k_mask
-        )
-        g_row = g_row.astype(acc_dtype)[:, :, None, :]
 
-        def step(s, bad):
-            mask, positions, cols, outside = _step_entries(
-                indices_ref, tiles, start[None], length[None], lane, tiles.long_lanes, s
-            )
-            return bad | scatter(positions, mask, cols, outside, g_row)
-
-        num_steps = ((length + tiles.long_lanes - 1) // tiles.long_lanes).astype(jnp.int32)
-        return lax.fori_loop(0, num_steps, step, bad)
-
-    num_steps = ((jnp.max(short) + tiles.lanes - 1) // tiles.lanes).astype(jnp.int32)
-    bad = lax.fori_loop(0, num_steps, step, jnp.max(bad_rows.astype(jnp.int32)))
-    bad = _each_long_row(tiles, block, starts, lengths, long_row, bad)
-    bad_ref[block] = bad.astype(jnp.int32)
+def _matmul_t_rows_kernel(
+    indptr_ref, indices_ref, data_ref, g_ref, _, out_ref, bad_ref, *, tiles: _Tiles, shared
+):
+    """Rows block `program_id(0)` of `A`, k-block `program_id(1)`, batch block
+    `program_id(2)`: adds `data[p] * g[row(p)]` to `out[indices[p]]` for the block's rows;
+    `out` `(batch, n, k)` starts at zero. `bad_ref[block]` is 1 if a row's bounds or a
+    column were invalid (the poisoning kernel then makes all of `out` NaN), else 0."""
+    scatter = _scatterer(data_ref, out_ref, tiles, pl.program_id(1))
+    bad_columns, bad_bounds = _walk_with_g_rows(
+        indptr_ref, indices_ref, g_ref, tiles, not shared, pl.program_id(1), scatter
+    )
+    bad_ref[pl.program_id(0)] = bad_columns | bad_bounds
 
 
 def _matmul_t_poison_kernel(invalid_ref, _, out_ref, *, tiles: _Tiles, programs: int):
@@ -596,6 +626,54 @@ def _sddmm_poison_kernel(invalid_ref, _, out_ref, *, tiles: _Tiles, programs: in
 
 
 # ---------------------------------------------------------------------------------------
+# Gradient step `(sddmm(g, x), A.T @ g)` in one pass, scattered with atomic additions
+
+# Bits of a row-block program's flag in the one-pass gradient: a column outside `[0, n)`
+# (poisons `A.T @ g`), invalid row bounds (poison both results).
+_BAD_COLUMN, _BAD_BOUNDS = 1, 2
+
+
+def _pullback_rows_kernel(
+    indptr_ref, indices_ref, data_ref, g_ref, x_ref, _, dx_ref, ddata_ref, bad_ref, *, tiles
+):
+    """Rows block `program_id(0)` of one matrix, every column of `g` and `x` in one k-block
+    (`k <= block_k`): for each entry `p` of row `i` and column `j`, adds `data[p] * g[i]`
+    to `dx[j]` (atomically; `dx` `(1, n, k)` starts at zero) and writes `g[i] . x[j]` to
+    `ddata[0, p]`, so the entries, their columns and `g`'s rows are read once for both.
+    `bad_ref[block]` holds `_BAD_COLUMN` and `_BAD_BOUNDS` bits for the block's rows."""
+    k_cols, k_mask, _ = _k_columns(tiles, 0)
+    members, member_mask, out_members = _members(tiles)
+    scatter = _scatterer(data_ref, dx_ref, tiles, 0)
+
+    def both(positions, mask, cols, outside, g_rows):
+        """Scatters the entries' `data * g` rows and writes their sampled products."""
+        x_rows = _gather(
+            x_ref,
+            False,
+            members,
+            member_mask,
+            cols,
+            mask & ~outside,
+            k_cols,
+            k_mask,
+            tiles.read_again,
+        )
+        sampled = jnp.sum(g_rows * x_rows.astype(g_rows.dtype), axis=-1)
+        store(
+            ddata_ref,
+            (out_members[:, None, None], _distinct(positions, mask, tiles)[None]),
+            _poisoned(sampled, outside[None]).astype(ddata_ref.dtype),
+            mask=member_mask[:, None, None] & mask[None],
+        )
+        return scatter(positions, mask, cols, outside, g_rows)
+
+    bad_columns, bad_bounds = _walk_with_g_rows(
+        indptr_ref, indices_ref, g_ref, tiles, False, 0, both
+    )
+    bad_ref[pl.program_id(0)] = bad_columns * _BAD_COLUMN + bad_bounds * _BAD_BOUNDS
+
+
+# ---------------------------------------------------------------------------------------
 # Wrappers
 
 
@@ -647,17 +725,24 @@ def _launch(
     if poison is None:
         return results[0]
     out, bad = results
-    programs = min(_POISON_PROGRAMS, blocks)
-    invalid = (jnp.max(bad, keepdims=True) > 0).astype(jnp.int32)
+    return _poison_if(poison, jnp.max(bad) > 0, out, tiles, grid, options)
+
+
+def _poison_if(poison, invalid, out, tiles, grid, options, name_suffix="poison"):
+    """`poison`'s kernel over `out` (aliased) for the row-block `grid`: NaN over all of
+    it where the scalar `invalid` is set, a launch of programs that end at once where it
+    is not."""
+    interpret, block_sizes, name = options
+    programs = min(_POISON_PROGRAMS, grid[0])
     return pl.pallas_call(
         functools.partial(poison, tiles=tiles, programs=programs),
         grid=(programs, *grid[1:]),
-        out_shape=out_shape,
+        out_shape=jax.ShapeDtypeStruct(out.shape, out.dtype),
         input_output_aliases={1: 0},
-        compiler_params=params,
+        compiler_params=_compiler_params(block_sizes),
         interpret=interpret,
-        name=f"{name}_poison",
-    )(invalid, out)
+        name=f"{name}_{name_suffix}",
+    )(invalid.astype(jnp.int32).reshape(1), out)
 
 
 def csr_matmul_triton(
@@ -824,3 +909,80 @@ def csr_sddmm_triton(
         poison=_sddmm_poison_kernel,
     )
     return out if batch else out[0]
+
+
+def csr_matmul_pullback_triton(
+    g,
+    data,
+    x,
+    indices,
+    indptr,
+    *,
+    shape: tuple[int, int],
+    interpret: bool = False,
+    platform: str | None = None,
+    block_sizes: BlockSizes | None = None,
+):
+    """`(csr_sddmm(g, x), A.T @ g)`: the gradients of `A @ x` in `data` and in `x` along
+    the cotangent `g` (`_primitive.py`, "Gradient steps in one pass"). Where the
+    transposed product scatters with atomic additions (`csr_matmul_t_triton`), for one
+    matrix whose columns fit one column tile (`k <= block_k`, 64 by default): one pass
+    over the entries (`_pullback_rows_kernel`), with the invalid structures' NaN of the
+    two products. Else the two kernels.
+
+    **Arguments:** `g` `(m, k)`, `data` `(nnz,)`, `x` `(n, k)` (or batches, which take the
+    two kernels); the rest as `csr_matmul_triton`.
+
+    **Returns:** `(nnz,)` and `(n, k)` arrays (batched: with the batch axis).
+    """
+    options = dict(shape=shape, interpret=interpret, platform=platform, block_sizes=block_sizes)
+    check_structure(data, indices, indptr, shape)
+    one_matrix = data.ndim == 1 and g.ndim == 2 and x.ndim == 2
+    k, nnz = g.shape[-1], indices.shape[0]
+    block_k = (block_sizes and block_sizes.block_k) or _MAX_BLOCK_K
+    if (
+        not one_matrix
+        or not _scatters_with_atomics(data.dtype, interpret)
+        or not 0 < k <= block_k
+        or 0 in (nnz, *shape)
+    ):
+        return (
+            csr_sddmm_triton(g, x, indices, indptr, **options),
+            csr_matmul_t_triton(data, g, indices, indptr, **options),
+        )
+    return _pullback_in_one_pass(g, data, x, indices, indptr, **options)
+
+
+def _pullback_in_one_pass(g, data, x, indices, indptr, *, shape, interpret, platform, block_sizes):
+    """`csr_matmul_pullback_triton`'s one pass, for one matrix with `k <= block_k`; on
+    a GPU for float32 and float64 only (the atomics), in interpret mode only inside
+    `_bounds_check.out_of_bounds_reports` (whose lane-by-lane additions stand in)."""
+    m, n = shape
+    check_sddmm(g, x, indices, indptr, shape)
+    check_dense("x", x, n, data.dtype, None)
+    nnz, k = indices.shape[0], g.shape[-1]
+    tiles, block_sizes = _tiles(
+        platform, interpret, block_sizes, shape=shape, nnz=nnz, k=k, batch=1
+    )
+    if k > tiles.block_k:
+        raise ValueError(f"One pass takes one column tile: k = {k} > block_k = {tiles.block_k}.")
+    blocks = pl.cdiv(m, tiles.block_rows)
+    grid = (blocks, 1, 1)
+    options = (interpret, block_sizes, "csr_pullback")
+    dx, ddata, bad = pl.pallas_call(
+        functools.partial(_pullback_rows_kernel, tiles=tiles),
+        grid=grid,
+        out_shape=(
+            jax.ShapeDtypeStruct((1, n, k), x.dtype),
+            jax.ShapeDtypeStruct((1, nnz), g.dtype),
+            jax.ShapeDtypeStruct((blocks,), jnp.int32),
+        ),
+        input_output_aliases={5: 0},
+        compiler_params=_compiler_params(block_sizes),
+        interpret=interpret,
+        name="csr_pullback_rows",
+    )(indptr, indices, data[None], g, x, jnp.zeros((1, n, k), x.dtype))
+    dx = _poison_if(_matmul_t_poison_kernel, jnp.max(bad) > 0, dx, tiles, grid, options, "dx")
+    bad_bounds = jnp.max(bad & _BAD_BOUNDS) > 0
+    ddata = _poison_if(_sddmm_poison_kernel, bad_bounds, ddata, tiles, grid, options, "ddata")
+    return ddata[0], dx[0]
