@@ -90,12 +90,12 @@ def _compiled(blocks: BlockSizes, shape, args):
     return jax.jit(loop).lower(*args).compile()
 
 
-def sweep(rows: int, ks, found: list[dict], names=None) -> None:
-    """Appends each matrix (of `names`, by default all) and `k`'s times to `found` as
-    they are measured (an interrupt keeps those done)."""
+def sweep(rows: int, ks, found: list[dict], names) -> None:
+    """Appends each matrix of `names` and each `k`'s times to `found` as they are
+    measured (an interrupt keeps those done)."""
     threads = concurrent.futures.ThreadPoolExecutor(max(os.cpu_count() or 1, 1))
     for name, build in MATRICES:
-        if names is not None and name not in names:
+        if name not in names:
             continue
         csr = scipy.sparse.csr_array(gpu._normalized(build(rows, np.random.default_rng(0))))
         m, n = csr.shape
@@ -138,20 +138,18 @@ def sweep(rows: int, ks, found: list[dict], names=None) -> None:
 
 
 def main():
+    known = [name for name, _ in MATRICES]
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=2**22)
     parser.add_argument("--ks", default="1,8,64", help="columns of the dense operand")
-    parser.add_argument(
-        "--matrices", default=None, help=f"matrices to sweep, of {[m[0] for m in MATRICES]}"
-    )
+    parser.add_argument("--matrices", default=",".join(known), help=f"some of {known}")
     parser.add_argument("--out", type=pathlib.Path, default=None)
     args = parser.parse_args()
+    names = args.matrices.split(",")
+    if unknown := sorted(set(names) - set(known)):
+        sys.exit(f"--matrices: unknown {unknown}; the sweep has {known}")
     if jax.default_backend() != "gpu":
         sys.exit("benchmarks/gpu_csr_tiles.py needs a GPU.")
-    names = args.matrices.split(",") if args.matrices else None
-    unknown = set(names or ()) - {m[0] for m in MATRICES}
-    if unknown:
-        sys.exit(f"--matrices: unknown {sorted(unknown)}; the sweep has {[m[0] for m in MATRICES]}")
     found = []
     try:
         sweep(args.rows, [int(k) for k in args.ks.split(",")], found, names)
