@@ -324,6 +324,7 @@ def _run_cases(results, rows, ks, with_xla, formats, compile_threads: int):
             else:
                 matrix = js.CSRMatrix.from_scipy(csr)
             for k in ks:
+                start = time.perf_counter()
                 x = jnp.asarray(rng.standard_normal((csr.shape[1], k), np.float32))
                 case = {"matrix": name, "format": fmt, "rows": csr.shape[0], "nnz": csr.nnz}
                 case["k"] = k
@@ -332,6 +333,8 @@ def _run_cases(results, rows, ks, with_xla, formats, compile_threads: int):
                 checked = np.asarray(x[:, _checked_columns(k)], np.float64)
                 expected = csr.astype(np.float64) @ checked
                 case["systems"] = _systems(matrix, csr, x, with_xla, expected, threads)
+                # What the case took, compilation and CuPy included: what sizes a GPU lease.
+                case["seconds"] = time.perf_counter() - start
                 results["cases"].append(case)
                 _print_case(case, results["copy_gbs"])
     finally:  # an interrupt leaves no compilation queued
@@ -340,7 +343,7 @@ def _run_cases(results, rows, ks, with_xla, formats, compile_threads: int):
 
 def _print_case(case, copy_gbs):
     title = f"{case['format'].upper()} {case['matrix']}, {case['rows']} rows"
-    print(f"\n{title}, nnz {case['nnz']}, k={case['k']}")
+    print(f"\n{title}, nnz {case['nnz']}, k={case['k']} ({case['seconds']:.0f} s)")
     header = (
         "system",
         "loop us",

@@ -107,6 +107,7 @@ def test_gpu_benchmark_checks_every_case_on_the_cpu(monkeypatch):
     ]
     for case in results["cases"]:
         assert case["dtype"] == "float32", case  # CuPy's matrix too, not scipy's float64
+        assert case["seconds"] > 0  # what each case takes of a lease
         systems = {system["system"]: system for system in case["systems"]}
         xla = systems["jaxsparse xla"]
         assert xla["relative_error"] < 1e-5, case
