@@ -87,7 +87,7 @@ run_phase() {
             local ncu metrics
             ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -n 1)
             metrics=gpu__time_duration.sum,dram__bytes.sum,launch__registers_per_thread
-            metrics+=,sm__warps_active.avg.pct_of_peak_sustained_active
+            metrics+=,sm__warps_active.avg.pct_of_peak_sustained_active,lts__t_sector_hit_rate.pct
             phase kernels "$(limit "${GPU_CHECK_KERNELS_S:-90}")" bash -c "$ncu --csv \
                 --clock-control none --profile-from-start off --print-units base \
                 --metrics $metrics --log-file $logs/ncu.csv \
