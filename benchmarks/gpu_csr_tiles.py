@@ -77,6 +77,7 @@ def variants(default: BlockSizes, k: int) -> dict[str, BlockSizes]:
             "long lanes x4": change(long_lanes=default.long_lanes * 4),
             "row cap /2": change(row_steps=max(default.row_steps // 2, 1)),
             "row cap x2": change(row_steps=default.row_steps * 2),
+            "row cap x4": change(row_steps=default.row_steps * 4),
         }
     return found
 
