@@ -71,9 +71,10 @@ run_phase() {
             phase benchmark "$(limit "${GPU_CHECK_BENCHMARK_S:-200}")" \
                 "$python" benchmarks/gpu.py --out "$logs/gpu.json" ${GPU_CHECK_BENCHMARK_ARGS:-} ;;
         # The fast suite: the `slow` sweeps repeat its code paths, and CI runs them on CPUs.
+        # The slowest tests are listed, to keep the phase within its limit.
         gpu-tests)
             phase gpu-tests "$(limit 270)" env XLA_PYTHON_CLIENT_PREALLOCATE=false \
-                "$python" -m pytest -q -rfE -n "$workers" -p no:cacheprovider \
+                "$python" -m pytest -q -rfE -n "$workers" -p no:cacheprovider --durations=25 \
                 -m "not on_cpu and not slow" ${GPU_CHECK_PYTEST_ARGS:-} ;;
         cpu-tests)
             phase cpu-tests "$(limit 100)" env JAX_PLATFORMS=cpu \
