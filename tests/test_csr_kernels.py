@@ -408,6 +408,33 @@ def _transposed_with_atomics(data, g, indices, indptr, options):
     return triton_csr._product(kernel, "csr_matmul_t", data, g, indices, indptr, shape, **rest)
 
 
+@pytest.mark.parametrize("k", [1, 40])
+def test_long_rows_sum_their_lanes_after_the_loop_or_every_step(k):
+    """A long row's partial sums: carried per lane and summed after its loop while the tile
+    is small (k = 1), summed every step past `_LONG_TILE` values (16 lanes of 40 columns),
+    both against scipy on rows of up to 200 entries between short and empty ones."""
+    lengths = np.array([1, 0, 200, 3, 90, 2, 0, 150])
+    m, n = lengths.size, 37
+    rng = np.random.default_rng(4)
+    indptr = np.concatenate([[0], np.cumsum(lengths)])
+    indices = rng.integers(0, n, indptr[-1])
+    data, x = rng.standard_normal(indptr[-1]), rng.standard_normal((n, k))
+    blocks = triton_csr.BlockSizes(block_rows=2, lanes=1, row_steps=2)
+    tiles, _ = triton_csr._tiles("cpu", True, blocks, shape=(m, n), nnz=indptr[-1], k=k, batch=1)
+    assert (tiles.long_lanes * tiles.block_k <= triton_csr._LONG_TILE) == (k == 1)
+    got = triton_csr.csr_matmul_triton(
+        jnp.asarray(data),
+        jnp.asarray(x),
+        jnp.asarray(indices, jnp.int32),
+        jnp.asarray(indptr, jnp.int32),
+        shape=(m, n),
+        interpret=True,
+        block_sizes=blocks,
+    )
+    expected = sp.csr_array((data, indices, indptr), shape=(m, n)) @ x
+    np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-12, atol=1e-12)
+
+
 def test_atomic_transposed_product_walks_several_long_rows_of_a_block():
     """The GPU's transposed product (atomic scatter) on blocks holding several long rows
     between short and empty ones (interpret mode adds the atomics' lanes one by one)."""

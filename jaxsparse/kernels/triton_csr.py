@@ -364,17 +364,22 @@ def _matmul_rows_kernel(indptr_ref, indices_ref, data_ref, x_ref, out_ref, *, ti
         )
         return vals.astype(acc_dtype)[..., None] * x_rows.astype(acc_dtype)
 
+    # The loops add each step's tile into a tile of partial sums, one per lane, and sum
+    # the lanes once after the loop: a sum over lanes every step would move each row's sum
+    # into the accumulator's layout through shared memory, two barriers a step.
     def step(s, carry):
-        acc, bad = carry
+        acc, outside_seen = carry
         mask, positions, cols, outside = _step_entries(
             indices_ref, tiles, starts, short, lane, tiles.lanes, s
         )
-        summed = jnp.sum(products(positions, mask, cols), axis=2)
-        return acc + summed, bad | (jnp.max(outside.astype(jnp.int32), 1) > 0)
+        return acc + products(positions, mask, cols), outside_seen | outside
 
     num_steps = ((jnp.max(short) + tiles.lanes - 1) // tiles.lanes).astype(jnp.int32)
-    zeros = jnp.zeros((tiles.block_batch, tiles.block_rows, tiles.block_k), acc_dtype)
-    acc, bad = lax.fori_loop(0, num_steps, step, (zeros, bad_rows))
+    tile = (tiles.block_batch, tiles.block_rows, tiles.lanes, tiles.block_k)
+    init = (jnp.zeros(tile, acc_dtype), jnp.zeros(tile[1:3], bool))
+    acc, outside_seen = lax.fori_loop(0, num_steps, step, init)
+    acc = jnp.sum(acc, axis=2)
+    bad = bad_rows | (jnp.max(outside_seen.astype(jnp.int32), 1) > 0)
     # Not the long rows: their own stores below come from other threads, unordered with these.
     store(
         out_ref,
@@ -383,24 +388,34 @@ def _matmul_rows_kernel(indptr_ref, indices_ref, data_ref, x_ref, out_ref, *, ti
         mask=member_mask[:, None, None] & (row_mask & ~is_long)[None, :, None] & k_mask,
     )
 
+    # A long row's partial sums are carried per lane too while that tile stays within
+    # `_LONG_TILE` values; a larger one (16 lanes of wide or batched operands) would take
+    # registers, and occupancy, from every program.
+    long_tile = (tiles.block_batch, tiles.long_lanes, tiles.block_k)
+    lanes_after_loop = tiles.block_batch * tiles.long_lanes * tiles.block_k <= _LONG_TILE
+
     def long_row(row, start, length, carry):
         lane = jnp.arange(tiles.long_lanes, dtype=start.dtype)
 
         def step(s, carry):
-            acc, bad = carry
+            acc, outside_seen = carry
             mask, positions, cols, outside = _step_entries(
                 indices_ref, tiles, start, length, lane, tiles.long_lanes, s
             )
-            summed = jnp.sum(products(positions, mask, cols), axis=1)
-            return acc + summed, bad | jnp.max(outside.astype(jnp.int32))
+            step_products = products(positions, mask, cols)
+            if not lanes_after_loop:
+                step_products = jnp.sum(step_products, axis=1)
+            return acc + step_products, outside_seen | outside
 
         num_steps = ((length + tiles.long_lanes - 1) // tiles.long_lanes).astype(jnp.int32)
-        zeros = jnp.zeros((tiles.block_batch, tiles.block_k), acc_dtype)
-        acc, bad = lax.fori_loop(0, num_steps, step, (zeros, jnp.int32(0)))
+        acc_shape = long_tile if lanes_after_loop else (long_tile[0], long_tile[2])
+        init = (jnp.zeros(acc_shape, acc_dtype), jnp.zeros(long_tile[1:2], bool))
+        acc, outside_seen = lax.fori_loop(0, num_steps, step, init)
+        bad = jnp.max(outside_seen.astype(jnp.int32)) > 0
         store(
             out_ref,
             (out_members[:, None], row, out_k[None, :]),
-            _poisoned(acc, bad > 0).astype(out_ref.dtype),
+            _poisoned(jnp.sum(acc, axis=1) if lanes_after_loop else acc, bad).astype(out_ref.dtype),
             mask=member_mask[:, None] & k_mask[None, :],
         )
         return carry
@@ -417,8 +432,11 @@ def _walk_with_g_rows(indptr_ref, indices_ref, g_ref, tiles: _Tiles, batched, k_
     entries of the short rows, then of each long row, with the rows of `g` they belong to
     (`(block_batch, rows, 1, block_k)` in the accumulation dtype, k-block `k_block`;
     `batched`: `g` has the batch axis). `visit(positions, mask, cols, outside, g_rows)`
-    does a step's work and returns whether a column was outside. Returns `(bad_columns,
-    bad_bounds)`: 1 if a column, or a row's bounds, were invalid in the block, else 0."""
+    does a step's work. Returns `(bad_columns, bad_bounds)`: 1 if a column, or a row's
+    bounds, were invalid in the block, else 0.
+
+    Which lanes met a column outside is carried as a tile and reduced once after each loop:
+    a reduction over the block every step costs shared memory and barriers every step."""
     k_cols, k_mask, _ = _k_columns(tiles, k_block)
     members, member_mask, _ = _members(tiles)
     out_rows, row_mask, starts, lengths, bad_rows = _block_rows(indptr_ref, tiles, pl.program_id(0))
@@ -432,36 +450,47 @@ def _walk_with_g_rows(indptr_ref, indices_ref, g_ref, tiles: _Tiles, batched, k_
     g_rows = g_rows_of(jnp.minimum(out_rows, tiles.m - 1), row_mask)
     lane = jnp.arange(tiles.lanes, dtype=starts.dtype)[None, :]
 
-    def step(s, bad):
+    def step(s, seen):
         mask, positions, cols, outside = _step_entries(
             indices_ref, tiles, starts, short, lane, tiles.lanes, s
         )
-        return bad | visit(positions, mask, cols, outside, g_rows)
+        visit(positions, mask, cols, outside, g_rows)
+        return seen | outside
 
     def long_row(row, start, length, bad):
         lane = jnp.arange(tiles.long_lanes, dtype=start.dtype)[None, :]
         row_ids = jnp.full((1,), row, jnp.int32)
         g_row = g_rows_of(row_ids, row_ids >= 0)
 
-        def step(s, bad):
+        def step(s, seen):
             mask, positions, cols, outside = _step_entries(
                 indices_ref, tiles, start[None], length[None], lane, tiles.long_lanes, s
             )
-            return bad | visit(positions, mask, cols, outside, g_row)
+            visit(positions, mask, cols, outside, g_row)
+            return seen | outside
 
         num_steps = ((length + tiles.long_lanes - 1) // tiles.long_lanes).astype(jnp.int32)
-        return lax.fori_loop(0, num_steps, step, bad)
+        seen = jnp.zeros((1, tiles.long_lanes), bool)
+        return bad | _any_lane(lax.fori_loop(0, num_steps, step, seen))
 
     num_steps = ((jnp.max(short) + tiles.lanes - 1) // tiles.lanes).astype(jnp.int32)
-    bad = lax.fori_loop(0, num_steps, step, jnp.int32(0))
+    seen = jnp.zeros((tiles.block_rows, tiles.lanes), bool)
+    bad = _any_lane(lax.fori_loop(0, num_steps, step, seen))
     bad = _each_long_row(tiles, pl.program_id(0), starts, lengths, long_row, bad)
     return bad, jnp.max(bad_rows.astype(jnp.int32))
 
 
+def _any_lane(flags):
+    """1 if any element of the 2-D tile `flags` is set, else 0 (int32). One axis at a time:
+    JAX 0.12's Triton lowering of a reduction over two axes gives its intermediate the
+    input's sharding and fails under a mesh."""
+    return jnp.max(jnp.max(flags.astype(jnp.int32), axis=1))
+
+
 def _scatterer(data_ref, out_ref, tiles: _Tiles, k_block):
     """`scatter(positions, mask, cols, outside, g_rows)`: adds the entries' products with
-    `g_rows` to `out` at their columns, k-block `k_block`, atomically; returns whether a
-    column was outside."""
+    `g_rows` to `out` at their columns (not at those `outside`), k-block `k_block`,
+    atomically."""
     _, k_mask, out_k = _k_columns(tiles, k_block)
     members, member_mask, out_members = _members(tiles)
 
@@ -475,9 +504,6 @@ def _scatterer(data_ref, out_ref, tiles: _Tiles, k_block):
             & (mask & ~outside)[None, ..., None]
             & k_mask[None, None, None],
         )
-        # One axis at a time: JAX 0.12's Triton lowering of a reduction over two axes
-        # gives its intermediate the input's sharding and fails under a mesh.
-        return jnp.max(jnp.max(outside.astype(jnp.int32), axis=1))
 
     return scatter
 
@@ -665,7 +691,7 @@ def _pullback_rows_kernel(
             _poisoned(sampled, outside[None]).astype(ddata_ref.dtype),
             mask=member_mask[:, None, None] & mask[None],
         )
-        return scatter(positions, mask, cols, outside, g_rows)
+        scatter(positions, mask, cols, outside, g_rows)
 
     bad_columns, bad_bounds = _walk_with_g_rows(
         indptr_ref, indices_ref, g_ref, tiles, False, 0, both
