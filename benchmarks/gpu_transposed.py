@@ -17,6 +17,15 @@ the atomic and the carried routes, and with the two gradients in one pass ("one 
 `csr_matmul_pullback_triton`, the sampled product beside the atomic scatter, what
 `jax.grad` in the values and `x` runs on a GPU). Every route's single call is checked
 against scipy.
+
+An experiment beside them: "relaxed" repeats the atomic scatter and the one pass with
+their atomic additions lowered in relaxed memory order (`relaxed_atomics`). Pallas lowers
+every atomic with acquire-release order at GPU scope, which on sm_90a puts a GPU-wide
+memory fence before each atomic and two block barriers around a step's atomics
+(benchmarks/results/gpu-csr-sass-2026-11-28.txt); the additions into a result that only a
+later kernel reads need no order. Pallas offers no other order, so the experiment
+replaces JAX's private lowering function while its programs are lowered; the library does
+not.
 float32, the CSR matrices of `benchmarks/gpu.py`; programs compiled on threads first.
 
     python benchmarks/gpu_transposed.py [--rows 4194304] [--ks 1,8] [--out transposed.json]
@@ -24,6 +33,7 @@ float32, the CSR matrices of `benchmarks/gpu.py`; programs compiled on threads f
 
 import argparse
 import concurrent.futures
+import contextlib
 import functools
 import json
 import os
@@ -70,6 +80,31 @@ def _carried(csr: scipy.sparse.csr_array):
     transposed.sort_indices()
     perm = transposed.data.astype(np.int32)
     return tuple(jnp.asarray(a, jnp.int32) for a in (perm, transposed.indices, transposed.indptr))
+
+
+@contextlib.contextmanager
+def relaxed_atomics():
+    """Inside: Pallas Triton lowers atomic operations in relaxed memory order at GPU scope
+    (JAX's private `_atomic_rmw`, replaced for the block). JAX's caches are cleared on
+    entry and exit, so no program lowered outside is reused inside, nor one inside after."""
+    from jax._src.lib.triton import dialect as tt
+    from jax._src.pallas.triton import lowering
+
+    original = lowering._atomic_rmw
+
+    def relaxed(op, ptr, val, mask=None, semantic=None, sync_scope=None):
+        del semantic, sync_scope
+        return original(
+            op, ptr, val, mask=mask, semantic=tt.MemSemantic.RELAXED, sync_scope=tt.MemSyncScope.GPU
+        )
+
+    jax.clear_caches()
+    lowering._atomic_rmw = relaxed
+    try:
+        yield
+    finally:
+        lowering._atomic_rmw = original
+        jax.clear_caches()
 
 
 def routes(shape, options) -> dict:
@@ -132,7 +167,33 @@ def _programs(shape, structure, data, x, options) -> dict:
         return y, *csr_matmul_pullback_triton(g, data, x, indices, indptr, shape=shape, **options)
 
     programs["one pass"] = {"gradient_s": gpu._lowered(one_pass, data, x, x, indices, indptr)}
+    if not options.get("interpret"):  # interpret mode emulates the atomics: nothing to relax
+        programs |= _relaxed_programs(shape, structure, data, x, options, one_pass)
     return programs
+
+
+def _relaxed_programs(shape, structure, data, x, options, one_pass) -> dict:
+    """The atomic scatter (loop, single call, gradient step) and the one pass, lowered
+    under `relaxed_atomics`."""
+    indices, indptr, *carried = structure
+    atomic = routes(shape, options)["atomic scatter"]
+
+    def loop(data, g, *rest):
+        return gpu.products_in_a_loop(lambda y: atomic(data, y, *rest), g)
+
+    step = _gradient_step(atomic, shape, options)
+    args = (data, x, indices, indptr, *carried)
+    with relaxed_atomics():
+        return {
+            "atomic scatter, relaxed": {
+                "loop_s": gpu._lowered(loop, *args, products=gpu.LOOP),
+                "single_s": gpu._lowered(atomic, *args),
+                "gradient_s": gpu._lowered(step, data, x, x, indices, indptr, *carried),
+            },
+            "one pass, relaxed": {
+                "gradient_s": gpu._lowered(one_pass, data, x, x, indices, indptr)
+            },
+        }
 
 
 def run(rows: int, ks, options=None, found=None) -> list[dict]:

@@ -11,7 +11,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jax.numpy as jnp
+import numpy as np
 import pytest
+from lowering import KERNEL_CALLS, NEEDS_CROSS_LOWERING, lower
+
+from jaxsparse.kernels.triton_csr import csr_matmul_t_triton
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
@@ -160,6 +165,29 @@ def test_gpu_transposed_benchmark_checks_every_route_on_the_cpu(monkeypatch):
         assert case["us"]["carried transpose, gradient"] > 0
         assert case["us"]["one pass, gradient"] > 0
         assert case["us"]["product, loop"] > 0
+
+
+# Benchmark code rather than the library's: `slow`, which CI runs (on JAX 0.12).
+@pytest.mark.slow
+@NEEDS_CROSS_LOWERING
+def test_relaxed_atomics_change_the_scatter_kernel_inside_the_block_only():
+    """`gpu_transposed.relaxed_atomics`: the atomic scatter lowered for a GPU inside the
+    block differs from the one lowered before it (its atomics' memory order; the kernel
+    is MLIR bytecode in the custom call), and the one lowered after is the first again."""
+    transposed = _load("gpu_transposed")
+    rows = 64
+    indptr = jnp.arange(0, 4 * rows + 1, 4, dtype=jnp.int32)
+    indices = jnp.asarray(np.random.default_rng(0).integers(0, rows, 4 * rows), jnp.int32)
+    data, g = jnp.ones(4 * rows, jnp.float32), jnp.ones((rows, 1), jnp.float32)
+
+    def scatter(data, g):
+        return csr_matmul_t_triton(data, g, indices, indptr, shape=(rows, rows))
+
+    before = lower(scatter, (data, g), "cuda")
+    with transposed.relaxed_atomics():
+        relaxed = lower(scatter, (data, g), "cuda")
+    assert KERNEL_CALLS["cuda"] in relaxed and relaxed != before
+    assert lower(scatter, (data, g), "cuda") == before
 
 
 # Benchmark code rather than the library's: `slow`, which CI runs.
