@@ -321,20 +321,25 @@ def _poisoned(values, bad):
     return jnp.where(bad, jnp.nan, values)
 
 
-def _each_long_row(tiles: _Tiles, block, starts, lengths, body, init):
+def _each_long_row(indptr_ref, tiles: _Tiles, block, lengths, body, init):
     """Runs `carry = body(row, start, length, carry)` from `init` for each row of `block`
     longer than `row_cap` (by `lengths`: an invalid row's is 0), in order, and returns the
     carry: after its short rows, a row-block program walks its long rows one at a time,
-    `long_lanes` entries per step."""
+    `long_lanes` entries per step. Finding the next long row takes one reduction over the
+    block; its bounds are read from `indptr` (a valid row's, cached) rather than reduced
+    out of the block's."""
     rank = jnp.arange(tiles.block_rows, dtype=jnp.int32)
     is_long = lengths > tiles.row_cap
 
     def one_row(_, state):
         previous, carry = state
         row = jnp.min(jnp.where(is_long & (rank > previous), rank, tiles.block_rows))
-        start = jnp.sum(jnp.where(rank == row, starts, 0)).astype(starts.dtype)
-        length = jnp.sum(jnp.where(rank == row, lengths, 0)).astype(starts.dtype)
-        return row, body(block * tiles.block_rows + row, start, length, carry)
+        # A long row is a valid row of the matrix: `row + 1 <= m`.
+        at = (block * tiles.block_rows + row).astype(indptr_ref.dtype)
+        inside = at < tiles.m
+        start = load(indptr_ref, (at,), mask=inside, other=0)
+        end = load(indptr_ref, (at + 1,), mask=inside, other=0)
+        return row, body(block * tiles.block_rows + row, start, end - start, carry)
 
     count = jnp.sum(is_long.astype(jnp.int32))
     return lax.fori_loop(0, count, one_row, (jnp.int32(-1), init))[1]
@@ -420,7 +425,7 @@ def _matmul_rows_kernel(indptr_ref, indices_ref, data_ref, x_ref, out_ref, *, ti
         )
         return carry
 
-    _each_long_row(tiles, block, starts, lengths, long_row, None)
+    _each_long_row(indptr_ref, tiles, block, lengths, long_row, None)
 
 
 # ---------------------------------------------------------------------------------------
@@ -476,7 +481,7 @@ def _walk_with_g_rows(indptr_ref, indices_ref, g_ref, tiles: _Tiles, batched, k_
     num_steps = ((jnp.max(short) + tiles.lanes - 1) // tiles.lanes).astype(jnp.int32)
     seen = jnp.zeros((tiles.block_rows, tiles.lanes), bool)
     bad = _any_lane(lax.fori_loop(0, num_steps, step, seen))
-    bad = _each_long_row(tiles, pl.program_id(0), starts, lengths, long_row, bad)
+    bad = _each_long_row(indptr_ref, tiles, pl.program_id(0), lengths, long_row, bad)
     return bad, jnp.max(bad_rows.astype(jnp.int32))
 
 
@@ -623,7 +628,7 @@ def _sddmm_rows_kernel(
 
     num_steps = ((jnp.max(short) + tiles.lanes - 1) // tiles.lanes).astype(jnp.int32)
     lax.fori_loop(0, num_steps, step, None)
-    _each_long_row(tiles, block, starts, lengths, long_row, None)
+    _each_long_row(indptr_ref, tiles, block, lengths, long_row, None)
 
 
 def _sddmm_poison_kernel(invalid_ref, _, out_ref, *, tiles: _Tiles, programs: int):
