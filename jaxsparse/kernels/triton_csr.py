@@ -573,15 +573,31 @@ def _sddmm_rows_kernel(
     rows = jnp.minimum(out_rows, tiles.m - 1).astype(jnp.int32)
     acc_dtype = accumulation_dtype(out_ref.dtype)
 
-    def sample(rows, row_mask, positions, mask, cols, outside):
-        """Writes the entries' sampled products, `rows` (one per leading index of
-        `positions`) against the gathered rows of `x` at `cols`."""
+    k_blocks = pl.cdiv(tiles.k, tiles.block_k)
 
-        def k_step(kb, acc):
+    def g_rows_for(rows, row_mask):
+        """`kb -> ` the rows of `g` (one per leading index of the entries) in k-block `kb`,
+        `(block_batch, rows, 1, block_k)`. With one k-block they are gathered here, once
+        for every step over the entries, not again each step."""
+
+        def gather(kb):
             k_cols, k_mask, _ = _k_columns(tiles, kb)
             g_rows = _gather(
                 g_ref, batched[0], members, member_mask, rows, row_mask, k_cols, k_mask
             )
+            return g_rows.astype(acc_dtype)[:, :, None, :]
+
+        if k_blocks > 1:
+            return gather
+        once = gather(0)
+        return lambda kb: once
+
+    def sample(g_rows_at, positions, mask, cols, outside):
+        """Writes the entries' sampled products, their rows of `g` (`g_rows_at`) against
+        the gathered rows of `x` at `cols`."""
+
+        def k_step(kb, acc):
+            k_cols, k_mask, _ = _k_columns(tiles, kb)
             x_rows = _gather(
                 x_ref,
                 batched[1],
@@ -593,11 +609,10 @@ def _sddmm_rows_kernel(
                 k_mask,
                 tiles.read_again,
             )
-            products = g_rows.astype(acc_dtype)[:, :, None, :] * x_rows.astype(acc_dtype)
-            return acc + jnp.sum(products, axis=3)
+            return acc + jnp.sum(g_rows_at(kb) * x_rows.astype(acc_dtype), axis=3)
 
         zeros = jnp.zeros((tiles.block_batch, *positions.shape), acc_dtype)
-        acc = lax.fori_loop(0, pl.cdiv(tiles.k, tiles.block_k), k_step, zeros)
+        acc = lax.fori_loop(0, k_blocks, k_step, zeros)
         store(
             out_ref,
             (out_members[:, None, None], _distinct(positions, mask, tiles)[None]),
@@ -605,22 +620,25 @@ def _sddmm_rows_kernel(
             mask=member_mask[:, None, None] & mask[None],
         )
 
+    short_g_rows = g_rows_for(rows, row_mask)
+
     def step(s, _):
         lane = jnp.arange(tiles.lanes, dtype=starts.dtype)[None, :]
         mask, positions, cols, outside = _step_entries(
             indices_ref, tiles, starts, short, lane, tiles.lanes, s
         )
-        sample(rows, row_mask, positions, mask, cols, outside)
+        sample(short_g_rows, positions, mask, cols, outside)
 
     def long_row(row, start, length, carry):
         lane = jnp.arange(tiles.long_lanes, dtype=start.dtype)[None, :]
         row_ids = jnp.full((1,), row, jnp.int32)
+        long_g_row = g_rows_for(row_ids, row_ids >= 0)
 
         def step(s, _):
             mask, positions, cols, outside = _step_entries(
                 indices_ref, tiles, start[None], length[None], lane, tiles.long_lanes, s
             )
-            sample(row_ids, row_ids >= 0, positions, mask, cols, outside)
+            sample(long_g_row, positions, mask, cols, outside)
 
         num_steps = ((length + tiles.long_lanes - 1) // tiles.long_lanes).astype(jnp.int32)
         lax.fori_loop(0, num_steps, step, None)
