@@ -42,8 +42,9 @@ def variants(default: BlockSizes, k: int) -> dict[str, BlockSizes]:
     k = 1: 64-256 rows by 1-8 lanes, the long-row knobs and the row cap; k = 8: 16-64 rows
     by 1-4 lanes; k = 64: 4-32 rows by 1-4 lanes. Up to k = 8 the grid also runs with the
     other cache hints; past k = 16, column tiles of 16 and 32 (the same rows, and rows
-    scaled up to keep the tile's values). Smaller row blocks take fewer registers a
-    thread, so more warps fit on an SM (benchmarks/results/gpu-2026-11-27-h200.txt)."""
+    scaled up to keep the tile's values); where the column tiles divide k, vector loads.
+    Smaller row blocks take fewer registers a thread, so more warps fit on an SM
+    (benchmarks/results/gpu-2026-11-27-h200.txt)."""
     change = functools.partial(dataclasses.replace, default)
     grid = {1: ((64, 128, 256), (1, 2, 4, 8)), 8: ((16, 32, 64), (1, 2, 4))}
     rows_options, lanes_options = grid.get(k, ((4, 8, 16, 32), (1, 2, 4)))
@@ -65,6 +66,8 @@ def variants(default: BlockSizes, k: int) -> dict[str, BlockSizes]:
             rows = min(default.block_rows * default.block_k // block_k, 128)
             found[f"{block_k} columns"] = change(block_k=block_k)
             found[f"{block_k} columns x {rows} rows"] = change(block_k=block_k, block_rows=rows)
+    if k % default.block_k == 0 and k > 1:  # whole column tiles: the rows' columns as vectors
+        found["vector loads"] = change(vector_loads=True)
     found |= {
         "2 warps": change(num_warps=2),
         "8 warps": change(num_warps=8),

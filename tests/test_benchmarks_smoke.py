@@ -208,15 +208,17 @@ def test_loop_copy_benchmark_counts_the_copy_that_unrolling_by_two_removes(capsy
 
 def test_csr_tile_sweep_variants_are_valid_block_sizes():
     """`gpu_csr_tiles.variants` (whose `BlockSizes` refuse invalid tiles as they are made):
-    the defaults first, and column tiles narrower than the defaults' only past k = 16."""
+    the defaults first, column tiles narrower than the defaults' only past k = 16, and
+    vector loads where the column tiles divide k (not at k = 1 or 12)."""
     tiles = _load("gpu_csr_tiles")
     from jaxsparse.kernels.triton_csr import BlockSizes
 
-    for k, columns in ((1, set()), (8, set()), (64, {16, 32})):
+    for k, columns in ((1, set()), (8, set()), (12, set()), (64, {16, 32})):
         default = BlockSizes().filled(platform="cuda", num_cols=k, mean_row_length=5.0)
         grid = tiles.variants(default, k)
         assert next(iter(grid.items())) == ("default", default)
         assert {b.block_k for b in grid.values()} - {default.block_k} == columns, k
+        assert any(b.vector_loads for b in grid.values()) == (k in (8, 64)), k
 
 
 def test_kernel_times_report_assigns_kernels_to_calls_by_marker(tmp_path, capsys):

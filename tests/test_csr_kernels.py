@@ -2,6 +2,7 @@
 `kernels/mosaic_tpu_csr.py`): interpret mode against scipy over the registry's CSR
 matrices, and cross-lowering for cuda and tpu."""
 
+import dataclasses
 import functools
 
 import jax
@@ -140,6 +141,22 @@ def test_dtypes(dtype, index_dtype, k, family):
     # Default blocks on Triton; small ones on Mosaic TPU (one DMA per entry when interpreted).
     block_sizes = small_blocks if family == "mosaic_tpu" else None
     _check_all_kernels(family, matrix, k, dtype, block_sizes, rng)
+
+
+@pytest.mark.parametrize("k", [8, 6])
+def test_vector_loads_take_whole_column_tiles_only(k):
+    """`vector_loads`: where the column tiles divide `k` (8 columns in tiles of 4) the
+    columns go unclamped and unmasked; elsewhere (6) the switch leaves them as they are.
+    All three kernels match scipy either way, on power-law rows with long ones."""
+    rng = np.random.default_rng(5)
+    matrix, _ = POWER_LAW.make(rng, jnp.float32)
+    blocks = dataclasses.replace(FAMILIES["triton"][2], vector_loads=True)
+    m, n = matrix.shape
+    tiles, _ = triton_csr._tiles(
+        "cpu", True, blocks, shape=(m, n), nnz=matrix.indices.shape[0], k=k, batch=1
+    )
+    assert tiles.vector_loads == (k == 8)
+    _check_all_kernels("triton", matrix, k, jnp.float32, blocks, rng)
 
 
 @pytest.mark.parametrize("family", FAMILIES)

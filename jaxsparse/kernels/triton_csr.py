@@ -142,6 +142,10 @@ class BlockSizes(_pallas.BlockSizes):
       (`None` leaves Triton's own defaults).
     - `cache_hints`: load the entries (read once) with Triton's `evict_first` policy and
       the dense operand's gathered rows (read again by other rows) with `evict_last`.
+    - `vector_loads`: where the column tiles divide `k`, columns neither clamped nor
+      masked, so that Triton loads each gathered row's columns as vectors (128-bit loads);
+      it then converts the entries' layout into the vectors' every step, through shared
+      memory (benchmarks/results/gpu-csr-sass-2026-11-28.txt).
 
     `None` tile fields are filled by `get_default` from the platform, the number of
     columns `k`, the batch and the mean row length.
@@ -156,6 +160,7 @@ class BlockSizes(_pallas.BlockSizes):
     num_warps: int | None = _pallas.tile()
     num_stages: int | None = _pallas.tile(power_of_two=False)
     cache_hints: bool | None = _pallas.switch()
+    vector_loads: bool | None = _pallas.switch()
 
     @classmethod
     def get_default(
@@ -167,7 +172,8 @@ class BlockSizes(_pallas.BlockSizes):
         A row's lanes are the largest power of 2 up to half its mean length (rounded), so
         most rows take two or three steps, and one lane with column tiles of 64; a row
         counts as long past 8 steps and at least 64 entries. The row-block tile stays near
-        1024 values, with 8 to 128 rows.
+        1024 values, with 8 to 128 rows. Cache hints and vector loads stay off (the tile
+        sweep, `benchmarks/gpu_csr_tiles.py`, compares them).
         """
         _pallas.check_platform(platform, _PLATFORMS)
         block_k = min(pl.next_power_of_2(max(num_cols, 1)), _MAX_BLOCK_K)
@@ -188,6 +194,7 @@ class BlockSizes(_pallas.BlockSizes):
             block_k=block_k,
             block_batch=block_batch,
             cache_hints=False,
+            vector_loads=False,
         )
 
     def filled(
@@ -221,6 +228,7 @@ class _Tiles:
     block_k: int
     block_batch: int
     cache_hints: bool
+    vector_loads: bool
 
     @property
     def read_once(self) -> str | None:
@@ -234,8 +242,14 @@ class _Tiles:
 
 
 def _k_columns(tiles: _Tiles, k_block):
-    """The operand columns of k-block `k_block`: clamped (for loads) and their mask."""
+    """The operand columns of k-block `k_block`: clamped (for loads), their mask, and
+    unclamped (for stores). With `vector_loads` (set only where the column tiles divide
+    `k`) every column is inside: no clamp and a constant mask, so Triton sees each gathered
+    row's columns as contiguous; a clamp or a mask that varies along them makes every load
+    scalar."""
     cols = k_block * tiles.block_k + jnp.arange(tiles.block_k, dtype=jnp.int32)
+    if tiles.vector_loads:
+        return cols, jnp.ones(cols.shape, bool), cols
     return jnp.minimum(cols, tiles.k - 1), cols < tiles.k, cols
 
 
@@ -745,6 +759,7 @@ def _tiles(platform, interpret, block_sizes, *, shape, nnz, k, batch) -> tuple[_
         block_k=block_sizes.block_k,
         block_batch=block_sizes.block_batch if batch > 1 else 1,
         cache_hints=block_sizes.cache_hints,
+        vector_loads=block_sizes.vector_loads and k % block_sizes.block_k == 0,
     )
     return tiles, block_sizes
 
