@@ -1,6 +1,7 @@
 """The readers behind `make gpu-compile` (`tools/`), on hand-built inputs: a cubin's
-registers, stack and shared memory, XLA's kernel cache, ptxas' report; which kernel
-families it compiles; and which errors it counts as the library declining a dtype.
+registers, stack and shared memory, XLA's kernel cache, ptxas' report, the loops of a
+disassembly; which kernel families it compiles; and which errors it counts as the library
+declining a dtype.
 
 The compile itself needs the CUDA plugin (`make gpu-compile`); nothing here does.
 """
@@ -190,3 +191,33 @@ def test_only_the_librarys_refusal_counts_as_declined(tools, monkeypatch):
     with pytest.raises(TypeError) as other:
         jax.jit(product).lower(A, "not an array")
     assert not gpu_compile.declined_by_library(other.value)
+
+
+SASS = """
+        /*0000*/                   LDC R1, c[0x0][0x28] ;                  /* 0x00000a00ff017b82 */
+        /*0010*/              @!P0 LDG.E R4, desc[UR8][R6.64] ;            /* 0x0000000806048981 */
+        /*0020*/                   LDG.E.128 R8, desc[UR8][R2.64] ;        /* 0x0000000802087981 */
+        /*0030*/                   STS [R7+UR4], R20 ;                     /* 0x0000001407007988 */
+        /*0040*/                   BAR.SYNC.DEFER_BLOCKING 0x0 ;           /* 0x0000000000007b1d */
+        /*0050*/              @!PT LDS RZ, [RZ] ;                          /* 0x00000000ff00f984 */
+        /*0060*/                   MEMBAR.ALL.GPU ;                        /* 0x0000000000007992 */
+        /*0070*/               @P2 BRA 0x10 ;                              /* 0xfffffff400c02947 */
+        /*0080*/                   BRA 0x90 ;                              /* 0x0000000000007947 */
+        /*0090*/                   EXIT ;                                  /* 0x000000000000794d */
+"""
+
+
+def test_loops_of_a_disassembly_count_what_an_iteration_runs():
+    """A backward branch makes a loop from its target to itself; a forward one does not.
+    Its barrier, loads (one of them a vector), shared access and fence are counted; the
+    predicated-off `LDS` that pads a fence moves nothing."""
+    sys.path.insert(0, str(TOOLS))
+    try:
+        sass_loops = importlib.import_module("gpu_sass_loops")
+    finally:
+        sys.path.remove(str(TOOLS))
+    (loop,) = sass_loops.loops(SASS)
+    assert (loop.start, loop.end, loop.instructions) == (0x10, 0x70, 7)
+    assert (loop.barriers, loop.loads, loop.vector_loads) == (1, 2, 1)
+    assert (loop.shared, loop.fences) == (1, 1)
+    assert "7 instructions, 1 barriers" in loop.describe()

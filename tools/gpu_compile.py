@@ -21,7 +21,9 @@ does not check when compiling without a device.
 `--plant-oversized-block` compiles only the planted kernels (`planted_programs`), both of
 which must fail, to show that this step catches such errors and what it prints. `--only
 TEXT` compiles the programs whose label contains `TEXT` (`make gpu-compile
-GPU_COMPILE_ARGS="--only CSR"`).
+GPU_COMPILE_ARGS="--only CSR"`). `--loops` also prints, under each program, the loops of
+its Pallas Triton kernels as their machine code runs them (`gpu_sass_loops.py`: barriers,
+loads and fences an iteration).
 """
 
 import argparse
@@ -40,7 +42,13 @@ from pathlib import Path
 
 import jax
 from gpu_compile_cases import PLATFORM, Program, planted_programs, programs
-from gpu_kernel_resources import KernelResources, read_kernel_cache, read_ptxas_report
+from gpu_kernel_resources import (
+    KernelResources,
+    read_kernel_cache,
+    read_ptxas_report,
+    read_triton_cubins,
+)
+from gpu_sass_loops import Loop, disassemble, loops
 from jax.experimental import topologies
 
 from jaxsparse import _backend
@@ -66,6 +74,7 @@ class Outcome:
     seconds: float
     kernels: tuple[KernelResources, ...] = ()
     message: str = ""
+    loops: dict[str, list[Loop]] = dataclasses.field(default_factory=dict)
 
 
 def target_config() -> str:
@@ -140,8 +149,11 @@ def declined_by_library(error: BaseException) -> bool:
     )
 
 
-def compile_program(program: Program, device, workdir: Path, number: int) -> Outcome:
-    """Lower and compile `program` for `device`; read back what its kernels use."""
+def compile_program(
+    program: Program, device, workdir: Path, number: int, with_loops: bool = False
+) -> Outcome:
+    """Lower and compile `program` for `device`; read back what its kernels use (and, with
+    `with_loops`, the loops of its Triton kernels)."""
     cache, ptxas_report = workdir / f"{number}.kernels", workdir / f"{number}.ptxas"
     start = time.perf_counter()
     with only_family(program.family), jax.default_device(device):
@@ -158,10 +170,17 @@ def compile_program(program: Program, device, workdir: Path, number: int) -> Out
                 lowered.compile(compiler_options=options)
         except Exception as error:
             return Outcome(program, "failed", time.perf_counter() - start, message=_text(error))
-    kernels = read_kernel_cache(cache.read_bytes()) if cache.exists() else []
-    kernels += read_ptxas_report(ptxas_report.read_text(errors="replace"))
+    cached = cache.read_bytes() if cache.exists() else b""
+    kernels = read_kernel_cache(cached) + read_ptxas_report(
+        ptxas_report.read_text(errors="replace")
+    )
     pallas_kernels = tuple(kernel for kernel in kernels if kernel.kind != "xla")
-    return Outcome(program, "compiled", time.perf_counter() - start, pallas_kernels)
+    found = {}
+    if with_loops:
+        found = {
+            name: loops(disassemble(cubin)) for name, cubin in read_triton_cubins(cached).items()
+        }
+    return Outcome(program, "compiled", time.perf_counter() - start, pallas_kernels, loops=found)
 
 
 def _text(error: BaseException) -> str:
@@ -243,6 +262,11 @@ def main() -> int:
         default="",
         help="compile only the programs whose label contains this text (e.g. 'CSR')",
     )
+    parser.add_argument(
+        "--loops",
+        action="store_true",
+        help="print the loops of each Triton kernel's machine code (barriers, loads, fences)",
+    )
     args = parser.parse_args()
     if not os.environ.get("JAX_SKIP_CUDA_CONSTRAINTS_CHECK"):
         sys.exit("gpu_compile: set JAX_SKIP_CUDA_CONSTRAINTS_CHECK=1 (make gpu-compile does)")
@@ -261,10 +285,13 @@ def main() -> int:
     outcomes = []
     with tempfile.TemporaryDirectory() as workdir:
         for number, program in enumerate(todo):
-            outcome = compile_program(program, device, Path(workdir), number)
+            outcome = compile_program(program, device, Path(workdir), number, args.loops)
             outcomes.append(outcome)
             note = f": {_first_line_of(outcome.message)}" if outcome.message else ""
             print(f"{outcome.status:8} {outcome.seconds:5.1f} s  {program.label}{note}", flush=True)
+            for kernel, found in sorted(outcome.loops.items()):
+                for loop in found:
+                    print(f"    {kernel} loop {loop.describe()}")
     over_limits = print_table(outcomes, limits)
     passed = print_summary(outcomes, over_limits, time.perf_counter() - start)
     return 0 if passed else 1

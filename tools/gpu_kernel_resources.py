@@ -69,16 +69,10 @@ def read_kernel_cache(data: bytes) -> list[KernelResources]:
     **Returns:** one `KernelResources` per kernel, sorted by name.
     """
     kernels = []
-    for field, value in _fields(data):
-        if field != 1 or isinstance(value, int):
-            continue
-        pair = dict(_fields(value))
-        name, entry = pair[1].decode(), dict(_fields(pair[2]))
+    for name, entry in _cache_entries(data):
         launch = dict(_fields(entry.get(2, b"")))
         registers, stack_bytes, static_shared = read_cubin(entry[5], name)
-        kind = (
-            "triton" if _TRITON_FINGERPRINT in entry.get(1, b"").decode(errors="replace") else "xla"
-        )
+        kind = "triton" if _is_triton(entry) else "xla"
         kernels.append(
             KernelResources(
                 name=name,
@@ -92,6 +86,25 @@ def read_kernel_cache(data: bytes) -> list[KernelResources]:
             )
         )
     return sorted(kernels, key=lambda kernel: kernel.name)
+
+
+def read_triton_cubins(data: bytes) -> dict[str, bytes]:
+    """The cubin of each Pallas Triton kernel in an XLA kernel cache file (see
+    `read_kernel_cache`), by kernel name."""
+    return {name: entry[5] for name, entry in _cache_entries(data) if _is_triton(entry)}
+
+
+def _cache_entries(data: bytes):
+    """`(kernel name, entry fields)` of each kernel of a kernel cache file."""
+    for field, value in _fields(data):
+        if field != 1 or isinstance(value, int):
+            continue
+        pair = dict(_fields(value))
+        yield pair[1].decode(), dict(_fields(pair[2]))
+
+
+def _is_triton(entry: dict) -> bool:
+    return _TRITON_FINGERPRINT in entry.get(1, b"").decode(errors="replace")
 
 
 def read_cubin(cubin: bytes, kernel: str) -> tuple[int, int, int]:
