@@ -143,7 +143,8 @@ def test_dtypes(dtype, index_dtype, k, family):
     _check_all_kernels(family, matrix, k, dtype, block_sizes, rng)
 
 
-@pytest.mark.parametrize("k", [8, 6])
+# The fast suite keeps the whole tiles (8); the partial ones (6) run in `make test-slow`.
+@pytest.mark.parametrize("k", [8, pytest.param(6, marks=pytest.mark.slow)])
 def test_vector_loads_take_whole_column_tiles_only(k):
     """`vector_loads`: where the column tiles divide `k` (8 columns in tiles of 4) the
     columns go unclamped and unmasked; elsewhere (6) the switch leaves them as they are.
@@ -425,7 +426,8 @@ def _transposed_with_atomics(data, g, indices, indptr, options):
     return triton_csr._product(kernel, "csr_matmul_t", data, g, indices, indptr, shape, **rest)
 
 
-@pytest.mark.parametrize("k", [1, 40])
+# k = 1's path (lanes summed after the loop) is the default's, which every kernel test runs.
+@pytest.mark.parametrize("k", [pytest.param(1, marks=pytest.mark.slow), 40])
 def test_long_rows_sum_their_lanes_after_the_loop_or_every_step(k):
     """A long row's partial sums: carried per lane and summed after its loop while the tile
     is small (k = 1), summed every step past `_LONG_TILE` values (16 lanes of 40 columns),
