@@ -69,11 +69,15 @@ def _check_all_kernels(family, matrix, k, dtype, block_sizes, rng):
         "matmul_t": twin.T @ _host(g),
         "sddmm": np.sum(_host(g)[rows] * _host(x)[np.asarray(indices)], axis=1),
     }
-    actual = {
-        "matmul": matmul(data, x, indices, indptr, **options),
-        "matmul_t": matmul_t(data, g, indices, indptr, **options),
-        "sddmm": sddmm(g, x, indices, indptr, **options),
-    }
+
+    def kernels(data, x, g, indices, indptr):  # one program, compiled once
+        return {
+            "matmul": matmul(data, x, indices, indptr, **options),
+            "matmul_t": matmul_t(data, g, indices, indptr, **options),
+            "sddmm": sddmm(g, x, indices, indptr, **options),
+        }
+
+    actual = jax.jit(kernels)(data, x, g, indices, indptr)
     tol = tolerance(dtype)
     for name, want in expected.items():
         got = actual[name]
@@ -344,12 +348,21 @@ def test_invalid_structures_give_nan_rows(name):
     # Blocks of 2 rows, long rows past 2 entries: short and long rows meet the bad rows.
     blocks = triton_csr.BlockSizes(block_rows=2, lanes=1, row_steps=2)
     options = dict(shape=(4, 5), interpret=True, platform="cuda", block_sizes=blocks)
-    product = jax.jit(functools.partial(triton_csr.csr_matmul_triton, **options))
+
+    def every_kernel(data, x, g, indices, indptr):
+        return (
+            triton_csr.csr_matmul_triton(data, x, indices, indptr, **options),
+            triton_csr.csr_sddmm_triton(g, x, indices, indptr, **options),
+            _transposed_with_atomics(data, g, indices, indptr, options),
+            triton_csr._pullback_in_one_pass(g, data, x, indices, indptr, **options),
+            triton_csr.csr_matmul_t_triton(data, g, indices, indptr, **options),
+        )
+
+    # One program for all (under `jit` as a user's would be), compiled once.
     with out_of_bounds_reports() as reports:
-        got = np.asarray(product(data, x, indices, indptr))
-        sampled = np.asarray(triton_csr.csr_sddmm_triton(g, x, indices, indptr, **options))
-        transposed = np.asarray(_transposed_with_atomics(data, g, indices, indptr, options))
-        one_pass = triton_csr._pullback_in_one_pass(g, data, x, indices, indptr, **options)
+        got, sampled, transposed, one_pass, sorted_t = jax.tree.map(
+            np.asarray, jax.jit(every_kernel)(data, x, g, indices, indptr)
+        )
     assert reports == []
     np.testing.assert_allclose(got, _expected_rows(indptr, indices, x, bad_rows), rtol=1e-6)
     # The sampled product: NaN at an entry with a bad column; everywhere for bad bounds.
@@ -365,8 +378,7 @@ def test_invalid_structures_give_nan_rows(name):
     np.testing.assert_allclose(np.asarray(one_pass[0]), sampled, rtol=1e-6)
     assert np.isnan(np.asarray(one_pass[1])).all()
     # So is the one on the sorted transposed structure (interpret mode, half precision).
-    sorted_t = triton_csr.csr_matmul_t_triton(data, g, indices, indptr, **options)
-    assert np.isnan(np.asarray(sorted_t)).all()
+    assert np.isnan(sorted_t).all()
 
 
 @pytest.mark.parametrize("name", [c[0] for c in INVALID_STRUCTURES + WIDE_STRUCTURES])
