@@ -136,23 +136,35 @@ def _gradient_step(transposed, shape, options):
     return step
 
 
-def _programs(shape, structure, data, x, options) -> dict:
-    """Every timed program of one matrix and `k`, lowered: `{system: {figure: program}}`."""
+def _route_programs(name, transposed, shape, structure, data, x, options) -> dict:
+    """One route's lowered programs: a loop of `gpu.LOOP` transposed products, a single
+    call and (but for the sort per call) a gradient step."""
     indices, indptr, *carried = structure
-    programs = {}
-    for name, transposed in routes(shape, options).items():
-        args = (data, x, indices, indptr, *carried)
+    args = (data, x, indices, indptr, *carried)
 
-        def loop(data, g, *rest, transposed=transposed):
-            return gpu.products_in_a_loop(lambda y: transposed(data, y, *rest), g)
+    def loop(data, g, *rest):
+        return gpu.products_in_a_loop(lambda y: transposed(data, y, *rest), g)
 
-        programs[name] = {
-            "loop_s": gpu._lowered(loop, *args, products=gpu.LOOP),
-            "single_s": gpu._lowered(transposed, *args),
-        }
-        if name != "sort per call":
-            step = _gradient_step(transposed, shape, options)
-            programs[name]["gradient_s"] = gpu._lowered(step, data, x, x, indices, indptr, *carried)
+    figures = {
+        "loop_s": gpu._lowered(loop, *args, products=gpu.LOOP),
+        "single_s": gpu._lowered(transposed, *args),
+    }
+    if name != "sort per call":
+        step = _gradient_step(transposed, shape, options)
+        figures["gradient_s"] = gpu._lowered(step, data, x, x, indices, indptr, *carried)
+    return figures
+
+
+def _programs(shape, structure, data, x, options) -> dict:
+    """Every timed program of one matrix and `k`, lowered: `{system: {figure: program}}`.
+    On a GPU also the atomic scatter and the one pass lowered under `relaxed_atomics`
+    (interpret mode emulates the atomics: nothing to relax)."""
+    indices, indptr, *_ = structure
+    transposed = routes(shape, options)
+    programs = {
+        name: _route_programs(name, route, shape, structure, data, x, options)
+        for name, route in transposed.items()
+    }
     product = functools.partial(csr_matmul_triton, shape=shape, **options)
 
     def product_loop(data, x, indices, indptr):
@@ -166,34 +178,16 @@ def _programs(shape, structure, data, x, options) -> dict:
         y = product(data, x, indices, indptr)
         return y, *csr_matmul_pullback_triton(g, data, x, indices, indptr, shape=shape, **options)
 
-    programs["one pass"] = {"gradient_s": gpu._lowered(one_pass, data, x, x, indices, indptr)}
-    if not options.get("interpret"):  # interpret mode emulates the atomics: nothing to relax
-        programs |= _relaxed_programs(shape, structure, data, x, options, one_pass)
+    one_pass_args = (data, x, x, indices, indptr)
+    programs["one pass"] = {"gradient_s": gpu._lowered(one_pass, *one_pass_args)}
+    if not options.get("interpret"):
+        atomic = transposed["atomic scatter"]
+        with relaxed_atomics():
+            programs["atomic scatter, relaxed"] = _route_programs(
+                "atomic scatter", atomic, shape, structure, data, x, options
+            )
+            programs["one pass, relaxed"] = {"gradient_s": gpu._lowered(one_pass, *one_pass_args)}
     return programs
-
-
-def _relaxed_programs(shape, structure, data, x, options, one_pass) -> dict:
-    """The atomic scatter (loop, single call, gradient step) and the one pass, lowered
-    under `relaxed_atomics`."""
-    indices, indptr, *carried = structure
-    atomic = routes(shape, options)["atomic scatter"]
-
-    def loop(data, g, *rest):
-        return gpu.products_in_a_loop(lambda y: atomic(data, y, *rest), g)
-
-    step = _gradient_step(atomic, shape, options)
-    args = (data, x, indices, indptr, *carried)
-    with relaxed_atomics():
-        return {
-            "atomic scatter, relaxed": {
-                "loop_s": gpu._lowered(loop, *args, products=gpu.LOOP),
-                "single_s": gpu._lowered(atomic, *args),
-                "gradient_s": gpu._lowered(step, data, x, x, indices, indptr, *carried),
-            },
-            "one pass, relaxed": {
-                "gradient_s": gpu._lowered(one_pass, data, x, x, indices, indptr)
-            },
-        }
 
 
 def run(rows: int, ks, options=None, found=None) -> list[dict]:
