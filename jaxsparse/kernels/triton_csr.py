@@ -348,12 +348,11 @@ def _each_long_row(indptr_ref, tiles: _Tiles, block, lengths, body, init):
     def one_row(_, state):
         previous, carry = state
         row = jnp.min(jnp.where(is_long & (rank > previous), rank, tiles.block_rows))
-        # A long row is a valid row of the matrix: `row + 1 <= m`.
+        # A long row is a valid row of the matrix (`at < m`), so both loads are inside.
         at = (block * tiles.block_rows + row).astype(indptr_ref.dtype)
-        inside = at < tiles.m
-        start = load(indptr_ref, (at,), mask=inside, other=0)
-        end = load(indptr_ref, (at + 1,), mask=inside, other=0)
-        return row, body(block * tiles.block_rows + row, start, end - start, carry)
+        start = load(indptr_ref, (at,), mask=at < tiles.m, other=0)
+        end = load(indptr_ref, (at + 1,), mask=at < tiles.m, other=0)
+        return row, body(at, start, end - start, carry)
 
     count = jnp.sum(is_long.astype(jnp.int32))
     return lax.fori_loop(0, count, one_row, (jnp.int32(-1), init))[1]
