@@ -170,6 +170,7 @@ def compile_program(
                 lowered.compile(compiler_options=options)
         except Exception as error:
             return Outcome(program, "failed", time.perf_counter() - start, message=_text(error))
+    seconds = time.perf_counter() - start  # the compile's, not the disassembly's below
     cached = cache.read_bytes() if cache.exists() else b""
     kernels = read_kernel_cache(cached) + read_ptxas_report(
         ptxas_report.read_text(errors="replace")
@@ -180,7 +181,7 @@ def compile_program(
         found = {
             name: loops(disassemble(cubin)) for name, cubin in read_triton_cubins(cached).items()
         }
-    return Outcome(program, "compiled", time.perf_counter() - start, pallas_kernels, loops=found)
+    return Outcome(program, "compiled", seconds, pallas_kernels, loops=found)
 
 
 def _text(error: BaseException) -> str:
