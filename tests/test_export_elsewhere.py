@@ -65,13 +65,18 @@ PYTHONS = [
 
 
 def run_python(python, *args, cwd=None) -> str:
-    """Run `python` on `args` in a fresh process on the CPU; its standard output."""
+    """Run `python` on `args` in a fresh process on the CPU; its standard output. The
+    other JAX gets no `XLA_FLAGS`: a flag this one was given may not exist in its XLA,
+    which stops at a flag it does not know."""
+    environment = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    if str(python) != sys.executable:
+        environment.pop("XLA_FLAGS", None)
     result = subprocess.run(
         [str(python), *map(str, args)],
         capture_output=True,
         text=True,
         cwd=cwd,
-        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+        env=environment,
         timeout=300,
     )
     assert result.returncode == 0, result.stderr[-4000:]
