@@ -40,8 +40,9 @@ def variants(default: BlockSizes, k: int) -> dict[str, BlockSizes]:
     """The defaults and a grid around them: row blocks by lanes (each with a row cap of at
     least 64 entries), and the defaults with other warp counts and pipelining depths.
     k = 1: 64-256 rows by 1-8 lanes, the long-row knobs and the row cap; k = 8: 16-64 rows
-    by 1-4 lanes; k = 64: 4-32 rows by 1-4 lanes. Up to k = 8 the grid also runs with the
-    other cache hints; past k = 16, column tiles of 16 and 32 (the same rows, and rows
+    by 1-4 lanes; k = 64: 4-32 rows by 1-4 lanes. Up to k = 8 the grid also runs keeping
+    the operand's lines in cache, and the defaults stream the entries, alone and with the
+    operand kept; past k = 16, column tiles of 16 and 32 (the same rows, and rows
     scaled up to keep the tile's values); where the column tiles divide k, vector loads.
     Smaller row blocks take fewer registers a thread, so more warps fit on an SM
     (benchmarks/results/gpu-2026-11-27-h200.txt)."""
@@ -54,13 +55,13 @@ def variants(default: BlockSizes, k: int) -> dict[str, BlockSizes]:
             found[f"{rows} rows x {lanes} lanes"] = change(
                 block_rows=rows, lanes=lanes, row_steps=max(8, 64 // lanes)
             )
-    if k <= 8:  # the grid again with the other cache hints
+    if k <= 8:  # the grid again keeping the operand's lines; the entries streamed, apart
         found |= {
-            f"{label}, hints {not blocks.cache_hints}": dataclasses.replace(
-                blocks, cache_hints=not blocks.cache_hints
-            )
+            f"{label}, keep operand": dataclasses.replace(blocks, keep_operand=True)
             for label, blocks in found.items()
         }
+        found["stream entries"] = change(stream_entries=True)
+        found["both hints"] = change(stream_entries=True, keep_operand=True)
     for block_k in (16, 32) if k > 16 else ():
         if block_k < default.block_k:
             rows = min(default.block_rows * default.block_k // block_k, 128)

@@ -209,7 +209,8 @@ def test_loop_copy_benchmark_counts_the_copy_that_unrolling_by_two_removes(capsy
 def test_csr_tile_sweep_variants_are_valid_block_sizes():
     """`gpu_csr_tiles.variants` (whose `BlockSizes` refuse invalid tiles as they are made):
     the defaults first, column tiles narrower than the defaults' only past k = 16, and
-    vector loads where the column tiles divide k (not at k = 1 or 12)."""
+    vector loads where the column tiles divide k (not at k = 1 or 12), and the cache hints
+    (each apart) up to k = 8."""
     tiles = _load("gpu_csr_tiles")
     from jaxsparse.kernels.triton_csr import BlockSizes
 
@@ -219,6 +220,10 @@ def test_csr_tile_sweep_variants_are_valid_block_sizes():
         assert next(iter(grid.items())) == ("default", default)
         assert {b.block_k for b in grid.values()} - {default.block_k} == columns, k
         assert any(b.vector_loads for b in grid.values()) == (k in (8, 64)), k
+        for hint in ("keep_operand", "stream_entries"):
+            kept = [b for b in grid.values() if getattr(b, hint)]
+            assert bool(kept) == (k <= 8), (k, hint)
+        assert any(b.keep_operand and not b.stream_entries for b in grid.values()) == (k <= 8)
 
 
 def test_kernel_times_report_assigns_kernels_to_calls_by_marker(tmp_path, capsys):

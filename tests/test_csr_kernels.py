@@ -29,7 +29,8 @@ FAMILIES = {
             row_steps=2,
             long_lanes=8,
             block_k=4,
-            cache_hints=True,
+            stream_entries=True,
+            keep_operand=True,
         ),
         (triton_csr.csr_matmul_triton, triton_csr.csr_matmul_t_triton, triton_csr.csr_sddmm_triton),
     ),
@@ -202,8 +203,8 @@ def test_block_sizes():
         triton_csr.BlockSizes(num_warps=6)
     with pytest.raises(ValueError, match="num_stages"):
         triton_csr.BlockSizes(num_stages=0)
-    with pytest.raises(TypeError, match="cache_hints"):
-        triton_csr.BlockSizes(cache_hints=1)
+    with pytest.raises(TypeError, match="keep_operand"):
+        triton_csr.BlockSizes(keep_operand=1)
     with pytest.raises(ValueError, match="block_rows"):
         mosaic_tpu_csr.BlockSizes(block_rows=4)
     with pytest.raises(ValueError, match="block_nnz"):

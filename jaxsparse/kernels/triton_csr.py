@@ -140,8 +140,11 @@ class BlockSizes(_pallas.BlockSizes):
     - `block_batch`: batch members per program (batched calls); a power of 2.
     - `num_warps`, `num_stages`: Triton's warps per program and software-pipelining stages
       (`None` leaves Triton's own defaults).
-    - `cache_hints`: load the entries (read once) with Triton's `evict_first` policy and
-      the dense operand's gathered rows (read again by other rows) with `evict_last`.
+    - `stream_entries`: load the entries (indices and values, read once) with Triton's
+      `evict_first` policy. A row's later steps read the rest of the lines its first
+      step loaded, so on short rows this fetches lines again.
+    - `keep_operand`: gather the dense operand's rows (read again by other rows) with the
+      `evict_last` policy.
     - `vector_loads`: where the column tiles divide `k`, columns neither clamped nor
       masked, so that Triton loads each gathered row's columns as vectors (128-bit loads);
       it then converts the entries' layout into the vectors' every step, through shared
@@ -159,7 +162,8 @@ class BlockSizes(_pallas.BlockSizes):
     block_batch: int | None = _pallas.tile()
     num_warps: int | None = _pallas.tile()
     num_stages: int | None = _pallas.tile(power_of_two=False)
-    cache_hints: bool | None = _pallas.switch()
+    stream_entries: bool | None = _pallas.switch()
+    keep_operand: bool | None = _pallas.switch()
     vector_loads: bool | None = _pallas.switch()
 
     @classmethod
@@ -193,7 +197,8 @@ class BlockSizes(_pallas.BlockSizes):
             long_lanes=max(_LONG_TILE // (block_k * block_batch), 16),
             block_k=block_k,
             block_batch=block_batch,
-            cache_hints=False,
+            stream_entries=False,
+            keep_operand=False,
             vector_loads=False,
         )
 
@@ -227,18 +232,19 @@ class _Tiles:
     long_lanes: int
     block_k: int
     block_batch: int
-    cache_hints: bool
+    stream_entries: bool
+    keep_operand: bool
     vector_loads: bool
 
     @property
     def read_once(self) -> str | None:
-        """The eviction policy of the entries' loads (see `BlockSizes.cache_hints`)."""
-        return "evict_first" if self.cache_hints else None
+        """The eviction policy of the entries' loads (`BlockSizes.stream_entries`)."""
+        return "evict_first" if self.stream_entries else None
 
     @property
     def read_again(self) -> str | None:
-        """The eviction policy of the dense operand's gathers."""
-        return "evict_last" if self.cache_hints else None
+        """The eviction policy of the dense operand's gathers (`BlockSizes.keep_operand`)."""
+        return "evict_last" if self.keep_operand else None
 
 
 def _k_columns(tiles: _Tiles, k_block):
@@ -757,7 +763,8 @@ def _tiles(platform, interpret, block_sizes, *, shape, nnz, k, batch) -> tuple[_
         long_lanes=block_sizes.long_lanes,
         block_k=block_sizes.block_k,
         block_batch=block_sizes.block_batch if batch > 1 else 1,
-        cache_hints=block_sizes.cache_hints,
+        stream_entries=block_sizes.stream_entries,
+        keep_operand=block_sizes.keep_operand,
         vector_loads=block_sizes.vector_loads and k % block_sizes.block_k == 0,
     )
     return tiles, block_sizes
