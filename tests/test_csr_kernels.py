@@ -153,7 +153,8 @@ def test_dtypes(dtype, index_dtype, k, family):
 def test_vector_loads_take_whole_column_tiles_only(k):
     """`vector_loads`: where the column tiles divide `k` (8 columns in tiles of 4) the
     columns go unclamped and unmasked; elsewhere (6) the switch leaves them as they are.
-    All three kernels match scipy either way, on power-law rows with long ones."""
+    Tiles of one column take them so without the switch. All three kernels match scipy
+    either way, on power-law rows with long ones."""
     rng = np.random.default_rng(5)
     matrix, _ = POWER_LAW.make(rng, jnp.float32)
     blocks = dataclasses.replace(FAMILIES["triton"][2], vector_loads=True)
@@ -161,7 +162,11 @@ def test_vector_loads_take_whole_column_tiles_only(k):
     tiles, _ = triton_csr._tiles(
         "cpu", True, blocks, shape=(m, n), nnz=matrix.indices.shape[0], k=k, batch=1
     )
-    assert tiles.vector_loads == (k == 8)
+    assert tiles.whole_column_tiles == (k == 8)
+    one_column, _ = triton_csr._tiles(
+        "cpu", True, None, shape=(m, n), nnz=matrix.indices.shape[0], k=1, batch=1
+    )
+    assert one_column.whole_column_tiles
     _check_all_kernels("triton", matrix, k, jnp.float32, blocks, rng)
 
 

@@ -234,7 +234,7 @@ class _Tiles:
     block_batch: int
     stream_entries: bool
     keep_operand: bool
-    vector_loads: bool
+    whole_column_tiles: bool
 
     @property
     def read_once(self) -> str | None:
@@ -249,19 +249,23 @@ class _Tiles:
 
 def _k_columns(tiles: _Tiles, k_block):
     """The operand columns of k-block `k_block`: clamped (for loads), their mask, and
-    unclamped (for stores). With `vector_loads` (set only where the column tiles divide
-    `k`) every column is inside: no clamp and a constant mask, so Triton sees each gathered
-    row's columns as contiguous; a clamp or a mask that varies along them makes every load
-    scalar."""
+    unclamped (for stores). With `whole_column_tiles` every column is inside: no clamp and
+    a constant mask, so Triton sees each gathered row's columns as contiguous (a clamp or
+    a mask that varies along them makes every load scalar) and every load's mask is the
+    entries' alone."""
     cols = k_block * tiles.block_k + jnp.arange(tiles.block_k, dtype=jnp.int32)
-    if tiles.vector_loads:
+    if tiles.whole_column_tiles:
         return cols, jnp.ones(cols.shape, bool), cols
     return jnp.minimum(cols, tiles.k - 1), cols < tiles.k, cols
 
 
 def _members(tiles: _Tiles):
-    """This program's batch members: clamped (for loads), their mask, unclamped (stores)."""
+    """This program's batch members: clamped (for loads), their mask, unclamped (stores).
+    Where the blocks of members divide the batch (one matrix among them) every member
+    exists, and the mask is a constant, which the loads' masks then do not compute."""
     out = pl.program_id(2) * tiles.block_batch + jnp.arange(tiles.block_batch, dtype=jnp.int32)
+    if tiles.batch % tiles.block_batch == 0:
+        return out, jnp.ones(out.shape, bool), out
     return jnp.minimum(out, tiles.batch - 1), out < tiles.batch, out
 
 
@@ -303,12 +307,13 @@ def _gather(
 
 
 def _entries(indices_ref, tiles: _Tiles, positions, mask):
-    """Columns of the entries at `positions` (masked lanes: column 0), and which of the
-    unmasked ones lie outside `[0, n)`."""
-    positions = jnp.where(mask, positions, 0)
+    """`positions`, the columns of the entries there (masked lanes read nothing and get
+    column 0), and which of the unmasked ones lie outside `[0, n)`. Neither the masked
+    positions nor the outside columns are replaced: a load or store at them takes a mask
+    without those lanes (`mask & ~outside` for the columns), which costs nothing, where a
+    select before each address costs instructions every lane and every step."""
     cols = load(indices_ref, (positions,), mask=mask, other=0, eviction_policy=tiles.read_once)
-    outside = mask & ((cols < 0) | (cols >= tiles.n))
-    return positions, jnp.where(outside, 0, cols), outside
+    return positions, cols, mask & ((cols < 0) | (cols >= tiles.n))
 
 
 def _step_entries(indices_ref, tiles: _Tiles, starts, lengths, lane, lanes: int, s):
@@ -381,10 +386,24 @@ def _matmul_rows_kernel(indptr_ref, indices_ref, data_ref, x_ref, out_ref, *, ti
     lane = jnp.arange(tiles.lanes, dtype=starts.dtype)[None, :]
     acc_dtype = accumulation_dtype(out_ref.dtype)
 
-    def products(positions, mask, cols):
+    # A gather leaves out the columns outside: with one column a tile by its mask (a
+    # select before each lane's scalar address costs 4 instructions), with more by
+    # clamping them (a mask made from the loaded columns makes Triton move the k = 8 tile
+    # through shared memory every step; benchmarks/results/gpu-csr-sass-2026-11-28.txt).
+    def products(positions, mask, cols, outside):
         vals = _entry_values(data_ref, tiles, members, member_mask, positions, mask)
+        if tiles.block_k > 1:
+            cols, outside = jnp.where(outside, 0, cols), jnp.zeros_like(outside)
         x_rows = _gather(
-            x_ref, not shared, members, member_mask, cols, mask, k_cols, k_mask, tiles.read_again
+            x_ref,
+            not shared,
+            members,
+            member_mask,
+            cols,
+            mask & ~outside,
+            k_cols,
+            k_mask,
+            tiles.read_again,
         )
         return vals.astype(acc_dtype)[..., None] * x_rows.astype(acc_dtype)
 
@@ -396,7 +415,7 @@ def _matmul_rows_kernel(indptr_ref, indices_ref, data_ref, x_ref, out_ref, *, ti
         mask, positions, cols, outside = _step_entries(
             indices_ref, tiles, starts, short, lane, tiles.lanes, s
         )
-        return acc + products(positions, mask, cols), outside_seen | outside
+        return acc + products(positions, mask, cols, outside), outside_seen | outside
 
     num_steps = ((jnp.max(short) + tiles.lanes - 1) // tiles.lanes).astype(jnp.int32)
     tile = (tiles.block_batch, tiles.block_rows, tiles.lanes, tiles.block_k)
@@ -426,7 +445,7 @@ def _matmul_rows_kernel(indptr_ref, indices_ref, data_ref, x_ref, out_ref, *, ti
             mask, positions, cols, outside = _step_entries(
                 indices_ref, tiles, start, length, lane, tiles.long_lanes, s
             )
-            step_products = products(positions, mask, cols)
+            step_products = products(positions, mask, cols, outside)
             if not lanes_after_loop:
                 step_products = jnp.sum(step_products, axis=1)
             return acc + step_products, outside_seen | outside
@@ -623,7 +642,7 @@ def _sddmm_rows_kernel(
                 members,
                 member_mask,
                 cols,
-                mask,
+                mask & ~outside,
                 k_cols,
                 k_mask,
                 tiles.read_again,
@@ -765,7 +784,10 @@ def _tiles(platform, interpret, block_sizes, *, shape, nnz, k, batch) -> tuple[_
         block_batch=block_sizes.block_batch if batch > 1 else 1,
         stream_entries=block_sizes.stream_entries,
         keep_operand=block_sizes.keep_operand,
-        vector_loads=block_sizes.vector_loads and k % block_sizes.block_k == 0,
+        # One column a tile has nothing to vectorize, and its clamp and mask only cost
+        # instructions.
+        whole_column_tiles=(block_sizes.vector_loads or block_sizes.block_k == 1)
+        and k % block_sizes.block_k == 0,
     )
     return tiles, block_sizes
 
