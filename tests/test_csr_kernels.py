@@ -358,6 +358,8 @@ def test_invalid_structures_give_nan_rows(name):
     def every_kernel(data, x, g, indices, indptr):
         return (
             triton_csr.csr_matmul_triton(data, x, indices, indptr, **options),
+            # One column a tile: a bad column's value is NaN instead of a flag.
+            triton_csr.csr_matmul_triton(data, x[:, :1], indices, indptr, **options),
             triton_csr.csr_sddmm_triton(g, x, indices, indptr, **options),
             _transposed_with_atomics(data, g, indices, indptr, options),
             triton_csr._pullback_in_one_pass(g, data, x, indices, indptr, **options),
@@ -366,11 +368,13 @@ def test_invalid_structures_give_nan_rows(name):
 
     # One program for all (under `jit` as a user's would be), compiled once.
     with out_of_bounds_reports() as reports:
-        got, sampled, transposed, one_pass, sorted_t = jax.tree.map(
+        got, one_column, sampled, transposed, one_pass, sorted_t = jax.tree.map(
             np.asarray, jax.jit(every_kernel)(data, x, g, indices, indptr)
         )
     assert reports == []
-    np.testing.assert_allclose(got, _expected_rows(indptr, indices, x, bad_rows), rtol=1e-6)
+    expected = _expected_rows(indptr, indices, x, bad_rows)
+    np.testing.assert_allclose(got, expected, rtol=1e-6)
+    np.testing.assert_allclose(one_column, expected[:, :1], rtol=1e-6)
     # The sampled product: NaN at an entry with a bad column; everywhere for bad bounds.
     bad_columns = (np.asarray(indices) < 0) | (np.asarray(indices) >= 5)
     if bad_columns.any():

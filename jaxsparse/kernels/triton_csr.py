@@ -386,26 +386,35 @@ def _matmul_rows_kernel(indptr_ref, indices_ref, data_ref, x_ref, out_ref, *, ti
     lane = jnp.arange(tiles.lanes, dtype=starts.dtype)[None, :]
     acc_dtype = accumulation_dtype(out_ref.dtype)
 
-    # A gather leaves out the columns outside: with one column a tile by its mask (a
-    # select before each lane's scalar address costs 4 instructions), with more by
-    # clamping them (a mask made from the loaded columns makes Triton move the k = 8 tile
-    # through shared memory every step; benchmarks/results/gpu-csr-sass-2026-11-28.txt).
+    # The entries' products, and the lanes whose column is outside, for the loops to carry
+    # and reduce once after them. With one column a tile such an entry takes NaN for its
+    # value instead, which makes its row's sum NaN, and no lane is returned (the loops then
+    # carry a constant, which Triton drops): that removes a reduction and two barriers per
+    # long row; with more columns the select costs more instructions than the flags. The
+    # gather leaves an outside column out: with one column by its mask (a select before
+    # each lane's scalar address costs 4 instructions), with more by clamping it (a mask
+    # made from the loaded columns makes Triton move the k = 8 tile through shared memory
+    # every step). Counts: benchmarks/results/gpu-csr-sass-2026-11-28.txt.
     def products(positions, mask, cols, outside):
         vals = _entry_values(data_ref, tiles, members, member_mask, positions, mask)
-        if tiles.block_k > 1:
-            cols, outside = jnp.where(outside, 0, cols), jnp.zeros_like(outside)
+        vals = vals.astype(acc_dtype)
+        gather_mask = mask & ~outside
+        if tiles.block_k == 1:
+            vals, outside = _poisoned(vals, outside[None]), jnp.zeros_like(outside)
+        else:
+            cols, gather_mask = jnp.where(outside, 0, cols), mask
         x_rows = _gather(
             x_ref,
             not shared,
             members,
             member_mask,
             cols,
-            mask & ~outside,
+            gather_mask,
             k_cols,
             k_mask,
             tiles.read_again,
         )
-        return vals.astype(acc_dtype)[..., None] * x_rows.astype(acc_dtype)
+        return vals[..., None] * x_rows.astype(acc_dtype), outside
 
     # The loops add each step's tile into a tile of partial sums, one per lane, and sum
     # the lanes once after the loop: a sum over lanes every step would move each row's sum
@@ -415,7 +424,8 @@ def _matmul_rows_kernel(indptr_ref, indices_ref, data_ref, x_ref, out_ref, *, ti
         mask, positions, cols, outside = _step_entries(
             indices_ref, tiles, starts, short, lane, tiles.lanes, s
         )
-        return acc + products(positions, mask, cols, outside), outside_seen | outside
+        step_products, outside = products(positions, mask, cols, outside)
+        return acc + step_products, outside_seen | outside
 
     num_steps = ((jnp.max(short) + tiles.lanes - 1) // tiles.lanes).astype(jnp.int32)
     tile = (tiles.block_batch, tiles.block_rows, tiles.lanes, tiles.block_k)
@@ -445,7 +455,7 @@ def _matmul_rows_kernel(indptr_ref, indices_ref, data_ref, x_ref, out_ref, *, ti
             mask, positions, cols, outside = _step_entries(
                 indices_ref, tiles, start, length, lane, tiles.long_lanes, s
             )
-            step_products = products(positions, mask, cols, outside)
+            step_products, outside = products(positions, mask, cols, outside)
             if not lanes_after_loop:
                 step_products = jnp.sum(step_products, axis=1)
             return acc + step_products, outside_seen | outside
