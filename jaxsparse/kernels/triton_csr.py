@@ -146,9 +146,10 @@ class BlockSizes(_pallas.BlockSizes):
     - `keep_operand`: gather the dense operand's rows (read again by other rows) with the
       `evict_last` policy.
     - `vector_loads`: where the column tiles divide `k`, columns neither clamped nor
-      masked, so that Triton loads each gathered row's columns as vectors (128-bit loads);
-      it then converts the entries' layout into the vectors' every step, through shared
-      memory (benchmarks/results/gpu-csr-sass-2026-11-28.txt).
+      masked (tiles of one column always are), so that Triton loads each gathered row's
+      columns as vectors (128-bit loads); it then converts the entries' layout into the
+      vectors' every step, through shared memory
+      (benchmarks/results/gpu-csr-sass-2026-11-28.txt).
 
     `None` tile fields are filled by `get_default` from the platform, the number of
     columns `k`, the batch and the mean row length.
@@ -261,8 +262,8 @@ def _k_columns(tiles: _Tiles, k_block):
 
 def _members(tiles: _Tiles):
     """This program's batch members: clamped (for loads), their mask, unclamped (stores).
-    Where the blocks of members divide the batch (one matrix among them) every member
-    exists, and the mask is a constant, which the loads' masks then do not compute."""
+    Where the blocks of members divide the batch (always for one matrix), every member
+    exists: the mask is a constant, which the loads' masks then do not compute."""
     out = pl.program_id(2) * tiles.block_batch + jnp.arange(tiles.block_batch, dtype=jnp.int32)
     if tiles.batch % tiles.block_batch == 0:
         return out, jnp.ones(out.shape, bool), out
@@ -386,15 +387,11 @@ def _matmul_rows_kernel(indptr_ref, indices_ref, data_ref, x_ref, out_ref, *, ti
     lane = jnp.arange(tiles.lanes, dtype=starts.dtype)[None, :]
     acc_dtype = accumulation_dtype(out_ref.dtype)
 
-    # The entries' products, and the lanes whose column is outside, for the loops to carry
-    # and reduce once after them. With one column a tile such an entry takes NaN for its
-    # value instead, which makes its row's sum NaN, and no lane is returned (the loops then
-    # carry a constant, which Triton drops): that removes a reduction and two barriers per
-    # long row; with more columns the select costs more instructions than the flags. The
-    # gather leaves an outside column out: with one column by its mask (a select before
-    # each lane's scalar address costs 4 instructions), with more by clamping it (a mask
-    # made from the loaded columns makes Triton move the k = 8 tile through shared memory
-    # every step). Counts: benchmarks/results/gpu-csr-sass-2026-11-28.txt.
+    # The products, and the lanes whose column is outside (for the loops to carry and
+    # reduce). With one column a tile, such an entry's value is NaN instead (no flags: a
+    # reduction less per long row) and its gather is masked (no select before a scalar
+    # address); with more, flags and a clamped column cost fewer instructions and barriers
+    # (benchmarks/results/gpu-csr-sass-2026-11-28.txt).
     def products(positions, mask, cols, outside):
         vals = _entry_values(data_ref, tiles, members, member_mask, positions, mask)
         vals = vals.astype(acc_dtype)
