@@ -184,8 +184,8 @@ def test_relaxed_atomics_change_the_scatter_kernel_inside_the_block_only():
     def scatter(data, g):
         return csr_matmul_t_triton(data, g, indices, indptr, shape=(rows, rows))
 
-    # From cleared caches as the block's two lowerings are: a kernel another test traced
-    # keeps that test's source locations in its bytecode.
+    # From cleared caches, as the block's two lowerings are: after another test lowered
+    # this kernel, its first lowering here differed from its last.
     jax.clear_caches()
     before = lower(scatter, (data, g), "cuda")
     with transposed.relaxed_atomics():

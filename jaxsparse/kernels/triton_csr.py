@@ -395,8 +395,8 @@ def _matmul_rows_kernel(indptr_ref, indices_ref, data_ref, x_ref, out_ref, *, ti
     def products(positions, mask, cols, outside):
         vals = _entry_values(data_ref, tiles, members, member_mask, positions, mask)
         vals = vals.astype(acc_dtype)
-        gather_mask = mask & ~outside
         if tiles.block_k == 1:
+            gather_mask = mask & ~outside
             vals, outside = _poisoned(vals, outside[None]), jnp.zeros_like(outside)
         else:
             cols, gather_mask = jnp.where(outside, 0, cols), mask
