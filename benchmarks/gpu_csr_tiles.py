@@ -2,7 +2,7 @@
 loop of dependent products) over a grid of block sizes around the defaults, to pick them.
 
     python benchmarks/gpu_csr_tiles.py [--rows 4194304] [--ks 1,8,64] [--matrices power-law]
-        [--out tiles.json]
+        [--only "unroll,8 lanes"] [--out tiles.json]
 
 Every variant of a matrix and `k` is compiled first, on threads at once (compilation is
 most of a sweep's time and runs mostly outside the GIL), then all are timed one after
@@ -43,9 +43,10 @@ def variants(default: BlockSizes, k: int) -> dict[str, BlockSizes]:
     by 1-4 lanes; k = 64: 4-32 rows by 1-4 lanes. Up to k = 8 the grid also runs keeping
     the operand's lines in cache, and the defaults stream the entries, alone and with the
     operand kept; past k = 16, column tiles of 16 and 32 (the same rows, and rows
-    scaled up to keep the tile's values); where the column tiles divide k, vector loads.
-    Smaller row blocks take fewer registers a thread, so more warps fit on an SM
-    (benchmarks/results/gpu-2026-11-27-h200.txt)."""
+    scaled up to keep the tile's values); where the column tiles divide k, vector loads;
+    2 and 4 steps a loop iteration (`unroll`: their loads' latencies overlap), and up to
+    k = 8 two steps with both hints. Smaller row blocks take fewer registers a thread, so
+    more warps fit on an SM (benchmarks/results/gpu-2026-11-27-h200.txt)."""
     change = functools.partial(dataclasses.replace, default)
     grid = {1: ((64, 128, 256), (1, 2, 4, 8)), 8: ((16, 32, 64), (1, 2, 4))}
     rows_options, lanes_options = grid.get(k, ((4, 8, 16, 32), (1, 2, 4)))
@@ -69,6 +70,9 @@ def variants(default: BlockSizes, k: int) -> dict[str, BlockSizes]:
             found[f"{block_k} columns x {rows} rows"] = change(block_k=block_k, block_rows=rows)
     if k % default.block_k == 0 and k > 1:  # whole column tiles: the rows' columns as vectors
         found["vector loads"] = change(vector_loads=True)
+    found |= {f"unroll {steps}": change(unroll=steps) for steps in (2, 4)}
+    if k <= 8:
+        found["unroll 2, both hints"] = change(unroll=2, stream_entries=True, keep_operand=True)
     found |= {
         "2 warps": change(num_warps=2),
         "8 warps": change(num_warps=8),
@@ -86,6 +90,16 @@ def variants(default: BlockSizes, k: int) -> dict[str, BlockSizes]:
     return found
 
 
+def selected(grid: dict[str, BlockSizes], only) -> dict[str, BlockSizes]:
+    """The defaults and the variants of `grid` whose label contains one of `only` (all of
+    them if `only` is empty)."""
+    return {
+        label: blocks
+        for label, blocks in grid.items()
+        if label == "default" or not only or any(part in label for part in only)
+    }
+
+
 def _compiled(blocks: BlockSizes, shape, args):
     product = functools.partial(csr_matmul_triton, shape=shape, block_sizes=blocks)
 
@@ -95,9 +109,9 @@ def _compiled(blocks: BlockSizes, shape, args):
     return jax.jit(loop).lower(*args).compile()
 
 
-def sweep(rows: int, ks, found: list[dict], names) -> None:
+def sweep(rows: int, ks, found: list[dict], names, only=()) -> None:
     """Appends each matrix of `names` and each `k`'s times to `found` as they are
-    measured (an interrupt keeps those done)."""
+    measured (an interrupt keeps those done), for the variants `selected` by `only`."""
     threads = concurrent.futures.ThreadPoolExecutor(max(os.cpu_count() or 1, 1))
     for name, build in MATRICES:
         if name not in names:
@@ -110,7 +124,7 @@ def sweep(rows: int, ks, found: list[dict], names) -> None:
             x = jnp.asarray(np.random.default_rng(1).standard_normal((n, k)), jnp.float32)
             args = (data, x, indices, indptr)
             default = BlockSizes().filled(platform="cuda", num_cols=k, mean_row_length=csr.nnz / m)
-            grid = variants(default, k)
+            grid = selected(variants(default, k), only)
             jobs = {
                 label: threads.submit(_compiled, blocks, (m, n), args)
                 for label, blocks in grid.items()
@@ -148,6 +162,9 @@ def main():
     parser.add_argument("--rows", type=int, default=2**22)
     parser.add_argument("--ks", default="1,8,64", help="columns of the dense operand")
     parser.add_argument("--matrices", default=",".join(known), help=f"some of {known}")
+    parser.add_argument(
+        "--only", default="", help="comma-separated parts of the variants' labels to time"
+    )
     parser.add_argument("--out", type=pathlib.Path, default=None)
     args = parser.parse_args()
     names = args.matrices.split(",")
@@ -157,7 +174,8 @@ def main():
         sys.exit("benchmarks/gpu_csr_tiles.py needs a GPU.")
     found = []
     try:
-        sweep(args.rows, [int(k) for k in args.ks.split(",")], found, names)
+        only = tuple(part for part in args.only.split(",") if part)
+        sweep(args.rows, [int(k) for k in args.ks.split(",")], found, names, only)
     finally:
         if args.out:
             args.out.write_text(json.dumps(found, indent=1))

@@ -213,8 +213,8 @@ def test_loop_copy_benchmark_counts_the_copy_that_unrolling_by_two_removes(capsy
 def test_csr_tile_sweep_variants_are_valid_block_sizes():
     """`gpu_csr_tiles.variants` (whose `BlockSizes` refuse invalid tiles as they are made):
     the defaults first, column tiles narrower than the defaults' only past k = 16, and
-    vector loads where the column tiles divide k (not at k = 1 or 12), and the cache hints
-    (each apart) up to k = 8."""
+    vector loads where the column tiles divide k (not at k = 1 or 12), the cache hints
+    (each apart) up to k = 8, and loops of 2 and 4 steps an iteration."""
     tiles = _load("gpu_csr_tiles")
     from jaxsparse.kernels.triton_csr import BlockSizes
 
@@ -228,6 +228,11 @@ def test_csr_tile_sweep_variants_are_valid_block_sizes():
             kept = [b for b in grid.values() if getattr(b, hint)]
             assert bool(kept) == (k <= 8), (k, hint)
         assert any(b.keep_operand and not b.stream_entries for b in grid.values()) == (k <= 8)
+        assert {b.unroll for b in grid.values()} == {1, 2, 4}, k
+    # At k = 64 (the last grid), picking variants by parts of their labels:
+    chosen = tiles.selected(grid, ("unroll", "2 warps"))
+    assert list(chosen) == ["default", "unroll 2", "unroll 4", "2 warps"]
+    assert tiles.selected(grid, ()) == grid
 
 
 def test_kernel_times_report_assigns_kernels_to_calls_by_marker(tmp_path, capsys):

@@ -204,6 +204,8 @@ def test_block_sizes():
         triton_csr.BlockSizes(lanes=24)
     with pytest.raises(ValueError, match="row_steps"):
         triton_csr.BlockSizes(row_steps=0)
+    with pytest.raises(ValueError, match="unroll"):
+        triton_csr.BlockSizes(unroll=0)
     with pytest.raises(ValueError, match="num_warps"):
         triton_csr.BlockSizes(num_warps=6)
     with pytest.raises(ValueError, match="num_stages"):
@@ -224,7 +226,7 @@ def test_block_sizes():
         blocks = triton_csr.BlockSizes.get_default(
             platform="cuda", num_cols=1, mean_row_length=mean
         )
-        assert blocks.lanes == lanes
+        assert blocks.lanes == lanes and blocks.unroll == 1
         assert blocks.lanes * blocks.row_steps >= max(64, 8 * lanes)
         assert 8 <= blocks.block_rows <= 128
         assert blocks.block_rows * blocks.lanes <= 1024
@@ -494,6 +496,43 @@ def test_atomic_transposed_product_walks_several_long_rows_of_a_block():
     assert reports == []
     twin = sp.csr_array((np.asarray(data), np.asarray(indices), np.asarray(indptr)), (m, nnz))
     np.testing.assert_allclose(np.asarray(got), twin.T @ np.asarray(g), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("unroll", [3, pytest.param(2, marks=pytest.mark.slow)])
+def test_unrolled_loops_match_scipy_and_read_nothing_outside(unroll):
+    """`unroll` steps a loop iteration, on power-law rows (long ones among them): the
+    product, transposed and sampled products match scipy, and so does the GPU's atomic
+    gradient step in one pass, whose steps past a row's end in an iteration read and write
+    nothing (no out-of-bounds lane). The product's loop bodies hold more masked accesses
+    than with one step a loop iteration."""
+    rng = np.random.default_rng(7)
+    matrix, _ = POWER_LAW.make(rng, jnp.float32)
+    blocks = dataclasses.replace(FAMILIES["triton"][2], unroll=unroll)
+    _check_all_kernels("triton", matrix, 3, jnp.float32, blocks, rng)
+
+    m, n = matrix.shape
+    data = jnp.asarray(matrix.data, jnp.float32)
+    indices, indptr = jnp.asarray(matrix.indices), jnp.asarray(matrix.indptr)
+    g = jnp.asarray(rng.standard_normal((m, 3)), jnp.float32)
+    x = jnp.asarray(rng.standard_normal((n, 3)), jnp.float32)
+    options = dict(shape=(m, n), interpret=True, platform="cuda", block_sizes=blocks)
+    with out_of_bounds_reports() as reports:
+        d_data, d_x = triton_csr._pullback_in_one_pass(g, data, x, indices, indptr, **options)
+    assert reports == []
+    twin = sp.csr_array((np.asarray(data), np.asarray(indices), np.asarray(indptr)), (m, n))
+    rows = np.repeat(np.arange(m), np.diff(np.asarray(indptr)))
+    sampled = np.sum(np.asarray(g)[rows] * np.asarray(x)[np.asarray(indices)], axis=1)
+    np.testing.assert_allclose(np.asarray(d_data), sampled, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(d_x), twin.T @ np.asarray(g), rtol=1e-5, atol=1e-5)
+
+    def masked_accesses(unroll):
+        product = functools.partial(
+            triton_csr.csr_matmul_triton,
+            **{**options, "block_sizes": dataclasses.replace(blocks, unroll=unroll)},
+        )
+        return str(jax.make_jaxpr(product)(data, x, indices, indptr)).count("mask=")
+
+    assert masked_accesses(unroll) > masked_accesses(1)
 
 
 # One column takes the same code as five: `slow`, which CI runs.

@@ -20,11 +20,14 @@ from jax.experimental.pallas import triton as pltriton
 import jaxsparse as js
 from jaxsparse import _backend, _csr_ops, _dia_ops, _families
 from jaxsparse._dia_layout import MAX_UNROLLED_DIAGONALS
-from jaxsparse.kernels import triton_dia
+from jaxsparse.kernels import triton_csr, triton_dia
 
 PLATFORM = "cuda"
 DTYPES = (jnp.float32, jnp.bfloat16, jnp.float64, jnp.complex64)
 KS = (1, 8, 128)
+# Loop steps an iteration of the Triton CSR kernels that the tile sweep times beside the
+# defaults' one (`BlockSizes.unroll`, `benchmarks/gpu_csr_tiles.py`).
+CSR_UNROLLS = (2, 4)
 # Matrices per batch in the `jax.vmap` programs (a batch grid axis in the kernels).
 BATCH = 8
 STENCIL_SIDE = 1024  # a 1024 x 1024 grid: 2^20 rows
@@ -116,7 +119,8 @@ def gpu_kernel_families(implementations: dict) -> tuple[str, ...]:
 
 
 def programs() -> list[Program]:
-    """Every (matrix, operation, dtype, k, kernel family) program."""
+    """Every (matrix, operation, dtype, k, kernel family) program, then the Triton CSR
+    kernels with the other tiles the tile sweep times (`csr_tile_programs`)."""
     return [
         Program(matrix.name, operation, jnp.dtype(dtype).name, k, family, function, avals)
         for matrix in matrices()
@@ -124,7 +128,45 @@ def programs() -> list[Program]:
         for dtype in DTYPES
         for k in KS
         for operation, (function, avals) in _operations(matrix, jnp.dtype(dtype), k).items()
-    ]
+    ] + csr_tile_programs()
+
+
+def csr_tile_programs() -> list[Program]:
+    """The Triton CSR product and its one-pass gradient step (the sampled and transposed
+    products past 64 columns) in float32, with `CSR_UNROLLS` steps a loop iteration."""
+    matrix = matrices()[-1]
+    shape = matrix.shape
+    found = []
+    for unroll, k in ((unroll, k) for unroll in CSR_UNROLLS for k in KS):
+        options = dict(
+            shape=shape, platform=PLATFORM, block_sizes=triton_csr.BlockSizes(unroll=unroll)
+        )
+        values = jax.ShapeDtypeStruct(matrix.values_shape, jnp.float32)
+        x = jax.ShapeDtypeStruct((shape[1], k), jnp.float32)
+        ct = jax.ShapeDtypeStruct((shape[0], k), jnp.float32)
+
+        def product(values, x, indices, indptr, options=options):
+            return triton_csr.csr_matmul_triton(values, x, indices, indptr, **options)
+
+        def pullback(ct, values, x, indices, indptr, options=options):
+            return triton_csr.csr_matmul_pullback_triton(ct, values, x, indices, indptr, **options)
+
+        for operation, function, avals in (
+            ("A @ X", product, (values, x)),
+            ("gradient step (values, X)", pullback, (ct, values, x)),
+        ):
+            found.append(
+                Program(
+                    matrix.name,
+                    f"{operation}, unroll {unroll}",
+                    "float32",
+                    k,
+                    "triton",
+                    function,
+                    (*avals, *matrix.structure),
+                )
+            )
+    return found
 
 
 def _operations(matrix: Matrix, dtype, k: int) -> dict[str, tuple[Callable, tuple]]:

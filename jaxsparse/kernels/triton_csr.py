@@ -135,6 +135,9 @@ class BlockSizes(_pallas.BlockSizes):
     - `row_steps`: loop steps a short row may take; longer rows (more than
       `lanes * row_steps` entries) are long rows, walked one at a time.
     - `long_lanes`: entries of a long row per loop step; a power of 2.
+    - `unroll`: loop steps per iteration of the loops over entries: their loads issue
+      before their products are used, so the latencies of that many steps overlap; the
+      last iteration's steps past a row's end are masked (instructions, no loads).
     - `block_k`: columns of the dense operand per program (product) or per loop step
       (SDDMM); a power of 2.
     - `block_batch`: batch members per program (batched calls); a power of 2.
@@ -159,6 +162,7 @@ class BlockSizes(_pallas.BlockSizes):
     lanes: int | None = _pallas.tile()
     row_steps: int | None = _pallas.tile(power_of_two=False)
     long_lanes: int | None = _pallas.tile()
+    unroll: int | None = _pallas.tile(power_of_two=False)
     block_k: int | None = _pallas.tile()
     block_batch: int | None = _pallas.tile()
     num_warps: int | None = _pallas.tile()
@@ -196,6 +200,7 @@ class BlockSizes(_pallas.BlockSizes):
             lanes=lanes,
             row_steps=max(8, 64 // lanes),
             long_lanes=max(_LONG_TILE // (block_k * block_batch), 16),
+            unroll=1,
             block_k=block_k,
             block_batch=block_batch,
             stream_entries=False,
@@ -231,6 +236,7 @@ class _Tiles:
     lanes: int
     row_cap: int
     long_lanes: int
+    unroll: int
     block_k: int
     block_batch: int
     stream_entries: bool
@@ -347,6 +353,23 @@ def _poisoned(values, bad):
     return jnp.where(bad, jnp.nan, values)
 
 
+def _over_entries(tiles: _Tiles, length, lanes: int, step, init):
+    """`carry = step(s, carry)` from `init` for the steps `s` over `length` entries,
+    `lanes` entries a step, and the carry: `tiles.unroll` steps a loop iteration, whose
+    loads issue before any of their products are used, so their latencies overlap. The
+    steps past the last (in the last iteration) have every lane masked: they touch
+    nothing and add zeros."""
+    steps = (length + lanes - 1) // lanes
+    iterations = ((steps + tiles.unroll - 1) // tiles.unroll).astype(jnp.int32)
+
+    def iteration(i, carry):
+        for u in range(tiles.unroll):
+            carry = step(i * tiles.unroll + u, carry)
+        return carry
+
+    return lax.fori_loop(0, iterations, iteration, init)
+
+
 def _each_long_row(indptr_ref, tiles: _Tiles, block, lengths, body, init):
     """Runs `carry = body(row, start, length, carry)` from `init` for each row of `block`
     longer than `row_cap` (by `lengths`: an invalid row's is 0), in order, and returns the
@@ -424,10 +447,9 @@ def _matmul_rows_kernel(indptr_ref, indices_ref, data_ref, x_ref, out_ref, *, ti
         step_products, outside = products(positions, mask, cols, outside)
         return acc + step_products, outside_seen | outside
 
-    num_steps = ((jnp.max(short) + tiles.lanes - 1) // tiles.lanes).astype(jnp.int32)
     tile = (tiles.block_batch, tiles.block_rows, tiles.lanes, tiles.block_k)
     init = (jnp.zeros(tile, acc_dtype), jnp.zeros(tile[1:3], bool))
-    acc, outside_seen = lax.fori_loop(0, num_steps, step, init)
+    acc, outside_seen = _over_entries(tiles, jnp.max(short), tiles.lanes, step, init)
     acc = jnp.sum(acc, axis=2)
     bad = bad_rows | (jnp.max(outside_seen.astype(jnp.int32), 1) > 0)
     # Not the long rows: their own stores below come from other threads, unordered with these.
@@ -457,10 +479,9 @@ def _matmul_rows_kernel(indptr_ref, indices_ref, data_ref, x_ref, out_ref, *, ti
                 step_products = jnp.sum(step_products, axis=1)
             return acc + step_products, outside_seen | outside
 
-        num_steps = ((length + tiles.long_lanes - 1) // tiles.long_lanes).astype(jnp.int32)
         acc_shape = long_tile if lanes_after_loop else (long_tile[0], long_tile[2])
         init = (jnp.zeros(acc_shape, acc_dtype), jnp.zeros(long_tile[1:2], bool))
-        acc, outside_seen = lax.fori_loop(0, num_steps, step, init)
+        acc, outside_seen = _over_entries(tiles, length, tiles.long_lanes, step, init)
         bad = jnp.max(outside_seen.astype(jnp.int32)) > 0
         store(
             out_ref,
@@ -519,13 +540,11 @@ def _walk_with_g_rows(indptr_ref, indices_ref, g_ref, tiles: _Tiles, batched, k_
             visit(positions, mask, cols, outside, g_row)
             return seen | outside
 
-        num_steps = ((length + tiles.long_lanes - 1) // tiles.long_lanes).astype(jnp.int32)
         seen = jnp.zeros((1, tiles.long_lanes), bool)
-        return bad | _any_lane(lax.fori_loop(0, num_steps, step, seen))
+        return bad | _any_lane(_over_entries(tiles, length, tiles.long_lanes, step, seen))
 
-    num_steps = ((jnp.max(short) + tiles.lanes - 1) // tiles.lanes).astype(jnp.int32)
     seen = jnp.zeros((tiles.block_rows, tiles.lanes), bool)
-    bad = _any_lane(lax.fori_loop(0, num_steps, step, seen))
+    bad = _any_lane(_over_entries(tiles, jnp.max(short), tiles.lanes, step, seen))
     bad = _each_long_row(indptr_ref, tiles, pl.program_id(0), lengths, long_row, bad)
     return bad, jnp.max(bad_rows.astype(jnp.int32))
 
@@ -685,12 +704,10 @@ def _sddmm_rows_kernel(
             )
             sample(long_g_row, positions, mask, cols, outside)
 
-        num_steps = ((length + tiles.long_lanes - 1) // tiles.long_lanes).astype(jnp.int32)
-        lax.fori_loop(0, num_steps, step, None)
+        _over_entries(tiles, length, tiles.long_lanes, step, None)
         return carry
 
-    num_steps = ((jnp.max(short) + tiles.lanes - 1) // tiles.lanes).astype(jnp.int32)
-    lax.fori_loop(0, num_steps, step, None)
+    _over_entries(tiles, jnp.max(short), tiles.lanes, step, None)
     _each_long_row(indptr_ref, tiles, block, lengths, long_row, None)
 
 
@@ -787,6 +804,7 @@ def _tiles(platform, interpret, block_sizes, *, shape, nnz, k, batch) -> tuple[_
         lanes=block_sizes.lanes,
         row_cap=block_sizes.lanes * block_sizes.row_steps,
         long_lanes=block_sizes.long_lanes,
+        unroll=block_sizes.unroll,
         block_k=block_sizes.block_k,
         block_batch=block_sizes.block_batch if batch > 1 else 1,
         stream_entries=block_sizes.stream_entries,
