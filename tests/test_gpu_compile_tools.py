@@ -175,6 +175,27 @@ def test_compiles_every_gpu_kernel_family_of_each_format(tools):
     assert cases.gpu_kernel_families({"matmul": {"xla": None, "native": None}}) == ()
 
 
+def test_compiles_the_csr_tiles_the_sweep_times(tools):
+    """The Triton CSR product and gradient step at each of `CSR_UNROLLS` and `KS`, after
+    the public programs; each traces to the shapes of its results."""
+    _, cases, _ = tools
+    found = cases.csr_tile_programs()
+    operations = ("A @ X", "gradient step (values, X)")
+    assert {(p.operation, p.k) for p in found} == {
+        (f"{operation}, unroll {unroll}", k)
+        for operation in operations
+        for unroll in cases.CSR_UNROLLS
+        for k in cases.KS
+    }
+    assert all(p.family == "triton" and p.dtype == "float32" for p in found)
+    matrix = cases.matrices()[-1]
+    (m, n), values = matrix.shape, matrix.values_shape
+    for program in (p for p in found if p.k == 8 and "unroll 2" in p.operation):
+        shapes = jax.tree.map(lambda a: a.shape, jax.eval_shape(program.function, *program.avals))
+        want = (m, 8) if program.operation.startswith("A @ X") else (values, (n, 8))
+        assert shapes == want, program.label
+
+
 def test_only_the_librarys_refusal_counts_as_declined(tools, monkeypatch):
     gpu_compile, *_ = tools
     # Every dtype has an interpreted kernel: make the kernel families decline complex64.
