@@ -132,18 +132,49 @@ def test_ignored_slots_are_exactly_zero_in_the_gradient():
     assert not np.any(np.isfinite(np.asarray(out)[~ignored]))
 
 
+@pytest.mark.parametrize(
+    ("k", "dtype", "columns"),
+    [
+        (32, jnp.float32, 32),
+        (96, jnp.float32, 32),
+        (16, jnp.float32, 16),
+        (8, jnp.float32, 8),
+        (24, jnp.float32, None),
+        (4, jnp.float32, None),
+        (1, jnp.float32, None),
+        (16, jnp.float64, 16),
+        (8, jnp.float64, 8),
+        (32, jnp.bfloat16, None),
+    ],
+)
+def test_tile_columns_read_whole_lines(k, dtype, columns):
+    """Row-major tiles take one 128-byte line of each row where rows are whole lines,
+    else whole rows of 32 or 64 bytes (8 columns at least); none for other `k` (a part
+    of a row that is no whole line fails to lower), for half precision, or before JAX
+    0.12."""
+    want = columns if mosaic_gpu_dia._TILES_FROM_GMEM else None
+    assert mosaic_gpu_dia._tile_columns(k, jnp.dtype(dtype).itemsize) == want
+
+
 @pytest.mark.parametrize("member", ["matmul", "matmul_t"])
 @pytest.mark.parametrize(
-    ("k", "dtype", "batch"), [(32, jnp.float32, None), (16, jnp.float64, 2)], ids=["f32", "f64"]
+    ("k", "dtype", "batch"),
+    [(32, jnp.float32, None), (8, jnp.float32, None), (16, jnp.float64, 2)],
+    ids=["f32-line", "f32-quarter-line", "f64"],
 )
 def test_row_major_tiles_match_xla_reference(member, k, dtype, batch):
-    """Products whose operand rows are whole 128-byte lines run on row-major tiles (no
-    transposes), with programs at the ends and in the interior."""
+    """Products whose operand rows are whole 128-byte lines, or whole fractions of one,
+    run on row-major tiles (no transposes in the program), with programs at the ends and
+    in the interior."""
     offsets, shape = (-200, -1, 0, 1, 250), (600, 580)
     rng = np.random.default_rng(6)
     data = _data_with_nan_junk(rng, offsets, shape, dtype, batch=batch)
     args = _operands(rng, member, data, *shape, k, dtype, batch=batch, shared=True)
     _assert_matches_reference(member, args, offsets, shape)
+    kernel = _KERNELS[member][0]
+    program = jax.make_jaxpr(functools.partial(kernel, offsets=offsets, shape=shape))(*args)
+    transposes = str(program).count("transpose[")
+    assert transposes == (0 if mosaic_gpu_dia._TILES_FROM_GMEM else 2)
 
 
 @pytest.mark.parametrize("member", list(_KERNELS))

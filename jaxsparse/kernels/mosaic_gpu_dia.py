@@ -10,11 +10,13 @@ outside `[0, m)` are ignored: they never change a product and get a zero gradien
 **Layouts.** Two kernels compute the products, chosen by the operand's row width:
 
 - *Row-major tiles* (`_tile_kernel`), with JAX >= 0.12 (0.11.2 cannot lower GMEM loads
-  in the WGMMA layout: "Only optimized transfers to SMEM supported"), when a row of the
+  in the WGMMA layout: "Only optimized transfers to SMEM supported"), where a row of the
   operand is a whole number of 128-byte lines (`k` a multiple of 32 in float32, of 16 in
-  float64; not half precision, see below): a program computes a `(128, 128 bytes)` tile
-  of the result in Mosaic GPU's WGMMA register layout, whose tile rows are whole lines, so
-  each shifted operand row is one coalesced load at any shift; a diagonal's 128 values
+  float64) or a whole fraction of one, 32 or 64 bytes (`k` 8 or 16 in float32, 8 in
+  float64); not half precision, see below (`_tile_columns`). A program computes a
+  `(128, c)` tile of the result in Mosaic GPU's WGMMA register layout, `c` columns a
+  line's worth or all `k`, so the tile's rows are whole lines or one contiguous block,
+  and each shifted operand window is coalesced at any shift; a diagonal's 128 values
   come in the matching row layout and are broadcast along the columns. The operand and
   the result keep their own layout.
 - *Rows of columns* (`_rows_kernel`) otherwise, and always for the data gradient: the
@@ -111,10 +113,10 @@ _WARPGROUP = 128  # threads of one Mosaic GPU program
 _UNROLLED_COLUMNS = 2
 _DTYPES = (jnp.float32, jnp.bfloat16, jnp.float16, jnp.float64)
 # Row-major tiles of the products: rows per program (a multiple of 64, WGMMA's layout),
-# and bytes per tile row (one 128-byte line: GMEM loads and stores in that layout move
-# whole lines).
+# bytes of a tile row at most (one line), and its columns at least (the layout's width).
 _TILE_ROWS = 128
 _TILE_BYTES = 128
+_MIN_TILE_COLUMNS = 8
 # JAX 0.11.2's Mosaic GPU cannot lower GMEM loads in the WGMMA layout ("Only optimized
 # transfers to SMEM supported"); 0.12 can.
 _TILES_FROM_GMEM = jax.__version_info__ >= (0, 12)
@@ -463,6 +465,25 @@ def _pad_last(array, before: int, after: int):
     return jnp.pad(array, ((0, 0),) * (array.ndim - 1) + ((before, after),))
 
 
+def _tile_columns(k: int, itemsize: int) -> int | None:
+    """Columns per row-major tile for an operand of `k` columns of `itemsize` bytes, or
+    `None` (the rows kernel then runs). Mosaic GPU's GMEM loads in the WGMMA layout must
+    read whole 128-byte lines: a tile is one line of each row where the rows are whole
+    lines, else all of a row where a row is a whole fraction of a line (at least
+    `_MIN_TILE_COLUMNS`, the layout's width), so the tile's rows are one contiguous
+    block. Half precision stays on the rows kernel: a diagonal's values in the row layout
+    are one 2-byte element per thread, and Mosaic GPU's GMEM loads take at least 4
+    bytes."""
+    if not _TILES_FROM_GMEM or itemsize < 4:
+        return None
+    line = _TILE_BYTES // itemsize
+    if k % line == 0:
+        return line
+    if k >= _MIN_TILE_COLUMNS and line % k == 0:
+        return k
+    return None
+
+
 def _product(data, operand, *, offsets, shape, transposed: bool, interpret: bool):
     """`A @ operand`, or `A^T @ operand` if `transposed`; batch axis included (see the
     public wrappers)."""
@@ -487,12 +508,8 @@ def _product(data, operand, *, offsets, shape, transposed: bool, interpret: bool
         batched=(True, operand.shape[0] == batch),
     )
     diagonals = list(zip(index, value_shifts, operand_shifts, active, strict=True))
-    itemsize = operand.dtype.itemsize
-    tile_cols = _TILE_BYTES // itemsize
-    # Half precision stays on the rows kernel: a diagonal's values in the row layout are
-    # one 2-byte element per thread, and Mosaic GPU's GMEM loads take at least 4 bytes.
-    tiles = _TILES_FROM_GMEM and itemsize >= 4 and k % tile_cols == 0
-    if tiles and len(active) <= MAX_UNROLLED_DIAGONALS:
+    tile_cols = _tile_columns(k, operand.dtype.itemsize)
+    if tile_cols and len(active) <= MAX_UNROLLED_DIAGONALS:
         block_rows = _TILE_ROWS if out_rows > _TILE_ROWS // 2 else _TILE_ROWS // 2
         span = -(-out_rows // block_rows) * block_rows
         out = _launch(
