@@ -156,17 +156,27 @@ def test_tile_columns_read_whole_lines(k, dtype, columns):
     assert mosaic_gpu_dia._tile_columns(k, jnp.dtype(dtype).itemsize) == want
 
 
-@pytest.mark.parametrize("member", ["matmul", "matmul_t"])
+_STENCIL = (-200, -1, 0, 1, 250)
+
+
+@pytest.mark.parametrize("member", list(_KERNELS))
 @pytest.mark.parametrize(
-    ("k", "dtype", "batch"),
-    [(32, jnp.float32, None), (8, jnp.float32, None), (16, jnp.float64, 2)],
-    ids=["f32-line", "f32-quarter-line", "f64"],
+    ("k", "dtype", "batch", "offsets"),
+    [
+        (32, jnp.float32, None, _STENCIL),
+        (8, jnp.float32, None, _STENCIL),
+        (16, jnp.float64, 2, _STENCIL),
+        (8, jnp.float32, None, tuple(range(-120, 121, 24))),
+        (96, jnp.float32, None, _STENCIL),
+    ],
+    ids=["f32-line", "f32-quarter-line", "f64", "f32-many-diagonals", "f32-three-lines"],
 )
-def test_row_major_tiles_match_xla_reference(member, k, dtype, batch):
-    """Products whose operand rows are whole 128-byte lines, or whole fractions of one,
-    run on row-major tiles (no transposes in the program), with programs at the ends and
-    in the interior."""
-    offsets, shape = (-200, -1, 0, 1, 250), (600, 580)
+def test_row_major_tiles_match_xla_reference(member, k, dtype, batch, offsets):
+    """Products and the data gradient whose operand rows are whole 128-byte lines, or
+    whole fractions of one, run on row-major tiles (no transposes in the program), with
+    programs at the ends and in the interior; with more than 8 diagonals the gradient's
+    programs take 64 rows."""
+    shape = (600, 580)
     rng = np.random.default_rng(6)
     data = _data_with_nan_junk(rng, offsets, shape, dtype, batch=batch)
     args = _operands(rng, member, data, *shape, k, dtype, batch=batch, shared=True)

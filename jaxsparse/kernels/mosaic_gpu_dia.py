@@ -19,7 +19,9 @@ outside `[0, m)` are ignored: they never change a product and get a zero gradien
   and each shifted operand window is coalesced at any shift; a diagonal's 128 values
   come in the matching row layout and are broadcast along the columns. The operand and
   the result keep their own layout.
-- *Rows of columns* (`_rows_kernel`) otherwise, and always for the data gradient: the
+  The data gradient reads the same tiles (`_sddmm_tile_kernel`), summed along their
+  columns into one row-layout accumulator a diagonal.
+- *Rows of columns* (`_rows_kernel`, `_sddmm_kernel`) otherwise: the
   dense operands are passed transposed, `(k, rows)`, so that one column of `x` is a
   contiguous row, just as one diagonal of `data` is. Every value a program touches is a
   1-D slice of `R` contiguous elements (`R = block_rows`, a multiple of the 128 threads of
@@ -117,6 +119,9 @@ _DTYPES = (jnp.float32, jnp.bfloat16, jnp.float16, jnp.float64)
 _TILE_ROWS = 128
 _TILE_BYTES = 128
 _MIN_TILE_COLUMNS = 8
+# Past this many accumulators live in a program (one a diagonal in the data gradient),
+# programs take half the rows, so their registers stay within a thread's 255.
+_MANY_ACCUMULATORS = 8
 # JAX 0.11.2's Mosaic GPU cannot lower GMEM loads in the WGMMA layout ("Only optimized
 # transfers to SMEM supported"); 0.12 can.
 _TILES_FROM_GMEM = jax.__version_info__ >= (0, 12)
@@ -145,7 +150,7 @@ def supports(dtype, platform: str) -> bool:
 def _block_rows(rows: int, accumulators: int) -> int:
     """Rows per program: 512 (four per thread), fewer when many accumulators are live or
     the whole output is smaller."""
-    per_thread = 4 if accumulators <= 8 else 2
+    per_thread = 4 if accumulators <= _MANY_ACCUMULATORS else 2
     needed = -(-max(rows, 1) // _WARPGROUP)
     return _WARPGROUP * min(per_thread, needed)
 
@@ -426,6 +431,60 @@ def _sddmm_kernel(
     _by_region(regions, sources, block)
 
 
+def _sddmm_tile_kernel(
+    *refs,
+    diagonals: tuple[tuple[int, int, int, int], ...],
+    regions: tuple[_Region, ...],
+    num_rows: int,
+    batched: tuple[bool, bool],
+    block_rows: int,
+    block_cols: int,
+):
+    """Stored columns `[j0, j0 + block_rows)` of the data gradient (as `_sddmm_kernel`),
+    from `g` and `x` in their own row-major layout: each column tile of `x`'s rows (WGMMA
+    register layout) is loaded once and multiplied by the shifted tile of `g` of every
+    diagonal, summed along the tile's columns into one accumulator a diagonal (the row
+    layout). Static `diagonals` of `(d, g shift, 0, offset)`."""
+    _, sources, out_ref = _split_refs(refs, diagonals, regions)
+    j0 = lax.axis_index("rows") * block_rows
+    b = lax.axis_index("batch")
+    out = out_ref.at[b]
+    tile_layout = plgpu.Layout.WGMMA
+    row_layout = plgpu.Layout.WGMMA.reduce(1)
+    acc_dtype = accumulation_dtype(out_ref.dtype)
+    columns = j0 + plgpu.broadcasted_iota(jnp.int32, (block_rows,), 0, layout=row_layout)
+    num_tiles = sources[0][1].shape[-1] // block_cols
+
+    def block(source, bases):
+        g = _member(source[0], batched[0], b)
+        x = _member(source[1], batched[1], b)
+
+        def load(ref, start, tile):
+            window = (pl.ds(start, block_rows), pl.ds(tile * block_cols, block_cols))
+            return plgpu.load(ref.at[window], layout=tile_layout).astype(acc_dtype)
+
+        def column_tile(tile, sums):
+            own = load(x, j0 + bases[1], tile)
+            return tuple(
+                total + jnp.sum(load(g, j0 + g_shift + bases[0], tile) * own, axis=1)
+                for total, (_, g_shift, _, _) in zip(sums, diagonals, strict=True)
+            )
+
+        zeros = plgpu.layout_cast(jnp.zeros((block_rows,), acc_dtype), row_layout)
+        sums = _loop(
+            num_tiles,
+            column_tile,
+            (zeros,) * len(diagonals),
+            unroll=num_tiles <= _UNROLLED_COLUMNS,
+        )
+        for d, (total, (_, _, _, offset)) in enumerate(zip(sums, diagonals, strict=True)):
+            inside = (columns - offset >= 0) & (columns - offset < num_rows)
+            total = jnp.where(inside, total, jnp.zeros_like(total))
+            out[d, pl.ds(j0, block_rows)] = total.astype(out_ref.dtype)
+
+    _by_region(regions, sources, block)
+
+
 def _launch(
     kernel, diagonals, arrays, shifts, out_shape, grid, interpret, name, *, axes, block_rows
 ):
@@ -630,30 +689,34 @@ def dia_sddmm_mosaic_gpu(
     given = (g, x)
     g, x = _as_batch(g, 2), _as_batch(x, 2)
     batch = max(g.shape[0], x.shape[0])
-    block_rows = _block_rows(n, len(active))
+    params = dict(num_rows=m, batched=(g.shape[0] == batch, x.shape[0] == batch))
+    tile_cols = _tile_columns(x.shape[-1], x.dtype.itemsize)
+    if tile_cols and len(active) <= MAX_UNROLLED_DIAGONALS:
+        # Half the rows where many diagonals keep accumulators, as `_block_rows` does.
+        many = n <= _TILE_ROWS // 2 or len(active) > _MANY_ACCUMULATORS
+        block_rows = _TILE_ROWS // 2 if many else _TILE_ROWS
+        kernel = functools.partial(_sddmm_tile_kernel, block_cols=tile_cols, **params)
+        operands, axes = (g, x), (-2, -2)
+    else:
+        block_rows = _block_rows(n, len(active))
+        kernel = functools.partial(_sddmm_kernel, num_diagonals=len(active), **params)
+        operands, axes = (_rows_major(g), _rows_major(x)), (-1, -1)
     # The kernel writes whole blocks of columns. Past the last whole block, a result of `n`
     # columns takes the rest from the XLA kernel, written into it in place; below one
     # block, the kernel writes a padded result that is cut (a copy, small at that size).
     blocks = n // block_rows or 1
     columns = n if n >= block_rows else block_rows
     # Stored column j reads g at row j - offset and x at row j.
-    g_shifts = tuple(-off for off in active)
     gradient = _launch(
-        functools.partial(
-            _sddmm_kernel,
-            num_diagonals=len(active),
-            num_rows=m,
-            batched=(g.shape[0] == batch, x.shape[0] == batch),
-            block_rows=block_rows,
-        ),
+        functools.partial(kernel, block_rows=block_rows),
         [(d, -off, 0, off) for d, off in enumerate(active)],
-        (_rows_major(g), _rows_major(x)),
-        (g_shifts, (0,)),
+        operands,
+        (tuple(-off for off in active), (0,)),
         ((batch, len(active), columns), x.dtype),
         (blocks, batch),
         interpret,
         "dia_sddmm_mosaic_gpu",
-        axes=(-1, -1),
+        axes=axes,
         block_rows=block_rows,
     )
     if columns != n:
