@@ -175,7 +175,7 @@ def test_compiles_every_gpu_kernel_family_of_each_format(tools):
     assert cases.gpu_kernel_families({"matmul": {"xla": None, "native": None}}) == ()
 
 
-def test_compiles_the_csr_tiles_the_sweep_times(tools):
+def test_compiles_the_csr_kernels_unrolled(tools):
     """The Triton CSR product and gradient step at each of `CSR_UNROLLS` and `KS`, after
     the public programs; each traces to the shapes of its results."""
     _, cases, _ = tools

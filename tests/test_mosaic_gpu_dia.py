@@ -159,27 +159,49 @@ def test_tile_columns_read_whole_lines(k, dtype, columns):
 _STENCIL = (-200, -1, 0, 1, 250)
 
 
+def test_gradient_tiles_take_64_rows_past_8_diagonals_or_for_narrow_matrices():
+    """One accumulator a diagonal: past 8 diagonals (or at most 64 stored columns) the
+    data gradient's programs take 64 rows, so their registers stay within 255."""
+    rows = mosaic_gpu_dia._sddmm_tile_rows
+    assert [rows(580, 5), rows(580, 8), rows(580, 9), rows(580, 27), rows(64, 5)] == [
+        128,
+        128,
+        64,
+        64,
+        64,
+    ]
+
+
 @pytest.mark.parametrize("member", list(_KERNELS))
 @pytest.mark.parametrize(
-    ("k", "dtype", "batch", "offsets"),
+    ("k", "dtype", "batch", "shared", "offsets"),
     [
-        (32, jnp.float32, None, _STENCIL),
-        (8, jnp.float32, None, _STENCIL),
-        (16, jnp.float64, 2, _STENCIL),
-        (8, jnp.float32, None, tuple(range(-120, 121, 24))),
-        (96, jnp.float32, None, _STENCIL),
+        (32, jnp.float32, None, True, _STENCIL),
+        (8, jnp.float32, None, True, _STENCIL),
+        (16, jnp.float64, 2, True, _STENCIL),
+        (16, jnp.float32, 2, False, _STENCIL),
+        (8, jnp.float64, 2, False, _STENCIL),
+        (8, jnp.float32, None, True, tuple(range(-120, 121, 24))),
+        (96, jnp.float32, None, True, _STENCIL),
     ],
-    ids=["f32-line", "f32-quarter-line", "f64", "f32-many-diagonals", "f32-three-lines"],
+    ids=[
+        "f32-line",
+        "f32-quarter-line",
+        "f64",
+        "f32-half-line-batched",
+        "f64-half-line-batched",
+        "f32-many-diagonals",
+        "f32-three-lines",
+    ],
 )
-def test_row_major_tiles_match_xla_reference(member, k, dtype, batch, offsets):
+def test_row_major_tiles_match_xla_reference(member, k, dtype, batch, shared, offsets):
     """Products and the data gradient whose operand rows are whole 128-byte lines, or
     whole fractions of one, run on row-major tiles (no transposes in the program), with
-    programs at the ends and in the interior; with more than 8 diagonals the gradient's
-    programs take 64 rows."""
+    programs at the ends and in the interior, operands shared by a batch or batched."""
     shape = (600, 580)
     rng = np.random.default_rng(6)
     data = _data_with_nan_junk(rng, offsets, shape, dtype, batch=batch)
-    args = _operands(rng, member, data, *shape, k, dtype, batch=batch, shared=True)
+    args = _operands(rng, member, data, *shape, k, dtype, batch=batch, shared=shared)
     _assert_matches_reference(member, args, offsets, shape)
     kernel = _KERNELS[member][0]
     program = jax.make_jaxpr(functools.partial(kernel, offsets=offsets, shape=shape))(*args)

@@ -25,8 +25,9 @@ from jaxsparse.kernels import triton_csr, triton_dia
 PLATFORM = "cuda"
 DTYPES = (jnp.float32, jnp.bfloat16, jnp.float64, jnp.complex64)
 KS = (1, 8, 128)
-# Loop steps an iteration of the Triton CSR kernels that the tile sweep times beside the
-# defaults' one (`BlockSizes.unroll`, `benchmarks/gpu_csr_tiles.py`).
+# Loop steps an iteration of the Triton CSR kernels compiled beside the defaults' one
+# (`BlockSizes.unroll`; the tile sweep, `benchmarks/gpu_csr_tiles.py`, times the product
+# with them).
 CSR_UNROLLS = (2, 4)
 # Matrices per batch in the `jax.vmap` programs (a batch grid axis in the kernels).
 BATCH = 8
@@ -120,7 +121,7 @@ def gpu_kernel_families(implementations: dict) -> tuple[str, ...]:
 
 def programs() -> list[Program]:
     """Every (matrix, operation, dtype, k, kernel family) program, then the Triton CSR
-    kernels with the other tiles the tile sweep times (`csr_tile_programs`)."""
+    kernels with more loop steps an iteration than the defaults' (`csr_tile_programs`)."""
     return [
         Program(matrix.name, operation, jnp.dtype(dtype).name, k, family, function, avals)
         for matrix in matrices()

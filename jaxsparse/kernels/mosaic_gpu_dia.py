@@ -13,23 +13,23 @@ outside `[0, m)` are ignored: they never change a product and get a zero gradien
   in the WGMMA layout: "Only optimized transfers to SMEM supported"), where a row of the
   operand is a whole number of 128-byte lines (`k` a multiple of 32 in float32, of 16 in
   float64) or a whole fraction of one, 32 or 64 bytes (`k` 8 or 16 in float32, 8 in
-  float64); not half precision, see below (`_tile_columns`). A program computes a
-  `(128, c)` tile of the result in Mosaic GPU's WGMMA register layout, `c` columns a
-  line's worth or all `k`, so the tile's rows are whole lines or one contiguous block,
-  and each shifted operand window is coalesced at any shift; a diagonal's 128 values
-  come in the matching row layout and are broadcast along the columns. The operand and
-  the result keep their own layout.
-  The data gradient reads the same tiles (`_sddmm_tile_kernel`), summed along their
-  columns into one row-layout accumulator a diagonal.
-- *Rows of columns* (`_rows_kernel`, `_sddmm_kernel`) otherwise: the
-  dense operands are passed transposed, `(k, rows)`, so that one column of `x` is a
-  contiguous row, just as one diagonal of `data` is. Every value a program touches is a
-  1-D slice of `R` contiguous elements (`R = block_rows`, a multiple of the 128 threads of
-  a warpgroup) in Mosaic GPU's strided layout with one element per thread per step:
-  consecutive threads read consecutive addresses (coalesced), at any shift, with no
-  alignment to assume. For `k == 1` the transposes are reshapes. (Half precision cannot
-  use the tiles: a diagonal's values in the row layout are one 2-byte element per thread,
-  and Mosaic GPU's GMEM loads take at least 4 bytes per thread.)
+  float64), up to `MAX_UNROLLED_DIAGONALS` diagonals inside the matrix; not half
+  precision, see below (`_tile_columns`). A program computes a `(128, c)` tile of the
+  result in Mosaic GPU's WGMMA register layout, `c` columns a line's worth or all `k`,
+  so the tile's rows are whole lines or one contiguous block, and each shifted operand
+  window is coalesced at any shift; a diagonal's 128 values come in the matching row
+  layout and are broadcast along the columns. The operand and the result keep their own
+  layout. The data gradient reads the same tiles (`_sddmm_tile_kernel`), summed along
+  their columns into one row-layout accumulator a diagonal.
+- *Rows of columns* (`_rows_kernel`, `_sddmm_kernel`) otherwise: the dense operands are
+  passed transposed, `(k, rows)`, so that one column of `x` is a contiguous row, just as
+  one diagonal of `data` is. Every value a program touches is a 1-D slice of `R`
+  contiguous elements (`R = block_rows`, a multiple of the 128 threads of a warpgroup)
+  in Mosaic GPU's strided layout with one element per thread per step: consecutive
+  threads read consecutive addresses (coalesced), at any shift, with no alignment to
+  assume. For `k == 1` the transposes are reshapes. (Half precision cannot use the
+  tiles: a diagonal's values in the row layout are one 2-byte element per thread, and
+  Mosaic GPU's GMEM loads take at least 4 bytes per thread.)
 
 **Design.** One program per block of `R` output rows (and per tile of columns, and per
 batch member), a grid of `(row blocks, [column tiles,] batch)`. Offsets are Python ints
@@ -114,8 +114,9 @@ _WARPGROUP = 128  # threads of one Mosaic GPU program
 # programs repeats the body).
 _UNROLLED_COLUMNS = 2
 _DTYPES = (jnp.float32, jnp.bfloat16, jnp.float16, jnp.float64)
-# Row-major tiles of the products: rows per program (a multiple of 64, WGMMA's layout),
-# bytes of a tile row at most (one line), and its columns at least (the layout's width).
+# Row-major tiles of the products and the data gradient: rows per program (a multiple of
+# 64, WGMMA's layout), bytes of a tile row at most (one line), and its columns at least
+# (the layout's width).
 _TILE_ROWS = 128
 _TILE_BYTES = 128
 _MIN_TILE_COLUMNS = 8
@@ -329,9 +330,10 @@ def _tile_kernel(
     """The `(block_rows, block_cols)` tile at `(r0, c0)` of `out[r, c] = sum_d
     values[position_d, r + value_shift_d] * operand[r + operand_shift_d, c]`, on an operand
     in its own row-major layout (no transposes), for static `diagonals` (as
-    `_rows_kernel`). The tile is in Mosaic GPU's WGMMA register layout, whose rows are
-    whole 128-byte lines: each operand row of the tile is one coalesced load at any shift.
-    A diagonal's `block_rows` values come in the matching row layout and are broadcast
+    `_rows_kernel`). The tile is in Mosaic GPU's WGMMA register layout; its rows are
+    whole 128-byte lines, or whole operand rows of 32 or 64 bytes (one contiguous block),
+    so each shifted operand window is coalesced at any shift (`_tile_columns`). A
+    diagonal's `block_rows` values come in the matching row layout and are broadcast
     along the columns."""
     _, sources, out_ref = _split_refs(refs, diagonals, regions)
     r0 = lax.axis_index("rows") * block_rows
@@ -363,6 +365,15 @@ def _tile_kernel(
     _by_region(regions, sources, block)
 
 
+def _store_gradient(out, d, j0, columns, offset: int, num_rows: int, total) -> None:
+    """Stores diagonal `d`'s gradient `total` at stored columns `columns` (from `j0`),
+    exactly zero where the slot's row `column - offset` is outside `[0, num_rows)` (a
+    select, so nothing non-finite from an ignored slot is kept)."""
+    inside = (columns - offset >= 0) & (columns - offset < num_rows)
+    total = jnp.where(inside, total, jnp.zeros_like(total))
+    out[d, pl.ds(j0, total.shape[0])] = total.astype(out.dtype)
+
+
 def _sddmm_kernel(
     *refs,
     diagonals: tuple[tuple[int, int, int, int], ...] | None,
@@ -388,11 +399,6 @@ def _sddmm_kernel(
     unroll_cols = num_cols <= _UNROLLED_COLUMNS
     columns = j0 + plgpu.broadcasted_iota(jnp.int32, (block_rows,), 0, layout=layout)
 
-    def store(d, offset, total):
-        inside = (columns - offset >= 0) & (columns - offset < num_rows)
-        total = jnp.where(inside, total, jnp.zeros_like(total))
-        out[d, pl.ds(j0, block_rows)] = total.astype(out_ref.dtype)
-
     def block(source, bases):
         g = _member(source[0], batched[0], b)
         x = _member(source[1], batched[1], b)
@@ -413,7 +419,7 @@ def _sddmm_kernel(
             zeros = (_zeros(block_rows, acc_dtype),) * num_diagonals
             sums = _loop(num_cols, column, zeros, unroll=unroll_cols)
             for d, (total, (_, _, _, offset)) in enumerate(zip(sums, diagonals, strict=True)):
-                store(d, offset, total)
+                _store_gradient(out, d, j0, columns, offset, num_rows, total)
             return
 
         def diagonal(d, carry):
@@ -423,7 +429,8 @@ def _sddmm_kernel(
                 return total + load(g, c, j0 + g_shift + bases[0]) * load(x, c, j0 + bases[1])
 
             zeros = _zeros(block_rows, acc_dtype)
-            store(d, offset, _loop(num_cols, column, zeros, unroll=unroll_cols))
+            total = _loop(num_cols, column, zeros, unroll=unroll_cols)
+            _store_gradient(out, d, j0, columns, offset, num_rows, total)
             return carry
 
         lax.fori_loop(jnp.int32(0), jnp.int32(num_diagonals), diagonal, jnp.int32(0))
@@ -478,9 +485,7 @@ def _sddmm_tile_kernel(
             unroll=num_tiles <= _UNROLLED_COLUMNS,
         )
         for d, (total, (_, _, _, offset)) in enumerate(zip(sums, diagonals, strict=True)):
-            inside = (columns - offset >= 0) & (columns - offset < num_rows)
-            total = jnp.where(inside, total, jnp.zeros_like(total))
-            out[d, pl.ds(j0, block_rows)] = total.astype(out_ref.dtype)
+            _store_gradient(out, d, j0, columns, offset, num_rows, total)
 
     _by_region(regions, sources, block)
 
@@ -657,6 +662,14 @@ def dia_matmul_t_mosaic_gpu(
     return _product(data, g, offsets=offsets, shape=shape, transposed=True, interpret=interpret)
 
 
+def _sddmm_tile_rows(columns: int, diagonals: int) -> int:
+    """Stored columns per program of the data gradient on tiles: 128, or 64 where there
+    are at most 64 columns, or more than `_MANY_ACCUMULATORS` diagonals keep an
+    accumulator each (as `_block_rows` halves its rows)."""
+    half = columns <= _TILE_ROWS // 2 or diagonals > _MANY_ACCUMULATORS
+    return _TILE_ROWS // 2 if half else _TILE_ROWS
+
+
 def dia_sddmm_mosaic_gpu(
     g: jax.Array,
     x: jax.Array,
@@ -692,9 +705,7 @@ def dia_sddmm_mosaic_gpu(
     params = dict(num_rows=m, batched=(g.shape[0] == batch, x.shape[0] == batch))
     tile_cols = _tile_columns(x.shape[-1], x.dtype.itemsize)
     if tile_cols and len(active) <= MAX_UNROLLED_DIAGONALS:
-        # Half the rows where many diagonals keep accumulators, as `_block_rows` does.
-        many = n <= _TILE_ROWS // 2 or len(active) > _MANY_ACCUMULATORS
-        block_rows = _TILE_ROWS // 2 if many else _TILE_ROWS
+        block_rows = _sddmm_tile_rows(n, len(active))
         kernel = functools.partial(_sddmm_tile_kernel, block_cols=tile_cols, **params)
         operands, axes = (g, x), (-2, -2)
     else:

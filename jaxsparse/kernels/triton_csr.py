@@ -353,18 +353,18 @@ def _poisoned(values, bad):
     return jnp.where(bad, jnp.nan, values)
 
 
-def _over_entries(tiles: _Tiles, length, lanes: int, step, init):
-    """`carry = step(s, carry)` from `init` for the steps `s` over `length` entries,
-    `lanes` entries a step, and the carry: `tiles.unroll` steps a loop iteration, whose
-    loads issue before any of their products are used, so their latencies overlap. The
-    steps past the last (in the last iteration) have every lane masked: they touch
-    nothing and add zeros."""
+def _over_entries(unroll: int, length, lanes: int, step, init):
+    """Runs `carry = step(s, carry)` from `init` for the steps `s` that cover `length`
+    entries, `lanes` entries a step, and returns the carry. A loop iteration runs `unroll`
+    steps, whose loads issue before any of their products are used, so their latencies
+    overlap; the steps past the last (in the last iteration) have every lane masked: they
+    touch nothing and add zeros."""
     steps = (length + lanes - 1) // lanes
-    iterations = ((steps + tiles.unroll - 1) // tiles.unroll).astype(jnp.int32)
+    iterations = ((steps + unroll - 1) // unroll).astype(jnp.int32)
 
     def iteration(i, carry):
-        for u in range(tiles.unroll):
-            carry = step(i * tiles.unroll + u, carry)
+        for u in range(unroll):
+            carry = step(i * unroll + u, carry)
         return carry
 
     return lax.fori_loop(0, iterations, iteration, init)
@@ -449,7 +449,7 @@ def _matmul_rows_kernel(indptr_ref, indices_ref, data_ref, x_ref, out_ref, *, ti
 
     tile = (tiles.block_batch, tiles.block_rows, tiles.lanes, tiles.block_k)
     init = (jnp.zeros(tile, acc_dtype), jnp.zeros(tile[1:3], bool))
-    acc, outside_seen = _over_entries(tiles, jnp.max(short), tiles.lanes, step, init)
+    acc, outside_seen = _over_entries(tiles.unroll, jnp.max(short), tiles.lanes, step, init)
     acc = jnp.sum(acc, axis=2)
     bad = bad_rows | (jnp.max(outside_seen.astype(jnp.int32), 1) > 0)
     # Not the long rows: their own stores below come from other threads, unordered with these.
@@ -481,7 +481,7 @@ def _matmul_rows_kernel(indptr_ref, indices_ref, data_ref, x_ref, out_ref, *, ti
 
         acc_shape = long_tile if lanes_after_loop else (long_tile[0], long_tile[2])
         init = (jnp.zeros(acc_shape, acc_dtype), jnp.zeros(long_tile[1:2], bool))
-        acc, outside_seen = _over_entries(tiles, length, tiles.long_lanes, step, init)
+        acc, outside_seen = _over_entries(tiles.unroll, length, tiles.long_lanes, step, init)
         bad = jnp.max(outside_seen.astype(jnp.int32)) > 0
         store(
             out_ref,
@@ -541,10 +541,10 @@ def _walk_with_g_rows(indptr_ref, indices_ref, g_ref, tiles: _Tiles, batched, k_
             return seen | outside
 
         seen = jnp.zeros((1, tiles.long_lanes), bool)
-        return bad | _any_lane(_over_entries(tiles, length, tiles.long_lanes, step, seen))
+        return bad | _any_lane(_over_entries(tiles.unroll, length, tiles.long_lanes, step, seen))
 
     seen = jnp.zeros((tiles.block_rows, tiles.lanes), bool)
-    bad = _any_lane(_over_entries(tiles, jnp.max(short), tiles.lanes, step, seen))
+    bad = _any_lane(_over_entries(tiles.unroll, jnp.max(short), tiles.lanes, step, seen))
     bad = _each_long_row(indptr_ref, tiles, pl.program_id(0), lengths, long_row, bad)
     return bad, jnp.max(bad_rows.astype(jnp.int32))
 
@@ -704,10 +704,10 @@ def _sddmm_rows_kernel(
             )
             sample(long_g_row, positions, mask, cols, outside)
 
-        _over_entries(tiles, length, tiles.long_lanes, step, None)
+        _over_entries(tiles.unroll, length, tiles.long_lanes, step, None)
         return carry
 
-    _over_entries(tiles, jnp.max(short), tiles.lanes, step, None)
+    _over_entries(tiles.unroll, jnp.max(short), tiles.lanes, step, None)
     _each_long_row(indptr_ref, tiles, block, lengths, long_row, None)
 
 
