@@ -150,10 +150,11 @@ def test_ignored_slots_are_exactly_zero_in_the_gradient():
 def test_tile_columns_read_whole_lines(k, dtype, columns):
     """Row-major tiles take one 128-byte line of each row where rows are whole lines,
     else whole rows of 32 or 64 bytes (8 columns at least); none for other `k` (a part
-    of a row that is no whole line fails to lower), for half precision, or before JAX
-    0.12."""
+    of a row that is no whole line fails to lower), for half precision, past 32
+    diagonals (the looped kernels), or before JAX 0.12."""
     want = columns if mosaic_gpu_dia._TILES_FROM_GMEM else None
-    assert mosaic_gpu_dia._tile_columns(k, jnp.dtype(dtype).itemsize) == want
+    assert mosaic_gpu_dia._tile_columns(k, jnp.dtype(dtype).itemsize, 5) == want
+    assert mosaic_gpu_dia._tile_columns(k, jnp.dtype(dtype).itemsize, 33) is None
 
 
 _STENCIL = (-200, -1, 0, 1, 250)
@@ -162,7 +163,7 @@ _STENCIL = (-200, -1, 0, 1, 250)
 def test_gradient_tiles_take_64_rows_past_8_diagonals_or_for_narrow_matrices():
     """One accumulator a diagonal: past 8 diagonals (or at most 64 stored columns) the
     data gradient's programs take 64 rows, so their registers stay within 255."""
-    rows = mosaic_gpu_dia._sddmm_tile_rows
+    rows = mosaic_gpu_dia._tile_rows
     assert [rows(580, 5), rows(580, 8), rows(580, 9), rows(580, 27), rows(64, 5)] == [
         128,
         128,

@@ -529,16 +529,25 @@ def _pad_last(array, before: int, after: int):
     return jnp.pad(array, ((0, 0),) * (array.ndim - 1) + ((before, after),))
 
 
-def _tile_columns(k: int, itemsize: int) -> int | None:
-    """Columns per row-major tile for an operand of `k` columns of `itemsize` bytes, or
-    `None` (the rows kernel then runs). Mosaic GPU's GMEM loads in the WGMMA layout must
-    read whole 128-byte lines: a tile is one line of each row where the rows are whole
-    lines, else all of a row where a row is a whole fraction of a line (at least
-    `_MIN_TILE_COLUMNS`, the layout's width), so the tile's rows are one contiguous
-    block. Half precision stays on the rows kernel: a diagonal's values in the row layout
-    are one 2-byte element per thread, and Mosaic GPU's GMEM loads take at least 4
-    bytes."""
-    if not _TILES_FROM_GMEM or itemsize < 4:
+def _tile_rows(rows: int, accumulators: int) -> int:
+    """Rows per program on row-major tiles: 128, or 64 where the output has at most 64
+    rows or more than `_MANY_ACCUMULATORS` accumulators are live (the data gradient keeps
+    one a diagonal), as `_block_rows` halves its rows."""
+    half = rows <= _TILE_ROWS // 2 or accumulators > _MANY_ACCUMULATORS
+    return _TILE_ROWS // 2 if half else _TILE_ROWS
+
+
+def _tile_columns(k: int, itemsize: int, diagonals: int) -> int | None:
+    """Columns per row-major tile for an operand of `k` columns of `itemsize` bytes and
+    `diagonals` active diagonals, or `None` (the rows kernel then runs, as it does past
+    `MAX_UNROLLED_DIAGONALS`: the tiles unroll over the diagonals). Mosaic GPU's GMEM
+    loads in the WGMMA layout must read whole 128-byte lines: a tile is one line of each
+    row where the rows are whole lines, else all of a row where a row is a whole
+    fraction of a line (at least `_MIN_TILE_COLUMNS`, the layout's width), so the tile's
+    rows are one contiguous block. Half precision stays on the rows kernel: a diagonal's
+    values in the row layout are one 2-byte element per thread, and Mosaic GPU's GMEM
+    loads take at least 4 bytes."""
+    if not _TILES_FROM_GMEM or itemsize < 4 or diagonals > MAX_UNROLLED_DIAGONALS:
         return None
     line = _TILE_BYTES // itemsize
     if k % line == 0:
@@ -572,9 +581,9 @@ def _product(data, operand, *, offsets, shape, transposed: bool, interpret: bool
         batched=(True, operand.shape[0] == batch),
     )
     diagonals = list(zip(index, value_shifts, operand_shifts, active, strict=True))
-    tile_cols = _tile_columns(k, operand.dtype.itemsize)
-    if tile_cols and len(active) <= MAX_UNROLLED_DIAGONALS:
-        block_rows = _TILE_ROWS if out_rows > _TILE_ROWS // 2 else _TILE_ROWS // 2
+    tile_cols = _tile_columns(k, operand.dtype.itemsize, len(active))
+    if tile_cols:
+        block_rows = _tile_rows(out_rows, 1)
         span = -(-out_rows // block_rows) * block_rows
         out = _launch(
             functools.partial(_tile_kernel, block_rows=block_rows, block_cols=tile_cols, **params),
@@ -662,14 +671,6 @@ def dia_matmul_t_mosaic_gpu(
     return _product(data, g, offsets=offsets, shape=shape, transposed=True, interpret=interpret)
 
 
-def _sddmm_tile_rows(columns: int, diagonals: int) -> int:
-    """Stored columns per program of the data gradient on tiles: 128, or 64 where there
-    are at most 64 columns, or more than `_MANY_ACCUMULATORS` diagonals keep an
-    accumulator each (as `_block_rows` halves its rows)."""
-    half = columns <= _TILE_ROWS // 2 or diagonals > _MANY_ACCUMULATORS
-    return _TILE_ROWS // 2 if half else _TILE_ROWS
-
-
 def dia_sddmm_mosaic_gpu(
     g: jax.Array,
     x: jax.Array,
@@ -703,9 +704,9 @@ def dia_sddmm_mosaic_gpu(
     g, x = _as_batch(g, 2), _as_batch(x, 2)
     batch = max(g.shape[0], x.shape[0])
     params = dict(num_rows=m, batched=(g.shape[0] == batch, x.shape[0] == batch))
-    tile_cols = _tile_columns(x.shape[-1], x.dtype.itemsize)
-    if tile_cols and len(active) <= MAX_UNROLLED_DIAGONALS:
-        block_rows = _sddmm_tile_rows(n, len(active))
+    tile_cols = _tile_columns(x.shape[-1], x.dtype.itemsize, len(active))
+    if tile_cols:
+        block_rows = _tile_rows(n, len(active))
         kernel = functools.partial(_sddmm_tile_kernel, block_cols=tile_cols, **params)
         operands, axes = (g, x), (-2, -2)
     else:
