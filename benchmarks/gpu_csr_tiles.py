@@ -4,6 +4,9 @@ loop of dependent products) over a grid of block sizes around the defaults, to p
     python benchmarks/gpu_csr_tiles.py [--rows 4194304] [--ks 1,8,64] [--matrices power-law]
         [--only "unroll,8 lanes"] [--out tiles.json]
 
+`--matrices` defaults to all but `hub-rows` (16 rows of 2^20 entries among rows of 8),
+which times what chunks of long rows are for.
+
 Every variant of a matrix and `k` is compiled first, on threads at once (compilation is
 most of a sweep's time and runs mostly outside the GIL), then all are timed one after
 another on the idle GPU.
@@ -33,6 +36,7 @@ MATRICES = (
     ("poisson2d-5pt", matrices.poisson2d),
     ("power-law", matrices.power_law),
     ("random-8", functools.partial(matrices.random_uniform, per_row=8)),
+    ("hub-rows", matrices.hub_rows),
 )
 
 
@@ -45,7 +49,8 @@ def variants(default: BlockSizes, k: int) -> dict[str, BlockSizes]:
     operand kept; past k = 16, column tiles of 16 and 32 (the same rows, and rows
     scaled up to keep the tile's values); where the column tiles divide k, vector loads;
     2 and 4 steps a loop iteration (`unroll`: their loads' latencies overlap), and up to
-    k = 8 two steps with both hints. Smaller row blocks take fewer registers a thread, so
+    k = 8 two steps with both hints; rows longer than chunks of 8 and 64 long-row steps
+    summed by chunks (`chunk_steps`). Smaller row blocks take fewer registers a thread, so
     more warps fit on an SM (benchmarks/results/gpu-2026-11-27-h200.txt)."""
     change = functools.partial(dataclasses.replace, default)
     grid = {1: ((64, 128, 256), (1, 2, 4, 8)), 8: ((16, 32, 64), (1, 2, 4))}
@@ -87,6 +92,7 @@ def variants(default: BlockSizes, k: int) -> dict[str, BlockSizes]:
             "row cap x2": change(row_steps=default.row_steps * 2),
             "row cap x4": change(row_steps=default.row_steps * 4),
         }
+    found |= {f"chunks of {steps} steps": change(chunk_steps=steps) for steps in (8, 64)}
     return found
 
 
@@ -161,7 +167,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=2**22)
     parser.add_argument("--ks", default="1,8,64", help="columns of the dense operand")
-    parser.add_argument("--matrices", default=",".join(known), help=f"some of {known}")
+    usual = ",".join(name for name in known if name != "hub-rows")
+    parser.add_argument("--matrices", default=usual, help=f"some of {known}")
     parser.add_argument(
         "--only", default="", help="comma-separated parts of the variants' labels to time"
     )

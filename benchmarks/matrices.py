@@ -98,6 +98,14 @@ def power_law(rows: int, rng):
     return _csr_from_lengths(np.clip(lengths, 1, min(rows, 20_000)), rows, rng)
 
 
+def hub_rows(rows: int, rng, hubs: int = 16):
+    """Rows of 8 entries and `hubs` rows of a quarter of the columns each (at most 2^20
+    entries), at random places: a graph with a few vertices linked to much of it."""
+    lengths = np.full(rows, 8)
+    lengths[rng.choice(rows, min(hubs, rows), replace=False)] = max(min(rows // 4, 2**20), 8)
+    return _csr_from_lengths(lengths, rows, rng)
+
+
 _STENCIL_SIZES = (1_000, 10_000, 100_000, 1_000_000, 4_000_000)
 _SMALL_FIRST = (1_000, 10_000)
 

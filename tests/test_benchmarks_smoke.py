@@ -214,7 +214,8 @@ def test_csr_tile_sweep_variants_are_valid_block_sizes():
     """`gpu_csr_tiles.variants` (whose `BlockSizes` refuse invalid tiles as they are made):
     the defaults first, column tiles narrower than the defaults' only past k = 16, and
     vector loads where the column tiles divide k (not at k = 1 or 12), the cache hints
-    (each apart) up to k = 8, and loops of 2 and 4 steps an iteration."""
+    (each apart) up to k = 8, loops of 2 and 4 steps an iteration, and rows summed by
+    chunks of 8 and 64 long-row steps."""
     tiles = _load("gpu_csr_tiles")
     from jaxsparse.kernels.triton_csr import BlockSizes
 
@@ -229,6 +230,7 @@ def test_csr_tile_sweep_variants_are_valid_block_sizes():
             assert bool(kept) == (k <= 8), (k, hint)
         assert any(b.keep_operand and not b.stream_entries for b in grid.values()) == (k <= 8)
         assert {b.unroll for b in grid.values()} == {1, 2, 4}, k
+        assert {b.chunk_steps for b in grid.values()} == {0, 8, 64}, k
     # At k = 64 (the last grid), picking variants by parts of their labels:
     chosen = tiles.selected(grid, ("unroll", "2 warps"))
     assert list(chosen) == ["default", "unroll 2", "unroll 4", "2 warps"]

@@ -206,6 +206,8 @@ def test_block_sizes():
         triton_csr.BlockSizes(row_steps=0)
     with pytest.raises(ValueError, match="unroll"):
         triton_csr.BlockSizes(unroll=0)
+    with pytest.raises(ValueError, match="chunk_steps"):
+        triton_csr.BlockSizes(chunk_steps=-1)
     with pytest.raises(ValueError, match="num_warps"):
         triton_csr.BlockSizes(num_warps=6)
     with pytest.raises(ValueError, match="num_stages"):
@@ -226,7 +228,7 @@ def test_block_sizes():
         blocks = triton_csr.BlockSizes.get_default(
             platform="cuda", num_cols=1, mean_row_length=mean
         )
-        assert blocks.lanes == lanes and blocks.unroll == 1
+        assert blocks.lanes == lanes and blocks.unroll == 1 and blocks.chunk_steps == 0
         assert blocks.lanes * blocks.row_steps >= max(64, 8 * lanes)
         assert 8 <= blocks.block_rows <= 128
         assert blocks.block_rows * blocks.lanes <= 1024
@@ -356,12 +358,16 @@ def test_invalid_structures_give_nan_rows(name):
     # Blocks of 2 rows, long rows past 2 entries: short and long rows meet the bad rows.
     blocks = triton_csr.BlockSizes(block_rows=2, lanes=1, row_steps=2)
     options = dict(shape=(4, 5), interpret=True, platform="cuda", block_sizes=blocks)
+    # And long rows summed by chunks of one entry.
+    chunked = {**options, "block_sizes": dataclasses.replace(blocks, long_lanes=1, chunk_steps=1)}
 
     def every_kernel(data, x, g, indices, indptr):
         return (
             triton_csr.csr_matmul_triton(data, x, indices, indptr, **options),
             # One column a tile: a bad column's value is NaN instead of a flag.
             triton_csr.csr_matmul_triton(data, x[:, :1], indices, indptr, **options),
+            triton_csr.csr_matmul_triton(data, x, indices, indptr, **chunked),
+            triton_csr.csr_matmul_triton(data, x[:, :1], indices, indptr, **chunked),
             triton_csr.csr_sddmm_triton(g, x, indices, indptr, **options),
             _transposed_with_atomics(data, g, indices, indptr, options),
             triton_csr._pullback_in_one_pass(g, data, x, indices, indptr, **options),
@@ -370,13 +376,23 @@ def test_invalid_structures_give_nan_rows(name):
 
     # One program for all (under `jit` as a user's would be), compiled once.
     with out_of_bounds_reports() as reports:
-        got, one_column, sampled, transposed, one_pass, sorted_t = jax.tree.map(
-            np.asarray, jax.jit(every_kernel)(data, x, g, indices, indptr)
-        )
+        results = jax.tree.map(np.asarray, jax.jit(every_kernel)(data, x, g, indices, indptr))
+    got, one_column, by_chunks, one_column_by_chunks, *_ = results
+    sampled, transposed, one_pass, sorted_t = results[4:]
     assert reports == []
     expected = _expected_rows(indptr, indices, x, bad_rows)
     np.testing.assert_allclose(got, expected, rtol=1e-6)
     np.testing.assert_allclose(one_column, expected[:, :1], rtol=1e-6)
+    # By chunks: the same, but where `indptr` decreases the search may miss a valid row's
+    # chunks, which then makes that row NaN too (the module docstring).
+    decreasing = (np.diff(np.asarray(indptr)) < 0).any()
+    for result, columns in ((by_chunks, 3), (one_column_by_chunks, 1)):
+        if decreasing:
+            assert np.isnan(result[bad_rows]).all()
+            kept = ~np.isnan(result).any(axis=1)
+            np.testing.assert_allclose(result[kept], expected[kept, :columns], rtol=1e-6)
+        else:
+            np.testing.assert_allclose(result, expected[:, :columns], rtol=1e-6)
     # The sampled product: NaN at an entry with a bad column; everywhere for bad bounds.
     bad_columns = (np.asarray(indices) < 0) | (np.asarray(indices) >= 5)
     if bad_columns.any():
@@ -535,6 +551,71 @@ def test_unrolled_loops_match_scipy_and_read_nothing_outside(unroll):
         return str(jax.make_jaxpr(product)(data, x, indices, indptr)).count("mask=")
 
     assert masked_accesses(unroll) > masked_accesses(1)
+
+
+# Rows of 20, 3, 0, 9, 17, 8, 1, 40, 0, 16, 2 and 33 entries, in chunks of 8 entries:
+# the first row starts the matrix and the last ends it, row 3 starts inside a chunk and
+# ends at the next one's start, where row 4 starts; rows 7 and 9 (with the empty row 8
+# between) meet in chunk 12; a row of 8 entries is no longer than a chunk.
+CHUNKED_LENGTHS = np.array([20, 3, 0, 9, 17, 8, 1, 40, 0, 16, 2, 33])
+CHUNK_BLOCKS = triton_csr.BlockSizes(
+    block_rows=4, lanes=1, row_steps=2, long_lanes=4, chunk_steps=2
+)
+
+
+def _expected_owners(indptr, chunk):
+    """Each chunk's rows longer than a chunk: the one holding its first entry, the one
+    starting inside it (-1: none), from the structure in numpy."""
+    starts, lengths = indptr[:-1], np.diff(indptr)
+    owners = []
+    for first in range(0, indptr[-1], chunk):
+        last = min(first + chunk, indptr[-1]) - 1
+        holding = [np.searchsorted(indptr, entry, side="right") - 1 for entry in (first, last)]
+        owners.append(
+            [
+                holding[0] if lengths[holding[0]] > chunk else -1,
+                holding[1] if lengths[holding[1]] > chunk and starts[holding[1]] > first else -1,
+            ]
+        )
+    return np.array(owners)
+
+
+@pytest.mark.parametrize(
+    ("k", "batch", "search_lanes"),
+    [(1, None, 256), (5, None, 4), pytest.param(3, 2, 4, marks=pytest.mark.slow)],
+)
+def test_rows_longer_than_a_chunk_match_scipy_and_read_nothing_outside(
+    k, batch, search_lanes, monkeypatch
+):
+    """The product with rows summed by chunks (`chunk_steps`): the chunk kernel finds each
+    chunk's rows (by a search of 4 rows a step, three steps for these 12 rows, or one of
+    256), the row blocks add them, and the product matches scipy, for one matrix and a
+    batch, reading and writing nothing outside."""
+    monkeypatch.setattr(triton_csr, "_SEARCH_LANES", search_lanes)
+    indptr = np.concatenate([[0], np.cumsum(CHUNKED_LENGTHS)]).astype(np.int32)
+    m, n, nnz = CHUNKED_LENGTHS.size, 29, int(indptr[-1])
+    rng = np.random.default_rng(11)
+    indices = rng.integers(0, n, nnz).astype(np.int32)
+    data = rng.standard_normal((batch or 1, nnz))
+    x = rng.standard_normal((n, k))
+    options = dict(shape=(m, n), interpret=True, platform="cuda", block_sizes=CHUNK_BLOCKS)
+    tiles, _ = triton_csr._tiles("cuda", True, CHUNK_BLOCKS, shape=(m, n), nnz=nnz, k=k, batch=1)
+    assert tiles.chunk == 8
+    values = jnp.asarray(data if batch else data[0])
+    structure = (jnp.asarray(indices), jnp.asarray(indptr))
+    with out_of_bounds_reports() as reports:
+        got = np.asarray(
+            triton_csr.csr_matmul_triton(values, jnp.asarray(x), *structure, **options)
+        )
+        operands = (structure[1], structure[0], jnp.asarray(data), jnp.asarray(x))
+        _, owners = triton_csr._chunked(operands, tiles, True, (True, CHUNK_BLOCKS, "test"))
+        owners = np.asarray(owners)
+    assert reports == []
+    np.testing.assert_array_equal(owners, _expected_owners(indptr, tiles.chunk))
+    assert (owners >= 0).any(axis=0).all()  # both slots are used
+    for member, values_of in enumerate(data):
+        twin = sp.csr_array((values_of, indices, indptr), shape=(m, n))
+        np.testing.assert_allclose(got[member] if batch else got, twin @ x, rtol=1e-12, atol=1e-12)
 
 
 # One column takes the same code as five: `slow`, which CI runs.

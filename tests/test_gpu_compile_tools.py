@@ -175,25 +175,36 @@ def test_compiles_every_gpu_kernel_family_of_each_format(tools):
     assert cases.gpu_kernel_families({"matmul": {"xla": None, "native": None}}) == ()
 
 
-def test_compiles_the_csr_kernels_unrolled(tools):
-    """The Triton CSR product and gradient step at each of `CSR_UNROLLS` and `KS`, after
-    the public programs; each traces to the shapes of its results."""
+def test_compiles_the_csr_kernels_unrolled_and_chunked(tools):
+    """The Triton CSR product and gradient step at each of `CSR_UNROLLS` and `KS`, and the
+    product with rows summed by chunks (one matrix and a batch), after the public
+    programs; each traces to the shapes of its results."""
     _, cases, _ = tools
     found = cases.csr_tile_programs()
     operations = ("A @ X", "gradient step (values, X)")
+    chunks = f"chunks of {cases.CSR_CHUNK_STEPS} steps"
     assert {(p.operation, p.k) for p in found} == {
         (f"{operation}, unroll {unroll}", k)
         for operation in operations
         for unroll in cases.CSR_UNROLLS
         for k in cases.KS
+    } | {
+        (f"{label}, {chunks}", k)
+        for label in ("A @ X", f"batch of {cases.BATCH} A @ X")
+        for k in cases.KS
     }
     assert all(p.family == "triton" and p.dtype == "float32" for p in found)
     matrix = cases.matrices()[-1]
     (m, n), values = matrix.shape, matrix.values_shape
-    for program in (p for p in found if p.k == 8 and "unroll 2" in p.operation):
+    wants = {
+        "A @ X, unroll 2": (m, 8),
+        "gradient step (values, X), unroll 2": (values, (n, 8)),
+        f"A @ X, {chunks}": (m, 8),
+        f"batch of {cases.BATCH} A @ X, {chunks}": (cases.BATCH, m, 8),
+    }
+    for program in (p for p in found if p.k == 8 and p.operation in wants):
         shapes = jax.tree.map(lambda a: a.shape, jax.eval_shape(program.function, *program.avals))
-        want = (m, 8) if program.operation.startswith("A @ X") else (values, (n, 8))
-        assert shapes == want, program.label
+        assert shapes == wants[program.operation], program.label
 
 
 def test_only_the_librarys_refusal_counts_as_declined(tools, monkeypatch):

@@ -29,6 +29,9 @@ KS = (1, 8, 128)
 # (`BlockSizes.unroll`; the tile sweep, `benchmarks/gpu_csr_tiles.py`, times the product
 # with them).
 CSR_UNROLLS = (2, 4)
+# Long-row steps a chunk in the Triton CSR product compiled with rows summed by chunks
+# (`BlockSizes.chunk_steps`), for one matrix and a batch of `BATCH`.
+CSR_CHUNK_STEPS = 8
 # Matrices per batch in the `jax.vmap` programs (a batch grid axis in the kernels).
 BATCH = 8
 STENCIL_SIDE = 1024  # a 1024 x 1024 grid: 2^20 rows
@@ -121,7 +124,8 @@ def gpu_kernel_families(implementations: dict) -> tuple[str, ...]:
 
 def programs() -> list[Program]:
     """Every (matrix, operation, dtype, k, kernel family) program, then the Triton CSR
-    kernels with more loop steps an iteration than the defaults' (`csr_tile_programs`)."""
+    kernels with more loop steps an iteration than the defaults', and with rows summed by
+    chunks (`csr_tile_programs`)."""
     return [
         Program(matrix.name, operation, jnp.dtype(dtype).name, k, family, function, avals)
         for matrix in matrices()
@@ -134,39 +138,53 @@ def programs() -> list[Program]:
 
 def csr_tile_programs() -> list[Program]:
     """The Triton CSR product and its one-pass gradient step (the sampled and transposed
-    products past 64 columns) in float32, with `CSR_UNROLLS` steps a loop iteration."""
+    products past 64 columns) in float32, with `CSR_UNROLLS` steps a loop iteration; and
+    the product with rows summed by chunks of `CSR_CHUNK_STEPS` long-row steps, for one
+    matrix and a batch."""
     matrix = matrices()[-1]
     shape = matrix.shape
     found = []
-    for unroll, k in ((unroll, k) for unroll in CSR_UNROLLS for k in KS):
-        options = dict(
-            shape=shape, platform=PLATFORM, block_sizes=triton_csr.BlockSizes(unroll=unroll)
-        )
-        values = jax.ShapeDtypeStruct(matrix.values_shape, jnp.float32)
+
+    def add(operation, k, function, avals):
+        found.append(Program(matrix.name, operation, "float32", k, "triton", function, avals))
+
+    for k in KS:
         x = jax.ShapeDtypeStruct((shape[1], k), jnp.float32)
         ct = jax.ShapeDtypeStruct((shape[0], k), jnp.float32)
+        for unroll in CSR_UNROLLS:
+            options = dict(
+                shape=shape, platform=PLATFORM, block_sizes=triton_csr.BlockSizes(unroll=unroll)
+            )
 
-        def product(values, x, indices, indptr, options=options):
+            def product(values, x, indices, indptr, options=options):
+                return triton_csr.csr_matmul_triton(values, x, indices, indptr, **options)
+
+            def pullback(ct, values, x, indices, indptr, options=options):
+                return triton_csr.csr_matmul_pullback_triton(
+                    ct, values, x, indices, indptr, **options
+                )
+
+            values = jax.ShapeDtypeStruct(matrix.values_shape, jnp.float32)
+            add(f"A @ X, unroll {unroll}", k, product, (values, x, *matrix.structure))
+            add(
+                f"gradient step (values, X), unroll {unroll}",
+                k,
+                pullback,
+                (ct, values, x, *matrix.structure),
+            )
+        chunked = dict(
+            shape=shape,
+            platform=PLATFORM,
+            block_sizes=triton_csr.BlockSizes(chunk_steps=CSR_CHUNK_STEPS),
+        )
+
+        def chunked_product(values, x, indices, indptr, options=chunked):
             return triton_csr.csr_matmul_triton(values, x, indices, indptr, **options)
 
-        def pullback(ct, values, x, indices, indptr, options=options):
-            return triton_csr.csr_matmul_pullback_triton(ct, values, x, indices, indptr, **options)
-
-        for operation, function, avals in (
-            ("A @ X", product, (values, x)),
-            ("gradient step (values, X)", pullback, (ct, values, x)),
-        ):
-            found.append(
-                Program(
-                    matrix.name,
-                    f"{operation}, unroll {unroll}",
-                    "float32",
-                    k,
-                    "triton",
-                    function,
-                    (*avals, *matrix.structure),
-                )
-            )
+        for lead, label in (((), "A @ X"), ((BATCH,), f"batch of {BATCH} A @ X")):
+            values = jax.ShapeDtypeStruct((*lead, *matrix.values_shape), jnp.float32)
+            operation = f"{label}, chunks of {CSR_CHUNK_STEPS} steps"
+            add(operation, k, chunked_product, (values, x, *matrix.structure))
     return found
 
 

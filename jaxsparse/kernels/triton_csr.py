@@ -3,7 +3,7 @@
 `A` is `(m, n)` with `data` `(nnz,)`, `indices` `(nnz,)` (the column of each entry) and
 `indptr` `(m + 1,)`; row `i` holds the entries `p` in `[indptr[i], indptr[i + 1])`.
 
-**Row blocks, their long rows walked whole.** What the structure looks like is not known
+**Row blocks; long rows walked whole or by chunks.** What the structure looks like is not known
 when the program is traced (under `jit` it is data), so every program handles any rows.
 One program per block of `block_rows` consecutive rows (and block of `block_k` columns of
 the dense operand, and block of batch members):
@@ -17,21 +17,30 @@ the dense operand, and block of batch members):
    program then walks its long rows one after another, `long_lanes` entries per step.
    Long rows are spread over the blocks' many programs, which the GPU schedules as they
    come, and a block with none pays one count.
+3. *Rows longer than a chunk* (`BlockSizes.chunk_steps`, product only). A first kernel
+   takes the entries in chunks of `long_lanes * chunk_steps`, one program each, and sums
+   each chunk's entries in the (at most two) rows longer than a chunk that meet it,
+   finding them by a search of `indptr`; the row-block program then adds a row's chunk
+   sums instead of walking its entries, so one row of millions of entries takes as many
+   programs as it has chunks, and a matrix with no such row pays one launch whose
+   programs only search.
 
-Each row is summed by one program in a fixed order, so results are the same bits on
-every run (no atomics).
+Each row is summed by one program (or chunks, by their programs, then one program) in a
+fixed order, so results are the same bits on every run (no atomics).
 
 **Invalid structures give NaN, never an out-of-bounds access.** Every index is checked
 before it is used, so nothing outside the arrays is read or written (every access goes
 through `_bounds_check`, whose interpret-mode reports the tests require to be empty). In
 the product, a row whose `indptr` bounds are decreasing or outside `[0, nnz]` (or
 `indptr[0] != 0`, `indptr[m] != nnz`), or that holds a column outside `[0, n)`, gets NaN
-in every column of its result. In the sampled product an entry with a column outside
-`[0, n)` gets NaN, and invalid bounds anywhere make every entry NaN (which entries such
-a row claims is not defined). The transposed product with atomics is NaN everywhere for
-invalid bounds or a column outside. For these whole-result cases each row-block program
-writes a flag, and a second kernel writes NaN over the result where any flag is set (a
-launch whose programs end at once for a valid structure). Entries in a matrix with no
+in every column of its result; so does a row longer than a chunk whose chunks the
+search did not find (only where `indptr` decreases somewhere). In the sampled product an
+entry with a column outside `[0, n)` gets NaN, and invalid bounds anywhere make every
+entry NaN (which entries such a row claims is not defined). The transposed product with
+atomics is NaN everywhere for invalid bounds or a column outside. For these whole-result
+cases each row-block program writes a flag, and a second kernel writes NaN over the
+result where any flag is set (a launch whose programs end at once for a valid
+structure). Entries in a matrix with no
 rows or no columns make every element of a result NaN. The containers' `check()` reports
 the same problems as an error, off the hot path.
 
@@ -124,6 +133,8 @@ _MAX_BLOCK_K = 64
 _ONE_LANE_COLUMNS = 64
 # Programs of the kernel that writes NaN over a result for an invalid structure.
 _POISON_PROGRAMS = 1024
+# Rows a step of the search for the row holding an entry: one vector load a step.
+_SEARCH_LANES = 256
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,6 +149,9 @@ class BlockSizes(_pallas.BlockSizes):
     - `unroll`: loop steps per iteration of the loops over entries: their loads issue
       before their products are used, so the latencies of that many steps overlap; the
       last iteration's steps past a row's end are masked (instructions, no loads).
+    - `chunk_steps`: in the product, rows longer than a chunk of `long_lanes *
+      chunk_steps` entries are summed by chunks, one program each, so that one long row
+      takes many programs (the module docstring); 0: no chunks.
     - `block_k`: columns of the dense operand per program (product) or per loop step
       (SDDMM); a power of 2.
     - `block_batch`: batch members per program (batched calls); a power of 2.
@@ -163,6 +177,7 @@ class BlockSizes(_pallas.BlockSizes):
     row_steps: int | None = _pallas.tile(power_of_two=False)
     long_lanes: int | None = _pallas.tile()
     unroll: int | None = _pallas.tile(power_of_two=False)
+    chunk_steps: int | None = _pallas.tile(minimum=0, power_of_two=False)
     block_k: int | None = _pallas.tile()
     block_batch: int | None = _pallas.tile()
     num_warps: int | None = _pallas.tile()
@@ -201,6 +216,7 @@ class BlockSizes(_pallas.BlockSizes):
             row_steps=max(8, 64 // lanes),
             long_lanes=max(_LONG_TILE // (block_k * block_batch), 16),
             unroll=1,
+            chunk_steps=0,
             block_k=block_k,
             block_batch=block_batch,
             stream_entries=False,
@@ -237,6 +253,7 @@ class _Tiles:
     row_cap: int
     long_lanes: int
     unroll: int
+    chunk: int  # entries a chunk where rows longer than that are chunked, else 0
     block_k: int
     block_batch: int
     stream_entries: bool
@@ -397,24 +414,20 @@ def _each_long_row(indptr_ref, tiles: _Tiles, block, lengths, body, init):
 # Product `A @ x`
 
 
-def _matmul_rows_kernel(indptr_ref, indices_ref, data_ref, x_ref, out_ref, *, tiles, shared):
-    """Rows block `program_id(0)`, k-block `program_id(1)`, batch block `program_id(2)`:
-    `data` `(batch, nnz)`, `x` `(n, k)` if `shared` else `(batch, n, k)`, `out`
-    `(batch, m, k)`."""
-    block = pl.program_id(0)
-    k_cols, k_mask, out_k = _k_columns(tiles, pl.program_id(1))
-    members, member_mask, out_members = _members(tiles)
-    out_rows, row_mask, starts, lengths, bad_rows = _block_rows(indptr_ref, tiles, block)
-    is_long = lengths > tiles.row_cap
-    short = jnp.where(is_long, 0, lengths)
-    lane = jnp.arange(tiles.lanes, dtype=starts.dtype)[None, :]
-    acc_dtype = accumulation_dtype(out_ref.dtype)
+def _product_terms(data_ref, x_ref, tiles: _Tiles, shared, k_block):
+    """`products(positions, mask, cols, outside)`: the entries' values times their rows
+    of `x` (k-block `k_block`, this program's batch members), `(block_batch, *positions.shape,
+    block_k)` in the accumulation dtype, and the lanes whose column is outside, for the
+    loops to carry and reduce.
 
-    # The products, and the lanes whose column is outside (for the loops to carry and
-    # reduce). With one column a tile, such an entry's value is NaN instead (no flags: a
-    # reduction less per long row) and its gather is masked (no select before a scalar
-    # address); with more, flags and a clamped column cost fewer instructions and barriers
-    # (benchmarks/results/gpu-csr-sass-2026-11-28.txt).
+    With one column a tile, such an entry's value is NaN instead (no flags: a reduction
+    less per long row) and its gather is masked (no select before a scalar address); with
+    more, flags and a clamped column cost fewer instructions and barriers
+    (benchmarks/results/gpu-csr-sass-2026-11-28.txt)."""
+    k_cols, k_mask, _ = _k_columns(tiles, k_block)
+    members, member_mask, _ = _members(tiles)
+    acc_dtype = accumulation_dtype(x_ref.dtype)
+
     def products(positions, mask, cols, outside):
         vals = _entry_values(data_ref, tiles, members, member_mask, positions, mask)
         vals = vals.astype(acc_dtype)
@@ -435,6 +448,60 @@ def _matmul_rows_kernel(indptr_ref, indices_ref, data_ref, x_ref, out_ref, *, ti
             tiles.read_again,
         )
         return vals[..., None] * x_rows.astype(acc_dtype), outside
+
+    return products
+
+
+def _lanes_after_loop(tiles: _Tiles) -> bool:
+    """Whether the loops over one row's entries (or chunks), `long_lanes` a step, carry
+    their partial sums per lane and sum the lanes once after the loop: while that tile
+    stays within `_LONG_TILE` values. A larger one (16 lanes of wide or batched operands)
+    would take registers, and occupancy, from every program, so it is summed every step."""
+    return tiles.block_batch * tiles.long_lanes * tiles.block_k <= _LONG_TILE
+
+
+def _row_sum(indices_ref, tiles: _Tiles, products, start, length, acc_dtype):
+    """The sum of `products` over the `length` entries from `start` (scalars), `long_lanes`
+    entries a step (`_lanes_after_loop`): `(block_batch, block_k)`, and whether a column
+    among them was outside."""
+    long_tile = (tiles.block_batch, tiles.long_lanes, tiles.block_k)
+    lanes_after_loop = _lanes_after_loop(tiles)
+    lane = jnp.arange(tiles.long_lanes, dtype=start.dtype)
+
+    def step(s, carry):
+        acc, outside_seen = carry
+        mask, positions, cols, outside = _step_entries(
+            indices_ref, tiles, start, length, lane, tiles.long_lanes, s
+        )
+        step_products, outside = products(positions, mask, cols, outside)
+        if not lanes_after_loop:
+            step_products = jnp.sum(step_products, axis=1)
+        return acc + step_products, outside_seen | outside
+
+    acc_shape = long_tile if lanes_after_loop else (long_tile[0], long_tile[2])
+    init = (jnp.zeros(acc_shape, acc_dtype), jnp.zeros(long_tile[1:2], bool))
+    acc, outside_seen = _over_entries(tiles.unroll, length, tiles.long_lanes, step, init)
+    total = jnp.sum(acc, axis=1) if lanes_after_loop else acc
+    return total, jnp.max(outside_seen.astype(jnp.int32)) > 0
+
+
+def _matmul_rows_kernel(indptr_ref, indices_ref, data_ref, x_ref, *refs, tiles, shared):
+    """Rows block `program_id(0)`, k-block `program_id(1)`, batch block `program_id(2)`:
+    `data` `(batch, nnz)`, `x` `(n, k)` if `shared` else `(batch, n, k)`, `out`
+    `(batch, m, k)`. With chunks (`tiles.chunk`), `refs` are the chunk kernel's partial
+    sums and owners, then `out`: rows longer than a chunk add their chunks' sums."""
+    *chunk_refs, out_ref = refs
+    block = pl.program_id(0)
+    _, k_mask, out_k = _k_columns(tiles, pl.program_id(1))
+    _, member_mask, out_members = _members(tiles)
+    out_rows, row_mask, starts, lengths, bad_rows = _block_rows(indptr_ref, tiles, block)
+    is_long = lengths > tiles.row_cap
+    short = jnp.where(is_long, 0, lengths)
+    lane = jnp.arange(tiles.lanes, dtype=starts.dtype)[None, :]
+    acc_dtype = accumulation_dtype(out_ref.dtype)
+    products = _product_terms(data_ref, x_ref, tiles, shared, pl.program_id(1))
+    if tiles.chunk:
+        chunk_sums = _chunk_summer(*chunk_refs, tiles, pl.program_id(1))
 
     # The loops add each step's tile into a tile of partial sums, one per lane, and sum
     # the lanes once after the loop: a sum over lanes every step would move each row's sum
@@ -460,38 +527,145 @@ def _matmul_rows_kernel(indptr_ref, indices_ref, data_ref, x_ref, out_ref, *, ti
         mask=member_mask[:, None, None] & (row_mask & ~is_long)[None, :, None] & k_mask,
     )
 
-    # A long row's partial sums are carried per lane too while that tile stays within
-    # `_LONG_TILE` values; a larger one (16 lanes of wide or batched operands) would take
-    # registers, and occupancy, from every program.
-    long_tile = (tiles.block_batch, tiles.long_lanes, tiles.block_k)
-    lanes_after_loop = tiles.block_batch * tiles.long_lanes * tiles.block_k <= _LONG_TILE
-
     def long_row(row, start, length, carry):
-        lane = jnp.arange(tiles.long_lanes, dtype=start.dtype)
+        def walked():
+            return _row_sum(indices_ref, tiles, products, start, length, acc_dtype)
 
-        def step(s, carry):
-            acc, outside_seen = carry
-            mask, positions, cols, outside = _step_entries(
-                indices_ref, tiles, start, length, lane, tiles.long_lanes, s
+        if tiles.chunk:  # a row longer than a chunk adds its chunks' sums instead
+            total, bad = lax.cond(
+                length > tiles.chunk, lambda: chunk_sums(row, start, length), walked
             )
-            step_products, outside = products(positions, mask, cols, outside)
-            if not lanes_after_loop:
-                step_products = jnp.sum(step_products, axis=1)
-            return acc + step_products, outside_seen | outside
-
-        acc_shape = long_tile if lanes_after_loop else (long_tile[0], long_tile[2])
-        init = (jnp.zeros(acc_shape, acc_dtype), jnp.zeros(long_tile[1:2], bool))
-        acc, outside_seen = _over_entries(tiles.unroll, length, tiles.long_lanes, step, init)
-        bad = jnp.max(outside_seen.astype(jnp.int32)) > 0
+        else:
+            total, bad = walked()
         store(
             out_ref,
             (out_members[:, None], row, out_k[None, :]),
-            _poisoned(jnp.sum(acc, axis=1) if lanes_after_loop else acc, bad).astype(out_ref.dtype),
+            _poisoned(total, bad).astype(out_ref.dtype),
             mask=member_mask[:, None] & k_mask[None, :],
         )
         return carry
 
     _each_long_row(indptr_ref, tiles, block, lengths, long_row, None)
+
+
+# ---------------------------------------------------------------------------------------
+# Rows longer than a chunk: their entries summed by chunks, over many programs
+
+
+def _row_of_entry(indptr_ref, tiles: _Tiles, entry):
+    """The row holding entry `entry` (a scalar in `[0, nnz)`): the last row `r < m` with
+    `indptr[r] <= entry`. A search over `_SEARCH_LANES` rows a step (three steps for 2^22
+    rows), each a vector load; any `indptr` gives a row in `[0, m)`, though for a
+    decreasing one not necessarily one holding the entry."""
+    index_dtype = indptr_ref.dtype
+    lanes = jnp.arange(_SEARCH_LANES, dtype=index_dtype)
+    row, span = jnp.zeros((), index_dtype), tiles.m
+    while span > 1:  # the candidates are the `span` rows from `row`; `span` is static
+        stride = pl.cdiv(span, _SEARCH_LANES)
+        probes = row + lanes * stride
+        inside = probes < tiles.m
+        below = inside & (load(indptr_ref, (probes,), mask=inside, other=0) <= entry)
+        count = jnp.sum(below.astype(jnp.int32))
+        row += jnp.maximum(count - 1, 0).astype(index_dtype) * stride
+        span = stride
+    return row
+
+
+def _matmul_chunks_kernel(
+    indptr_ref, indices_ref, data_ref, x_ref, partials_ref, owners_ref, *, tiles, shared
+):
+    """Chunk `program_id(0)` (entries `[c * chunk, (c + 1) * chunk)`), k-block
+    `program_id(1)`, batch block `program_id(2)`: the sums of the chunk's entries in the
+    rows longer than a chunk, `partials` `(batch, chunks, 2, k)`, and those rows,
+    `owners` `(chunks, 2)` (-1: none).
+
+    A row longer than a chunk that meets chunk `c` either holds its first entry (slot 0)
+    or starts inside it (slot 1); at most one row does each, since a row starting inside
+    and not ending there is the one holding its last entry. So each slot is found by one
+    search of `indptr`, and a row's chunks are `[start // chunk, (end - 1) // chunk]`,
+    slot 1 in the first where `start` is not a multiple of `chunk`. A row whose bounds
+    are invalid is no slot's owner."""
+    chunk = pl.program_id(0).astype(indptr_ref.dtype)
+    products = _product_terms(data_ref, x_ref, tiles, shared, pl.program_id(1))
+    _, k_mask, out_k = _k_columns(tiles, pl.program_id(1))
+    _, member_mask, out_members = _members(tiles)
+    first = chunk * tiles.chunk
+    end = first + jnp.minimum(tiles.nnz - first, tiles.chunk)
+    for slot, entry in enumerate((first, end - 1)):
+        row = _row_of_entry(indptr_ref, tiles, entry)
+        start = load(indptr_ref, (row,), mask=row < tiles.m, other=0)
+        stop = load(indptr_ref, (row + 1,), mask=row < tiles.m, other=0)
+        owned = (start >= 0) & (stop <= tiles.nnz) & (stop - start > tiles.chunk)
+        if slot == 0:
+            owned &= (start <= first) & (first < stop)
+            # `first` for an owned row, but not known aligned when traced: from an aligned
+            # start Triton loads 4 entries a thread and moves them through shared memory
+            # every step (benchmarks/results/gpu-csr-chunks-sass-2026-11-28.txt).
+            lo, hi = jnp.maximum(first, start), jnp.minimum(stop, end)
+        else:  # a row longer than a chunk starting inside it reaches past its end
+            owned &= (first < start) & (start < end)
+            lo, hi = start, end
+        total, bad = _row_sum(
+            indices_ref,
+            tiles,
+            products,
+            lo,
+            jnp.where(owned, hi - lo, 0),
+            partials_ref.dtype,
+        )
+        store(
+            partials_ref,
+            (out_members[:, None], chunk, slot, out_k[None, :]),
+            _poisoned(total, bad),
+            mask=member_mask[:, None] & k_mask[None, :],
+        )
+        owners_ref[chunk, slot] = jnp.where(owned, row, -1)
+
+
+def _chunk_summer(partials_ref, owners_ref, tiles: _Tiles, k_block):
+    """`chunk_sums(row, start, length)`: row `row`'s sum from the partial sums of its chunks
+    (none if `length` is 0), `long_lanes` chunks a step, in a fixed order: `(block_batch,
+    block_k)` for k-block `k_block`, and whether a chunk's slot is not this row's (the
+    chunk kernel's search is exact only for a nondecreasing `indptr`)."""
+    k_cols, k_mask, _ = _k_columns(tiles, k_block)
+    members, member_mask, _ = _members(tiles)
+    tile = (tiles.block_batch, tiles.long_lanes, tiles.block_k)
+    lanes_after_loop = _lanes_after_loop(tiles)
+
+    def chunk_sums(row, start, length):
+        first = start // tiles.chunk
+        count = jnp.where(length > 0, (start + length - 1) // tiles.chunk - first + 1, 0)
+        lane = jnp.arange(tiles.long_lanes, dtype=start.dtype)
+
+        def step(s, carry):
+            acc, foreign = carry
+            offset = s.astype(start.dtype) * tiles.long_lanes + lane
+            mask = offset < count
+            chunks = first + offset
+            slots = (start > chunks * tiles.chunk).astype(chunks.dtype)
+            owners = load(owners_ref, (chunks, slots), mask=mask, other=row)
+            sums = load(
+                partials_ref,
+                (
+                    members[:, None, None],
+                    chunks[None, :, None],
+                    slots[None, :, None],
+                    k_cols[None, None, :],
+                ),
+                mask=member_mask[:, None, None] & mask[None, :, None] & k_mask[None, None, :],
+                other=0,
+            )
+            if not lanes_after_loop:
+                sums = jnp.sum(sums, axis=1)
+            return acc + sums, foreign | (owners != row)
+
+        acc_shape = tile if lanes_after_loop else (tile[0], tile[2])
+        init = (jnp.zeros(acc_shape, partials_ref.dtype), jnp.zeros(tile[1:2], bool))
+        acc, foreign = _over_entries(tiles.unroll, count, tiles.long_lanes, step, init)
+        total = jnp.sum(acc, axis=1) if lanes_after_loop else acc
+        return total, jnp.max(foreign.astype(jnp.int32)) > 0
+
+    return chunk_sums
 
 
 # ---------------------------------------------------------------------------------------
@@ -794,6 +968,7 @@ def _tiles(platform, interpret, block_sizes, *, shape, nnz, k, batch) -> tuple[_
     block_sizes = (block_sizes or BlockSizes()).filled(
         platform=platform, num_cols=k, batch=batch, mean_row_length=nnz / max(m, 1)
     )
+    chunk = block_sizes.long_lanes * block_sizes.chunk_steps
     tiles = _Tiles(
         m=m,
         n=n,
@@ -805,6 +980,7 @@ def _tiles(platform, interpret, block_sizes, *, shape, nnz, k, batch) -> tuple[_
         row_cap=block_sizes.lanes * block_sizes.row_steps,
         long_lanes=block_sizes.long_lanes,
         unroll=block_sizes.unroll,
+        chunk=chunk if chunk < nnz else 0,  # no row is longer than all the entries
         block_k=block_sizes.block_k,
         block_batch=block_sizes.block_batch if batch > 1 else 1,
         stream_entries=block_sizes.stream_entries,
@@ -920,19 +1096,42 @@ def _product(rows_kernel, name, data, dense, indices, indptr, shape, **options):
         batch=batch or 1,
     )
     out_shape = (batch or 1, outer, k)
+    operands = (indptr, indices, data.reshape(batch or 1, -1), dense)
+    launch_options = (options["interpret"], block_sizes, name)
     extra = {}
     if transposed:
         extra = dict(poison=_matmul_t_poison_kernel, initial=jnp.zeros(out_shape, dense.dtype))
+    elif tiles.chunk:
+        operands += _chunked(operands, tiles, dense.ndim == 2, launch_options)
     out = _launch(
         functools.partial(rows_kernel, tiles=tiles, shared=dense.ndim == 2),
-        (indptr, indices, data.reshape(batch or 1, -1), dense),
+        operands,
         jax.ShapeDtypeStruct(out_shape, dense.dtype),
         tiles,
         pl.cdiv(k, tiles.block_k),
-        (options["interpret"], block_sizes, name),
+        launch_options,
         **extra,
     )
     return out if batch else out[0]
+
+
+def _chunked(operands, tiles: _Tiles, shared: bool, options):
+    """The chunk kernel over the product's `operands`: the partial sums and owners of
+    every chunk of entries (`_matmul_chunks_kernel`)."""
+    interpret, block_sizes, name = options
+    indptr, _, data, dense = operands
+    chunks, k = pl.cdiv(tiles.nnz, tiles.chunk), dense.shape[-1]
+    return pl.pallas_call(
+        functools.partial(_matmul_chunks_kernel, tiles=tiles, shared=shared),
+        grid=(chunks, pl.cdiv(k, tiles.block_k), pl.cdiv(tiles.batch, tiles.block_batch)),
+        out_shape=(
+            jax.ShapeDtypeStruct((data.shape[0], chunks, 2, k), accumulation_dtype(dense.dtype)),
+            jax.ShapeDtypeStruct((chunks, 2), indptr.dtype),
+        ),
+        compiler_params=_compiler_params(block_sizes),
+        interpret=interpret,
+        name=f"{name}_chunks",
+    )(*operands)
 
 
 def _scatters_with_atomics(dtype, interpret: bool) -> bool:
