@@ -358,8 +358,10 @@ def test_invalid_structures_give_nan_rows(name):
     # Blocks of 2 rows, long rows past 2 entries: short and long rows meet the bad rows.
     blocks = triton_csr.BlockSizes(block_rows=2, lanes=1, row_steps=2)
     options = dict(shape=(4, 5), interpret=True, platform="cuda", block_sizes=blocks)
-    # And long rows summed by chunks of one entry.
-    chunked = {**options, "block_sizes": dataclasses.replace(blocks, long_lanes=1, chunk_steps=1)}
+    # And long rows summed by chunks of two entries: the row of 3 from entry 3 starts
+    # inside a chunk (slot 1) and ends inside the next (slot 0).
+    by_chunks = dataclasses.replace(blocks, long_lanes=2, chunk_steps=1)
+    chunked = {**options, "block_sizes": by_chunks}
 
     def every_kernel(data, x, g, indices, indptr):
         return (
@@ -377,22 +379,26 @@ def test_invalid_structures_give_nan_rows(name):
     # One program for all (under `jit` as a user's would be), compiled once.
     with out_of_bounds_reports() as reports:
         results = jax.tree.map(np.asarray, jax.jit(every_kernel)(data, x, g, indices, indptr))
-    got, one_column, by_chunks, one_column_by_chunks, *_ = results
+    got, one_column, got_by_chunks, one_column_by_chunks, *_ = results
     sampled, transposed, one_pass, sorted_t = results[4:]
     assert reports == []
     expected = _expected_rows(indptr, indices, x, bad_rows)
     np.testing.assert_allclose(got, expected, rtol=1e-6)
     np.testing.assert_allclose(one_column, expected[:, :1], rtol=1e-6)
-    # By chunks: the same, but where `indptr` decreases the search may miss a valid row's
-    # chunks, which then makes that row NaN too (the module docstring).
-    decreasing = (np.diff(np.asarray(indptr)) < 0).any()
-    for result, columns in ((by_chunks, 3), (one_column_by_chunks, 1)):
-        if decreasing:
-            assert np.isnan(result[bad_rows]).all()
-            kept = ~np.isnan(result).any(axis=1)
-            np.testing.assert_allclose(result[kept], expected[kept, :columns], rtol=1e-6)
-        else:
-            np.testing.assert_allclose(result, expected[:, :columns], rtol=1e-6)
+    # By chunks: the same, but where `indptr` decreases the search may miss the chunks of
+    # a valid row longer than a chunk, which then is NaN too (the module docstring).
+    bounds = np.asarray(indptr)
+    lengths = np.diff(bounds)
+    valid = (bounds[:-1] >= 0) & (bounds[1:] <= 8) & (lengths >= 0)
+    chunk = by_chunks.long_lanes * by_chunks.chunk_steps
+    row_cap = blocks.lanes * blocks.row_steps
+    may_miss = valid & (lengths > max(chunk, row_cap)) & (np.diff(bounds) < 0).any()
+    for result, columns in ((got_by_chunks, 3), (one_column_by_chunks, 1)):
+        np.testing.assert_allclose(result[~may_miss], expected[~may_miss, :columns], rtol=1e-6)
+        missed = np.isnan(result[may_miss]).all(axis=1)
+        np.testing.assert_allclose(
+            result[may_miss][~missed], expected[may_miss][~missed, :columns], rtol=1e-6
+        )
     # The sampled product: NaN at an entry with a bad column; everywhere for bad bounds.
     bad_columns = (np.asarray(indices) < 0) | (np.asarray(indices) >= 5)
     if bad_columns.any():
@@ -580,35 +586,46 @@ def _expected_owners(indptr, chunk):
     return np.array(owners)
 
 
-@pytest.mark.parametrize(
-    ("k", "batch", "search_lanes"),
-    [(1, None, 256), (5, None, 4), pytest.param(3, 2, 4, marks=pytest.mark.slow)],
-)
+# (k, batch, rows of the search's steps, changes to `CHUNK_BLOCKS`, `_LONG_TILE`).
+CHUNKED_CASES = [
+    (1, None, 256, {}, None),
+    # Column tiles of 2 (three k-blocks) and two steps a loop iteration.
+    (5, None, 4, dict(block_k=2, unroll=2), None),
+    # Blocks of 2 of 3 matrices, and partial sums summed every step (tiles past 16 values).
+    pytest.param(3, 3, 4, dict(block_batch=2), 16, marks=pytest.mark.slow),
+]
+
+
+@pytest.mark.parametrize(("k", "batch", "search_lanes", "changes", "long_tile"), CHUNKED_CASES)
 def test_rows_longer_than_a_chunk_match_scipy_and_read_nothing_outside(
-    k, batch, search_lanes, monkeypatch
+    k, batch, search_lanes, changes, long_tile, monkeypatch
 ):
     """The product with rows summed by chunks (`chunk_steps`): the chunk kernel finds each
     chunk's rows (by a search of 4 rows a step, three steps for these 12 rows, or one of
     256), the row blocks add them, and the product matches scipy, for one matrix and a
-    batch, reading and writing nothing outside."""
+    batch, several k-blocks, loops of two steps an iteration and partial sums summed every
+    step, reading and writing nothing outside."""
     monkeypatch.setattr(triton_csr, "_SEARCH_LANES", search_lanes)
+    if long_tile:
+        monkeypatch.setattr(triton_csr, "_LONG_TILE", long_tile)
+    blocks = dataclasses.replace(CHUNK_BLOCKS, **changes)
     indptr = np.concatenate([[0], np.cumsum(CHUNKED_LENGTHS)]).astype(np.int32)
     m, n, nnz = CHUNKED_LENGTHS.size, 29, int(indptr[-1])
     rng = np.random.default_rng(11)
     indices = rng.integers(0, n, nnz).astype(np.int32)
     data = rng.standard_normal((batch or 1, nnz))
     x = rng.standard_normal((n, k))
-    options = dict(shape=(m, n), interpret=True, platform="cuda", block_sizes=CHUNK_BLOCKS)
-    tiles, _ = triton_csr._tiles("cuda", True, CHUNK_BLOCKS, shape=(m, n), nnz=nnz, k=k, batch=1)
+    options = dict(shape=(m, n), interpret=True, platform="cuda", block_sizes=blocks)
+    tiles, _ = triton_csr._tiles("cuda", True, blocks, shape=(m, n), nnz=nnz, k=k, batch=batch or 1)
     assert tiles.chunk == 8
+    assert triton_csr._lanes_after_loop(tiles) == (long_tile is None)
     values = jnp.asarray(data if batch else data[0])
     structure = (jnp.asarray(indices), jnp.asarray(indptr))
     with out_of_bounds_reports() as reports:
-        got = np.asarray(
-            triton_csr.csr_matmul_triton(values, jnp.asarray(x), *structure, **options)
-        )
+        got = triton_csr.csr_matmul_triton(values, jnp.asarray(x), *structure, **options)
+        got = np.asarray(got)
         operands = (structure[1], structure[0], jnp.asarray(data), jnp.asarray(x))
-        _, owners = triton_csr._chunked(operands, tiles, True, (True, CHUNK_BLOCKS, "test"))
+        _, owners = triton_csr._chunked(operands, tiles, True, (True, blocks, "test"))
         owners = np.asarray(owners)
     assert reports == []
     np.testing.assert_array_equal(owners, _expected_owners(indptr, tiles.chunk))

@@ -22,8 +22,8 @@ the dense operand, and block of batch members):
    each chunk's entries in the (at most two) rows longer than a chunk that meet it,
    finding them by a search of `indptr`; the row-block program then adds a row's chunk
    sums instead of walking its entries, so one row of millions of entries takes as many
-   programs as it has chunks, and a matrix with no such row pays one launch whose
-   programs only search.
+   programs as it has chunks. A matrix with no such row pays one launch whose programs
+   search and write zero sums: two rows of `k` values a chunk and batch member.
 
 Each row is summed by one program (or chunks, by their programs, then one program) in a
 fixed order, so results are the same bits on every run (no atomics).
@@ -574,7 +574,7 @@ def _row_of_entry(indptr_ref, tiles: _Tiles, entry):
 def _matmul_chunks_kernel(
     indptr_ref, indices_ref, data_ref, x_ref, partials_ref, owners_ref, *, tiles, shared
 ):
-    """Chunk `program_id(0)` (entries `[c * chunk, (c + 1) * chunk)`), k-block
+    """Chunk `c = program_id(0)` (entries `[c * chunk, (c + 1) * chunk)`), k-block
     `program_id(1)`, batch block `program_id(2)`: the sums of the chunk's entries in the
     rows longer than a chunk, `partials` `(batch, chunks, 2, k)`, and those rows,
     `owners` `(chunks, 2)` (-1: none).
@@ -585,11 +585,11 @@ def _matmul_chunks_kernel(
     search of `indptr`, and a row's chunks are `[start // chunk, (end - 1) // chunk]`,
     slot 1 in the first where `start` is not a multiple of `chunk`. A row whose bounds
     are invalid is no slot's owner."""
-    chunk = pl.program_id(0).astype(indptr_ref.dtype)
+    chunk_index = pl.program_id(0).astype(indptr_ref.dtype)
     products = _product_terms(data_ref, x_ref, tiles, shared, pl.program_id(1))
     _, k_mask, out_k = _k_columns(tiles, pl.program_id(1))
     _, member_mask, out_members = _members(tiles)
-    first = chunk * tiles.chunk
+    first = chunk_index * tiles.chunk
     end = first + jnp.minimum(tiles.nnz - first, tiles.chunk)
     for slot, entry in enumerate((first, end - 1)):
         row = _row_of_entry(indptr_ref, tiles, entry)
@@ -615,18 +615,19 @@ def _matmul_chunks_kernel(
         )
         store(
             partials_ref,
-            (out_members[:, None], chunk, slot, out_k[None, :]),
+            (out_members[:, None], chunk_index, slot, out_k[None, :]),
             _poisoned(total, bad),
             mask=member_mask[:, None] & k_mask[None, :],
         )
-        owners_ref[chunk, slot] = jnp.where(owned, row, -1)
+        position = (chunk_index, jnp.asarray(slot, chunk_index.dtype))
+        store(owners_ref, position, jnp.where(owned, row, -1), mask=row < tiles.m)
 
 
 def _chunk_summer(partials_ref, owners_ref, tiles: _Tiles, k_block):
-    """`chunk_sums(row, start, length)`: row `row`'s sum from the partial sums of its chunks
-    (none if `length` is 0), `long_lanes` chunks a step, in a fixed order: `(block_batch,
-    block_k)` for k-block `k_block`, and whether a chunk's slot is not this row's (the
-    chunk kernel's search is exact only for a nondecreasing `indptr`)."""
+    """`chunk_sums(row, start, length)`: the sum of row `row`, longer than a chunk, from the
+    partial sums of its chunks, `long_lanes` chunks a step, in a fixed order:
+    `(block_batch, block_k)` for k-block `k_block`, and whether a chunk's slot is not this
+    row's (the chunk kernel's search is exact only for a nondecreasing `indptr`)."""
     k_cols, k_mask, _ = _k_columns(tiles, k_block)
     members, member_mask, _ = _members(tiles)
     tile = (tiles.block_batch, tiles.long_lanes, tiles.block_k)
@@ -634,7 +635,7 @@ def _chunk_summer(partials_ref, owners_ref, tiles: _Tiles, k_block):
 
     def chunk_sums(row, start, length):
         first = start // tiles.chunk
-        count = jnp.where(length > 0, (start + length - 1) // tiles.chunk - first + 1, 0)
+        count = (start + length - 1) // tiles.chunk - first + 1
         lane = jnp.arange(tiles.long_lanes, dtype=start.dtype)
 
         def step(s, carry):
