@@ -237,6 +237,17 @@ def test_csr_tile_sweep_variants_are_valid_block_sizes():
     assert tiles.selected(grid, ()) == grid
 
 
+def test_hub_rows_matrix_has_its_hubs_among_rows_of_eight():
+    """The tile sweep's `hub-rows` matrix (`matrices.hub_rows`): 16 rows of a quarter of
+    the columns each, the rest at most 8 entries (columns drawn with repeats, summed)."""
+    matrices = _load("matrices")
+    matrix = matrices.hub_rows(4096, np.random.default_rng(0))
+    lengths = np.diff(matrix.indptr)
+    assert matrix.shape == (4096, 4096)
+    assert np.sum(lengths > 8) == 16 and np.all(lengths <= 1024)
+    assert np.sort(lengths)[-16:].min() > 1024 * 0.8  # few repeats among 1024 of 4096
+
+
 def test_kernel_times_report_assigns_kernels_to_calls_by_marker(tmp_path, capsys):
     """`gpu_kernel_times.py report` on a CSV as Nsight Compute writes it: each kernel goes
     to the call whose marker's grid came before it, times in ncu's units become
