@@ -453,36 +453,46 @@ def _product_terms(data_ref, x_ref, tiles: _Tiles, shared, k_block):
 
 
 def _lanes_after_loop(tiles: _Tiles) -> bool:
-    """Whether the loops over one row's entries (or chunks), `long_lanes` a step, carry
-    their partial sums per lane and sum the lanes once after the loop: while that tile
-    stays within `_LONG_TILE` values. A larger one (16 lanes of wide or batched operands)
-    would take registers, and occupancy, from every program, so it is summed every step."""
+    """Whether `_lane_sums` carries its values per lane and sums the lanes once after the
+    loop: while that tile stays within `_LONG_TILE` values. A larger one (16 lanes of wide
+    or batched operands) would take registers, and occupancy, from every program, so it
+    is summed every step."""
     return tiles.block_batch * tiles.long_lanes * tiles.block_k <= _LONG_TILE
+
+
+def _lane_sums(tiles: _Tiles, count, dtype, terms):
+    """Sums `terms(s)`, `(values, flags)` of shapes `(block_batch, long_lanes, block_k)` and
+    `(long_lanes,)`, over the steps `s` that cover `count` items `long_lanes` a step (one
+    row's entries, or its chunks; `_lanes_after_loop`): `(block_batch, block_k)` in
+    `dtype`, and whether any flag was set."""
+    tile = (tiles.block_batch, tiles.long_lanes, tiles.block_k)
+    lanes_after_loop = _lanes_after_loop(tiles)
+
+    def step(s, carry):
+        acc, seen = carry
+        values, flags = terms(s)
+        return acc + (values if lanes_after_loop else jnp.sum(values, axis=1)), seen | flags
+
+    acc_shape = tile if lanes_after_loop else (tile[0], tile[2])
+    init = (jnp.zeros(acc_shape, dtype), jnp.zeros(tile[1:2], bool))
+    acc, seen = _over_entries(tiles.unroll, count, tiles.long_lanes, step, init)
+    total = jnp.sum(acc, axis=1) if lanes_after_loop else acc
+    return total, jnp.max(seen.astype(jnp.int32)) > 0
 
 
 def _row_sum(indices_ref, tiles: _Tiles, products, start, length, acc_dtype):
     """The sum of `products` over the `length` entries from `start` (scalars), `long_lanes`
-    entries a step (`_lanes_after_loop`): `(block_batch, block_k)`, and whether a column
-    among them was outside."""
-    long_tile = (tiles.block_batch, tiles.long_lanes, tiles.block_k)
-    lanes_after_loop = _lanes_after_loop(tiles)
+    entries a step (`_lane_sums`): `(block_batch, block_k)`, and whether a column among
+    them was outside."""
     lane = jnp.arange(tiles.long_lanes, dtype=start.dtype)
 
-    def step(s, carry):
-        acc, outside_seen = carry
+    def terms(s):
         mask, positions, cols, outside = _step_entries(
             indices_ref, tiles, start, length, lane, tiles.long_lanes, s
         )
-        step_products, outside = products(positions, mask, cols, outside)
-        if not lanes_after_loop:
-            step_products = jnp.sum(step_products, axis=1)
-        return acc + step_products, outside_seen | outside
+        return products(positions, mask, cols, outside)
 
-    acc_shape = long_tile if lanes_after_loop else (long_tile[0], long_tile[2])
-    init = (jnp.zeros(acc_shape, acc_dtype), jnp.zeros(long_tile[1:2], bool))
-    acc, outside_seen = _over_entries(tiles.unroll, length, tiles.long_lanes, step, init)
-    total = jnp.sum(acc, axis=1) if lanes_after_loop else acc
-    return total, jnp.max(outside_seen.astype(jnp.int32)) > 0
+    return _lane_sums(tiles, length, acc_dtype, terms)
 
 
 def _matmul_rows_kernel(indptr_ref, indices_ref, data_ref, x_ref, *refs, tiles, shared):
@@ -625,21 +635,19 @@ def _matmul_chunks_kernel(
 
 def _chunk_summer(partials_ref, owners_ref, tiles: _Tiles, k_block):
     """`chunk_sums(row, start, length)`: the sum of row `row`, longer than a chunk, from the
-    partial sums of its chunks, `long_lanes` chunks a step, in a fixed order:
-    `(block_batch, block_k)` for k-block `k_block`, and whether a chunk's slot is not this
-    row's (the chunk kernel's search is exact only for a nondecreasing `indptr`)."""
+    partial sums of its chunks, `long_lanes` chunks a step (`_lane_sums`), in a fixed
+    order: `(block_batch, block_k)` for k-block `k_block`, and whether a chunk's slot is
+    not this row's (the chunk kernel's search is exact only for a nondecreasing
+    `indptr`)."""
     k_cols, k_mask, _ = _k_columns(tiles, k_block)
     members, member_mask, _ = _members(tiles)
-    tile = (tiles.block_batch, tiles.long_lanes, tiles.block_k)
-    lanes_after_loop = _lanes_after_loop(tiles)
 
     def chunk_sums(row, start, length):
         first = start // tiles.chunk
         count = (start + length - 1) // tiles.chunk - first + 1
         lane = jnp.arange(tiles.long_lanes, dtype=start.dtype)
 
-        def step(s, carry):
-            acc, foreign = carry
+        def terms(s):
             offset = s.astype(start.dtype) * tiles.long_lanes + lane
             mask = offset < count
             chunks = first + offset
@@ -656,15 +664,9 @@ def _chunk_summer(partials_ref, owners_ref, tiles: _Tiles, k_block):
                 mask=member_mask[:, None, None] & mask[None, :, None] & k_mask[None, None, :],
                 other=0,
             )
-            if not lanes_after_loop:
-                sums = jnp.sum(sums, axis=1)
-            return acc + sums, foreign | (owners != row)
+            return sums, owners != row
 
-        acc_shape = tile if lanes_after_loop else (tile[0], tile[2])
-        init = (jnp.zeros(acc_shape, partials_ref.dtype), jnp.zeros(tile[1:2], bool))
-        acc, foreign = _over_entries(tiles.unroll, count, tiles.long_lanes, step, init)
-        total = jnp.sum(acc, axis=1) if lanes_after_loop else acc
-        return total, jnp.max(foreign.astype(jnp.int32)) > 0
+        return _lane_sums(tiles, count, partials_ref.dtype, terms)
 
     return chunk_sums
 
