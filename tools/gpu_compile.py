@@ -23,14 +23,17 @@ which must fail, to show that this step catches such errors and what it prints. 
 TEXT` compiles the programs whose label contains `TEXT` (`make gpu-compile
 GPU_COMPILE_ARGS="--only CSR"`). `--loops` also prints, under each program, the loops of
 its Pallas Triton kernels as their machine code runs them (`gpu_sass_loops.py`: barriers,
-loads and fences an iteration).
+loads and fences an iteration). The programs compile in `--jobs` processes (one per core by
+default): each compile is mostly one thread, and the programs are independent.
 """
 
 import argparse
+import concurrent.futures
 import contextlib
 import ctypes
 import dataclasses
 import importlib.util
+import multiprocessing
 import os
 import re
 import sys
@@ -251,6 +254,49 @@ def print_summary(outcomes: list[Outcome], over_limits: list[str], seconds: floa
     return not failed and not over_limits
 
 
+def selected_programs(planted: bool, only: str) -> list[Program]:
+    """The programs to compile, in the report's order: the planted ones or all, narrowed
+    to the labels containing `only`."""
+    todo = planted_programs() if planted else programs()
+    return [program for program in todo if only in program.label]
+
+
+def target_device(config: str):
+    """A device of `config`'s GPU to compile for, without a GPU."""
+    return topologies.get_topology_desc(
+        platform=PLATFORM, target_config=config, topology="1x1x1"
+    ).devices[0]
+
+
+# What a compile process keeps between programs (`start_worker`).
+_WORKER = {}
+
+
+def start_worker(planted: bool, only: str, with_loops: bool, workdir: str) -> None:
+    """Set up a compile process: the same programs as the parent's, by number."""
+    jax.config.update("jax_enable_x64", True)
+    _WORKER.update(
+        device=target_device(target_config()),
+        todo=selected_programs(planted, only),
+        with_loops=with_loops,
+        workdir=Path(workdir),
+    )
+
+
+def compile_numbered(number: int) -> dict:
+    """Compile program `number` in a compile process; its `Outcome` but the program (a
+    closure, which does not pickle), as keyword arguments."""
+    worker = _WORKER
+    outcome = compile_program(
+        worker["todo"][number], worker["device"], worker["workdir"], number, worker["with_loops"]
+    )
+    return {
+        field.name: getattr(outcome, field.name)
+        for field in dataclasses.fields(outcome)
+        if field.name != "program"
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -268,25 +314,49 @@ def main() -> int:
         action="store_true",
         help="print the loops of each Triton kernel's machine code (barriers, loads, fences)",
     )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=len(os.sched_getaffinity(0)),
+        help="processes compiling at once (default: one per core)",
+    )
     args = parser.parse_args()
     if not os.environ.get("JAX_SKIP_CUDA_CONSTRAINTS_CHECK"):
         sys.exit("gpu_compile: set JAX_SKIP_CUDA_CONSTRAINTS_CHECK=1 (make gpu-compile does)")
+    if args.jobs < 1:
+        sys.exit(f"gpu_compile: --jobs must be at least 1, got {args.jobs}")
     jax.config.update("jax_enable_x64", True)
-    # Mosaic GPU prints ptxas' report of its kernels (registers, shared memory) when asked.
+    # Mosaic GPU prints ptxas' report of its kernels (registers, shared memory) when asked;
+    # set before the compile processes start, which inherit it.
     os.environ["MOSAIC_GPU_DUMP_PTXAS"] = "1"
     config = target_config()
     limits = block_limits(config)
-    device = topologies.get_topology_desc(
-        platform=PLATFORM, target_config=config, topology="1x1x1"
-    ).devices[0]
-    todo = planted_programs() if args.plant_oversized_block else programs()
-    todo = [program for program in todo if args.only in program.label]
-    print(f"Compiling {len(todo)} programs for {device.device_kind} (sm_90a), without a GPU.")
+    todo = selected_programs(args.plant_oversized_block, args.only)
+    jobs = min(args.jobs, max(len(todo), 1))
+    print(
+        f"Compiling {len(todo)} programs for {TARGET} (sm_90a), without a GPU, "
+        f"in {jobs} process{'es' if jobs > 1 else ''}."
+    )
     start = time.perf_counter()
     outcomes = []
-    with tempfile.TemporaryDirectory() as workdir:
-        for number, program in enumerate(todo):
-            outcome = compile_program(program, device, Path(workdir), number, args.loops)
+    with tempfile.TemporaryDirectory() as workdir, contextlib.ExitStack() as stack:
+        setup = (args.plant_oversized_block, args.only, args.loops, workdir)
+        if jobs == 1:
+            start_worker(*setup)
+            results = map(compile_numbered, range(len(todo)))
+        else:
+            # Spawned, not forked: JAX's threads are running in this process.
+            pool = stack.enter_context(
+                concurrent.futures.ProcessPoolExecutor(
+                    jobs,
+                    mp_context=multiprocessing.get_context("spawn"),
+                    initializer=start_worker,
+                    initargs=setup,
+                )
+            )
+            results = pool.map(compile_numbered, range(len(todo)))
+        for program, fields in zip(todo, results, strict=True):
+            outcome = Outcome(program, **fields)
             outcomes.append(outcome)
             note = f": {_first_line_of(outcome.message)}" if outcome.message else ""
             print(f"{outcome.status:8} {outcome.seconds:5.1f} s  {program.label}{note}", flush=True)
