@@ -388,11 +388,14 @@ def test_csr_results_past_int32_need_x64():
     one = js.CSRMatrix(np.ones(1, np.float32), indices, indptr, (1, 50_000))
     expected = scipy.sparse.kron(one.to_scipy(), one.to_scipy(), format="csr")
     np.testing.assert_array_equal(js.kron(one, one).indices, expected.indices)
+    # Two blocks of 2^30 + 1 columns: their last entries land past int32 side by side.
+    half = 2**30
+    wide = js.CSRMatrix(np.ones(1, np.float32), np.array([half], np.int32), indptr, (1, half + 1))
     with jax.enable_x64(False):
         for build in (
             lambda: js.kron(one, one),
-            lambda: js.hstack([one] * 50_000),
-            lambda: js.block_diag([one] * 50_000),
+            lambda: js.hstack([wide, wide]),
+            lambda: js.block_diag([wide, wide]),
         ):
             with pytest.raises(ValueError, match="needs 64-bit indices"):
                 build()
