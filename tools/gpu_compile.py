@@ -272,11 +272,12 @@ def target_device(config: str):
 _WORKER = {}
 
 
-def start_worker(planted: bool, only: str, with_loops: bool, workdir: str) -> None:
-    """Set up a compile process: the same programs as the parent's, by number."""
+def start_worker(config: str, planted: bool, only: str, with_loops: bool, workdir: str) -> None:
+    """Set up a compile process for the target `config` (read once, by the parent: reading
+    it takes seconds): the same programs as the parent's, by number."""
     jax.config.update("jax_enable_x64", True)
     _WORKER.update(
-        device=target_device(target_config()),
+        device=target_device(config),
         todo=selected_programs(planted, only),
         with_loops=with_loops,
         workdir=Path(workdir),
@@ -340,7 +341,7 @@ def main() -> int:
     start = time.perf_counter()
     outcomes = []
     with tempfile.TemporaryDirectory() as workdir, contextlib.ExitStack() as stack:
-        setup = (args.plant_oversized_block, args.only, args.loops, workdir)
+        setup = (config, args.plant_oversized_block, args.only, args.loops, workdir)
         if jobs == 1:
             start_worker(*setup)
             results = map(compile_numbered, range(len(todo)))
