@@ -2,10 +2,11 @@
 loop of dependent products) over a grid of block sizes around the defaults, to pick them.
 
     python benchmarks/gpu_csr_tiles.py [--rows 4194304] [--ks 1,8,64] [--matrices power-law]
-        [--only "unroll,8 lanes"] [--out tiles.json]
+        [--only "unroll,8 lanes"] [--gradient] [--out tiles.json]
 
 `--matrices` defaults to all but `hub-rows` (16 rows of 2^20 entries among rows of 8),
-which times what chunks of long rows are for.
+which times what chunks of long rows are for. `--gradient` times the gradient step in the
+values and the operand instead (`csr_matmul_pullback_triton`, single calls).
 
 Every variant of a matrix and `k` is compiled first, on threads at once (compilation is
 most of a sweep's time and runs mostly outside the GIL), then all are timed one after
@@ -30,7 +31,11 @@ sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import gpu  # noqa: E402
 import matrices  # noqa: E402
 
-from jaxsparse.kernels.triton_csr import BlockSizes, csr_matmul_triton  # noqa: E402
+from jaxsparse.kernels.triton_csr import (  # noqa: E402
+    BlockSizes,
+    csr_matmul_pullback_triton,
+    csr_matmul_triton,
+)
 
 MATRICES = (
     ("poisson2d-5pt", matrices.poisson2d),
@@ -106,18 +111,30 @@ def selected(grid: dict[str, BlockSizes], only) -> dict[str, BlockSizes]:
     }
 
 
-def _compiled(blocks: BlockSizes, shape, args):
-    product = functools.partial(csr_matmul_triton, shape=shape, block_sizes=blocks)
+def _compiled(blocks: BlockSizes, shape, args, gradient: bool, options):
+    """The jitted loop of products of `args` (`data, x, indices, indptr`), or with
+    `gradient` the gradient step of `args` (`g, data, x, indices, indptr`), compiled;
+    `options`: the kernels' `interpret` and `platform`."""
+    kernel = csr_matmul_pullback_triton if gradient else csr_matmul_triton
+    kernel = functools.partial(kernel, shape=shape, block_sizes=blocks, **options)
+    if gradient:
+        return jax.jit(kernel).lower(*args).compile()
 
     def loop(data, x, indices, indptr):
-        return gpu.products_in_a_loop(lambda y: product(data, y, indices, indptr), x)
+        return gpu.products_in_a_loop(lambda y: kernel(data, y, indices, indptr), x)
 
     return jax.jit(loop).lower(*args).compile()
 
 
-def sweep(rows: int, ks, found: list[dict], names, only=()) -> None:
+def sweep(
+    rows: int, ks, found: list[dict], names, only=(), gradient: bool = False, options=None
+) -> None:
     """Appends each matrix of `names` and each `k`'s times to `found` as they are
-    measured (an interrupt keeps those done), for the variants `selected` by `only`."""
+    measured (an interrupt keeps those done), for the variants `selected` by `only`: per
+    product, or with `gradient` per gradient step. `options`: the kernels' `interpret`
+    and `platform` (the smoke test's interpret mode)."""
+    options = options or {}
+    what = "gradient step" if gradient else "product"
     threads = concurrent.futures.ThreadPoolExecutor(max(os.cpu_count() or 1, 1))
     for name, build in MATRICES:
         if name not in names:
@@ -129,10 +146,13 @@ def sweep(rows: int, ks, found: list[dict], names, only=()) -> None:
         for k in ks:
             x = jnp.asarray(np.random.default_rng(1).standard_normal((n, k)), jnp.float32)
             args = (data, x, indices, indptr)
+            if gradient:
+                g = jnp.asarray(np.random.default_rng(2).standard_normal((m, k)), jnp.float32)
+                args = (g, *args)
             default = BlockSizes().filled(platform="cuda", num_cols=k, mean_row_length=csr.nnz / m)
             grid = selected(variants(default, k), only)
             jobs = {
-                label: threads.submit(_compiled, blocks, (m, n), args)
+                label: threads.submit(_compiled, blocks, (m, n), args, gradient, options)
                 for label, blocks in grid.items()
             }
             # Every compilation ends before any timing: a thread still lowering holds the
@@ -143,18 +163,21 @@ def sweep(rows: int, ks, found: list[dict], names, only=()) -> None:
                     compiled[label] = job.result()
                 except Exception as error:  # a variant Triton cannot compile: say so, go on
                     print(f"  {name} k={k} {label}: {type(error).__name__}: {str(error)[:160]}")
+            calls = 1 if gradient else gpu.LOOP
             times = {
-                label: gpu.median_time(program, *args) / gpu.LOOP
+                label: gpu.median_time(program, *args) / calls
                 for label, program in compiled.items()
             }
             best = min(times, key=times.get)
             cells = "  ".join(f"{label} {t * 1e6:.1f}" for label, t in times.items())
-            print(f"{name} k={k}: best '{best}' {times[best] * 1e6:.1f} us | {cells}", flush=True)
+            title = f"{name} k={k}" + (", gradient step" if gradient else "")
+            print(f"{title}: best '{best}' {times[best] * 1e6:.1f} us | {cells}", flush=True)
             print(f"    default: {default}\n    best: {grid[best]}", flush=True)
             found.append(
                 {
                     "matrix": name,
                     "k": k,
+                    "timed": what,
                     "mean_row_length": csr.nnz / m,
                     "us": {label: t * 1e6 for label, t in times.items()},
                     "blocks": {label: dataclasses.asdict(grid[label]) for label in times},
@@ -172,6 +195,9 @@ def main():
     parser.add_argument(
         "--only", default="", help="comma-separated parts of the variants' labels to time"
     )
+    parser.add_argument(
+        "--gradient", action="store_true", help="time the gradient step instead of the product"
+    )
     parser.add_argument("--out", type=pathlib.Path, default=None)
     args = parser.parse_args()
     names = args.matrices.split(",")
@@ -182,7 +208,8 @@ def main():
     found = []
     try:
         only = tuple(part for part in args.only.split(",") if part)
-        sweep(args.rows, [int(k) for k in args.ks.split(",")], found, names, only)
+        ks = [int(k) for k in args.ks.split(",")]
+        sweep(args.rows, ks, found, names, only, args.gradient)
     finally:
         if args.out:
             args.out.write_text(json.dumps(found, indent=1))

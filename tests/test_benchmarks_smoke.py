@@ -237,6 +237,31 @@ def test_csr_tile_sweep_variants_are_valid_block_sizes():
     assert tiles.selected(grid, ()) == grid
 
 
+# Benchmark code rather than the library's: `slow`, which CI runs.
+@pytest.mark.slow
+@pytest.mark.parametrize("gradient", [False, True])
+def test_csr_tile_sweep_times_products_or_gradient_steps_on_the_cpu(gradient, monkeypatch, capsys):
+    """`gpu_csr_tiles.sweep` in interpret mode at a small size, for the chunk variants:
+    a time for each selected variant of each matrix, of the product (in a loop) or of the
+    gradient step, and a line each naming the best."""
+    tiles = _load("gpu_csr_tiles")
+    monkeypatch.setattr(tiles.gpu, "LOOP", 2)
+    found = []
+    options = {"interpret": True, "platform": "cpu"}
+    tiles.sweep(300, (2,), found, ("power-law", "hub-rows"), ("chunks",), gradient, options)
+    assert [(case["matrix"], case["k"]) for case in found] == [("power-law", 2), ("hub-rows", 2)]
+    labels = {"default", "chunks of 8 steps", "chunks of 64 steps"}
+    for case in found:
+        assert case["timed"] == ("gradient step" if gradient else "product")
+        assert set(case["us"]) == set(case["blocks"]) == labels, case
+        assert all(t > 0 for t in case["us"].values()), case
+    lines = [line for line in capsys.readouterr().out.splitlines() if "best '" in line]
+    suffix = ", gradient step" if gradient else ""
+    assert [line.split(":")[0] for line in lines] == [
+        f"{name} k=2{suffix}" for name in ("power-law", "hub-rows")
+    ]
+
+
 def test_hub_rows_matrix_has_its_hubs_among_rows_of_eight():
     """The tile sweep's `hub-rows` matrix (`matrices.hub_rows`): 16 rows of a quarter of
     the columns each, the rest at most 8 entries (columns drawn with repeats, summed)."""

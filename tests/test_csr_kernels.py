@@ -310,6 +310,7 @@ def test_cross_lowering(family, member, k, dtype):
 GOOD_INDPTR, GOOD_INDICES = [0, 2, 3, 6, 8], [0, 1, 2, 3, 4, 0, 1, 2]
 INVALID_STRUCTURES = [
     ("column-past-the-end", GOOD_INDPTR, [0, 1, 9, 3, 4, 0, 1, 2], [1]),
+    ("column-past-the-end-in-a-long-row", GOOD_INDPTR, [0, 1, 2, 3, 9, 0, 1, 2], [2]),
     ("negative-column", GOOD_INDPTR, [0, -1, 2, 3, 4, 0, 1, 2], [0]),
     ("huge-column", GOOD_INDPTR, [0, 1, 2, 3, 4, 0, 2**31 - 1, 2], [3]),
     ("decreasing-indptr", [0, 4, 3, 6, 8], GOOD_INDICES, [1]),
@@ -363,6 +364,13 @@ def test_invalid_structures_give_nan_rows(name):
     by_chunks = dataclasses.replace(blocks, long_lanes=2, chunk_steps=1)
     chunked = {**options, "block_sizes": by_chunks}
 
+    def gradient_kernels(data, x, g, indices, indptr, options):
+        return (
+            triton_csr.csr_sddmm_triton(g, x, indices, indptr, **options),
+            _transposed_with_atomics(data, g, indices, indptr, options),
+            triton_csr._pullback_in_one_pass(g, data, x, indices, indptr, **options),
+        )
+
     def every_kernel(data, x, g, indices, indptr):
         return (
             triton_csr.csr_matmul_triton(data, x, indices, indptr, **options),
@@ -370,17 +378,16 @@ def test_invalid_structures_give_nan_rows(name):
             triton_csr.csr_matmul_triton(data, x[:, :1], indices, indptr, **options),
             triton_csr.csr_matmul_triton(data, x, indices, indptr, **chunked),
             triton_csr.csr_matmul_triton(data, x[:, :1], indices, indptr, **chunked),
-            triton_csr.csr_sddmm_triton(g, x, indices, indptr, **options),
-            _transposed_with_atomics(data, g, indices, indptr, options),
-            triton_csr._pullback_in_one_pass(g, data, x, indices, indptr, **options),
+            *gradient_kernels(data, x, g, indices, indptr, options),
             triton_csr.csr_matmul_t_triton(data, g, indices, indptr, **options),
+            gradient_kernels(data, x, g, indices, indptr, chunked),
         )
 
     # One program for all (under `jit` as a user's would be), compiled once.
     with out_of_bounds_reports() as reports:
         results = jax.tree.map(np.asarray, jax.jit(every_kernel)(data, x, g, indices, indptr))
     got, one_column, got_by_chunks, one_column_by_chunks, *_ = results
-    sampled, transposed, one_pass, sorted_t = results[4:]
+    sampled, transposed, one_pass, sorted_t, gradients_by_chunks = results[4:]
     assert reports == []
     expected = _expected_rows(indptr, indices, x, bad_rows)
     np.testing.assert_allclose(got, expected, rtol=1e-6)
@@ -413,6 +420,14 @@ def test_invalid_structures_give_nan_rows(name):
     assert np.isnan(np.asarray(one_pass[1])).all()
     # So is the one on the sorted transposed structure (interpret mode, half precision).
     assert np.isnan(sorted_t).all()
+    # The gradient kernels with the row of 3 entries taken by chunks: the same NaN, and
+    # the same values (every bad bound poisons all of their results, whichever program
+    # meets it; a bad column in that row is met by a chunk's program).
+    sampled_by_chunks, transposed_by_chunks, one_pass_by_chunks = gradients_by_chunks
+    np.testing.assert_allclose(sampled_by_chunks, sampled, rtol=1e-6)
+    assert np.isnan(transposed_by_chunks).all()
+    np.testing.assert_allclose(one_pass_by_chunks[0], sampled, rtol=1e-6)
+    assert np.isnan(one_pass_by_chunks[1]).all()
 
 
 @pytest.mark.parametrize("name", [c[0] for c in INVALID_STRUCTURES + WIDE_STRUCTURES])
@@ -633,6 +648,64 @@ def test_rows_longer_than_a_chunk_match_scipy_and_read_nothing_outside(
     for member, values_of in enumerate(data):
         twin = sp.csr_array((values_of, indices, indptr), shape=(m, n))
         np.testing.assert_allclose(got[member] if batch else got, twin @ x, rtol=1e-12, atol=1e-12)
+
+
+# (k, batch, changes to `CHUNK_BLOCKS`): one matrix with one column tile (the one pass
+# applies); a batch in blocks of 2 with column tiles of 2 and two steps an iteration.
+CHUNKED_GRADIENT_CASES = [
+    (3, None, {}),
+    pytest.param(5, 3, dict(block_batch=2, block_k=2, unroll=2), marks=pytest.mark.slow),
+]
+
+
+@pytest.mark.parametrize(("k", "batch", "changes"), CHUNKED_GRADIENT_CASES)
+def test_gradients_of_rows_longer_than_a_chunk_match_scipy_and_read_nothing_outside(
+    k, batch, changes
+):
+    """The sampled product, the transposed product with atomics and the gradient step in
+    one pass, with rows longer than a chunk taken by the chunks' programs and skipped by
+    the row blocks (`chunk_steps`): every entry counted once, as scipy's, and nothing read
+    or written outside (interpret mode adds the atomics' lanes one by one)."""
+    blocks = dataclasses.replace(CHUNK_BLOCKS, **changes)
+    indptr = np.concatenate([[0], np.cumsum(CHUNKED_LENGTHS)]).astype(np.int32)
+    m, n, nnz = CHUNKED_LENGTHS.size, 29, int(indptr[-1])
+    rng = np.random.default_rng(12)
+    indices = rng.integers(0, n, nnz).astype(np.int32)
+    lead = (batch,) if batch else ()
+    data = jnp.asarray(rng.standard_normal((*lead, nnz)), jnp.float32)
+    g = jnp.asarray(rng.standard_normal((*lead, m, k)), jnp.float32)
+    x = jnp.asarray(rng.standard_normal((*lead, n, k)), jnp.float32)
+    structure = (jnp.asarray(indices), jnp.asarray(indptr))
+    options = dict(shape=(m, n), interpret=True, platform="cuda", block_sizes=blocks)
+    tiles, _ = triton_csr._tiles("cuda", True, blocks, shape=(m, n), nnz=nnz, k=k, batch=batch or 1)
+    assert tiles.chunk == 8 and tiles.chunks == 19
+
+    def gradients(data, g, x, indices, indptr):
+        found = {
+            "sampled": triton_csr.csr_sddmm_triton(g, x, indices, indptr, **options),
+            "transposed": _transposed_with_atomics(data, g, indices, indptr, options),
+        }
+        if not batch:
+            found["one pass"] = triton_csr._pullback_in_one_pass(
+                g, data, x, indices, indptr, **options
+            )
+        return found
+
+    with out_of_bounds_reports() as reports:
+        got = jax.tree.map(np.asarray, jax.jit(gradients)(data, g, x, *structure))
+    assert reports == []
+    rows = np.repeat(np.arange(m), CHUNKED_LENGTHS)
+    stacked = [np.asarray(a) if batch else np.asarray(a)[None] for a in (data, g, x)]
+    for member, (values, g_of, x_of) in enumerate(zip(*stacked, strict=True)):
+        twin = sp.csr_array((values, indices, indptr), shape=(m, n))
+        sampled = np.sum(g_of[rows] * x_of[indices], axis=1)
+        transposed = twin.T @ g_of
+        results = [(got["sampled"], sampled), (got["transposed"], transposed)]
+        if not batch:
+            results += list(zip(got["one pass"], (sampled, transposed), strict=True))
+        for result, expected in results:
+            found = result[member] if batch else result
+            np.testing.assert_allclose(found, expected, rtol=1e-5, atol=1e-5)
 
 
 # One column takes the same code as five: `slow`, which CI runs.

@@ -176,9 +176,9 @@ def test_compiles_every_gpu_kernel_family_of_each_format(tools):
 
 
 def test_compiles_the_csr_kernels_unrolled_and_chunked(tools):
-    """The Triton CSR product and gradient step at each of `CSR_UNROLLS` and `KS`, and the
-    product with rows summed by chunks (one matrix and a batch), after the public
-    programs; each traces to the shapes of its results."""
+    """The Triton CSR product and gradient step at each of `CSR_UNROLLS` and `KS`, and
+    both with rows taken by chunks (one matrix and a batch), after the public programs;
+    each traces to the shapes of its results."""
     _, cases, _ = tools
     found = cases.csr_tile_programs()
     operations = ("A @ X", "gradient step (values, X)")
@@ -189,8 +189,9 @@ def test_compiles_the_csr_kernels_unrolled_and_chunked(tools):
         for unroll in cases.CSR_UNROLLS
         for k in cases.KS
     } | {
-        (f"{label}, {chunks}", k)
-        for label in ("A @ X", f"batch of {cases.BATCH} A @ X")
+        (f"{batch}{operation}, {chunks}", k)
+        for operation in operations
+        for batch in ("", f"batch of {cases.BATCH} ")
         for k in cases.KS
     }
     assert all(p.family == "triton" and p.dtype == "float32" for p in found)
@@ -201,6 +202,11 @@ def test_compiles_the_csr_kernels_unrolled_and_chunked(tools):
         "gradient step (values, X), unroll 2": (values, (n, 8)),
         f"A @ X, {chunks}": (m, 8),
         f"batch of {cases.BATCH} A @ X, {chunks}": (cases.BATCH, m, 8),
+        f"gradient step (values, X), {chunks}": (values, (n, 8)),
+        f"batch of {cases.BATCH} gradient step (values, X), {chunks}": (
+            (cases.BATCH, *values),
+            (cases.BATCH, n, 8),
+        ),
     }
     for program in (p for p in found if p.k == 8 and p.operation in wants):
         shapes = jax.tree.map(lambda a: a.shape, jax.eval_shape(program.function, *program.avals))

@@ -29,8 +29,8 @@ KS = (1, 8, 128)
 # (`BlockSizes.unroll`; the tile sweep, `benchmarks/gpu_csr_tiles.py`, times the product
 # with them).
 CSR_UNROLLS = (2, 4)
-# Long-row steps a chunk in the Triton CSR product compiled with rows summed by chunks
-# (`BlockSizes.chunk_steps`), for one matrix and a batch of `BATCH`.
+# Long-row steps a chunk in the Triton CSR product and gradient step compiled with rows
+# taken by chunks (`BlockSizes.chunk_steps`), for one matrix and a batch of `BATCH`.
 CSR_CHUNK_STEPS = 8
 # Matrices per batch in the `jax.vmap` programs (a batch grid axis in the kernels).
 BATCH = 8
@@ -124,7 +124,7 @@ def gpu_kernel_families(implementations: dict) -> tuple[str, ...]:
 
 def programs() -> list[Program]:
     """Every (matrix, operation, dtype, k, kernel family) program, then the Triton CSR
-    kernels with more loop steps an iteration than the defaults', and with rows summed by
+    kernels with more loop steps an iteration than the defaults', and with rows taken by
     chunks (`csr_tile_programs`)."""
     return [
         Program(matrix.name, operation, jnp.dtype(dtype).name, k, family, function, avals)
@@ -138,9 +138,9 @@ def programs() -> list[Program]:
 
 def csr_tile_programs() -> list[Program]:
     """The Triton CSR product and its one-pass gradient step (the sampled and transposed
-    products past 64 columns) in float32, with `CSR_UNROLLS` steps a loop iteration; and
-    the product with rows summed by chunks of `CSR_CHUNK_STEPS` long-row steps, for one
-    matrix and a batch."""
+    products past 64 columns, and for a batch) in float32, with `CSR_UNROLLS` steps a loop
+    iteration; and both with rows taken by chunks of `CSR_CHUNK_STEPS` long-row steps, for
+    one matrix and a batch."""
     matrix = matrices()[-1]
     shape = matrix.shape
     found = []
@@ -181,10 +181,20 @@ def csr_tile_programs() -> list[Program]:
         def chunked_product(values, x, indices, indptr, options=chunked):
             return triton_csr.csr_matmul_triton(values, x, indices, indptr, **options)
 
-        for lead, label in (((), "A @ X"), ((BATCH,), f"batch of {BATCH} A @ X")):
+        def chunked_pullback(ct, values, x, indices, indptr, options=chunked):
+            return triton_csr.csr_matmul_pullback_triton(ct, values, x, indices, indptr, **options)
+
+        for lead, label in (((), ""), ((BATCH,), f"batch of {BATCH} ")):
             values = jax.ShapeDtypeStruct((*lead, *matrix.values_shape), jnp.float32)
-            operation = f"{label}, chunks of {CSR_CHUNK_STEPS} steps"
-            add(operation, k, chunked_product, (values, x, *matrix.structure))
+            chunks = f"chunks of {CSR_CHUNK_STEPS} steps"
+            add(f"{label}A @ X, {chunks}", k, chunked_product, (values, x, *matrix.structure))
+            cts = jax.ShapeDtypeStruct((*lead, *ct.shape), jnp.float32)
+            add(
+                f"{label}gradient step (values, X), {chunks}",
+                k,
+                chunked_pullback,
+                (cts, values, x, *matrix.structure),
+            )
     return found
 
 

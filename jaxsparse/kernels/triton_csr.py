@@ -17,13 +17,16 @@ the dense operand, and block of batch members):
    program then walks its long rows one after another, `long_lanes` entries per step.
    Long rows are spread over the blocks' many programs, which the GPU schedules as they
    come, and a block with none pays one count.
-3. *Rows longer than a chunk* (`BlockSizes.chunk_steps`, product only). A first kernel
-   takes the entries in chunks of `long_lanes * chunk_steps`, one program each, and sums
-   each chunk's entries in the (at most two) rows longer than a chunk that meet it,
-   finding them by a search of `indptr`; the row-block program then adds a row's chunk
-   sums instead of walking its entries, so one row of millions of entries takes as many
-   programs as it has chunks. A matrix with no such row pays one launch whose programs
-   search and write zero sums: two rows of `k` values a chunk and batch member.
+3. *Rows longer than a chunk* (`BlockSizes.chunk_steps`). The entries are cut in chunks of
+   `long_lanes * chunk_steps`, one program each, which finds the (at most two) rows longer
+   than a chunk that meet its chunk by a search of `indptr` (`_chunk_rows`), so one row of
+   millions of entries takes as many programs as it has chunks. In the product a first
+   kernel sums each chunk's entries of those rows, and the row-block program adds a row's
+   chunk sums instead of walking its entries; a matrix with no such row pays one launch
+   whose programs search and write zero sums (two rows of `k` values a chunk and batch
+   member). The sampled and transposed products, whose entries need no sum across
+   programs, run the chunks' programs in the row blocks' launch, after them, and the row
+   blocks skip those rows; with no such row those programs search and end.
 
 Each row is summed by one program (or chunks, by their programs, then one program) in a
 fixed order, so results are the same bits on every run (no atomics).
@@ -149,9 +152,9 @@ class BlockSizes(_pallas.BlockSizes):
     - `unroll`: loop steps per iteration of the loops over entries: their loads issue
       before their products are used, so the latencies of that many steps overlap; the
       last iteration's steps past a row's end are masked (instructions, no loads).
-    - `chunk_steps`: in the product, rows longer than a chunk of `long_lanes *
-      chunk_steps` entries are summed by chunks, one program each, so that one long row
-      takes many programs (the module docstring); 0: no chunks.
+    - `chunk_steps`: rows longer than a chunk of `long_lanes * chunk_steps` entries are
+      taken by chunks, one program each, so that one long row takes many programs (the
+      module docstring); 0: no chunks.
     - `block_k`: columns of the dense operand per program (product) or per loop step
       (SDDMM); a power of 2.
     - `block_batch`: batch members per program (batched calls); a power of 2.
@@ -259,6 +262,16 @@ class _Tiles:
     stream_entries: bool
     keep_operand: bool
     whole_column_tiles: bool
+
+    @property
+    def row_blocks(self) -> int:
+        """Programs of a row-block launch along its first grid axis."""
+        return pl.cdiv(self.m, self.block_rows)
+
+    @property
+    def chunks(self) -> int:
+        """Chunks of entries (`chunk`), 0 without chunks."""
+        return pl.cdiv(self.nnz, self.chunk) if self.chunk else 0
 
     @property
     def read_once(self) -> str | None:
@@ -581,26 +594,21 @@ def _row_of_entry(indptr_ref, tiles: _Tiles, entry):
     return row
 
 
-def _matmul_chunks_kernel(
-    indptr_ref, indices_ref, data_ref, x_ref, partials_ref, owners_ref, *, tiles, shared
-):
-    """Chunk `c = program_id(0)` (entries `[c * chunk, (c + 1) * chunk)`), k-block
-    `program_id(1)`, batch block `program_id(2)`: the sums of the chunk's entries in the
-    rows longer than a chunk, `partials` `(batch, chunks, 2, k)`, and those rows,
-    `owners` `(chunks, 2)` (-1: none).
+def _chunk_rows(indptr_ref, tiles: _Tiles, chunk_index):
+    """The rows longer than a chunk that meet chunk `chunk_index` (entries `[c * chunk,
+    (c + 1) * chunk)`, an `indptr`-typed scalar), one per slot: `(row, lo, length, owned)`,
+    the row (in `[0, m)`), the first of its entries in the chunk and how many (0 where the
+    slot has no such row), and whether it has one.
 
-    A row longer than a chunk that meets chunk `c` either holds its first entry (slot 0)
+    A row longer than a chunk that meets the chunk either holds its first entry (slot 0)
     or starts inside it (slot 1); at most one row does each, since a row starting inside
     and not ending there is the one holding its last entry. So each slot is found by one
     search of `indptr`, and a row's chunks are `[start // chunk, (end - 1) // chunk]`,
     slot 1 in the first where `start` is not a multiple of `chunk`. A row whose bounds
     are invalid is no slot's owner."""
-    chunk_index = pl.program_id(0).astype(indptr_ref.dtype)
-    products = _product_terms(data_ref, x_ref, tiles, shared, pl.program_id(1))
-    _, k_mask, out_k = _k_columns(tiles, pl.program_id(1))
-    _, member_mask, out_members = _members(tiles)
     first = chunk_index * tiles.chunk
     end = first + jnp.minimum(tiles.nnz - first, tiles.chunk)
+    found = []
     for slot, entry in enumerate((first, end - 1)):
         row = _row_of_entry(indptr_ref, tiles, entry)
         start = load(indptr_ref, (row,), mask=row < tiles.m, other=0)
@@ -615,14 +623,42 @@ def _matmul_chunks_kernel(
         else:  # a row longer than a chunk starting inside it reaches past its end
             owned &= (first < start) & (start < end)
             lo, hi = start, end
-        total, bad = _row_sum(
-            indices_ref,
-            tiles,
-            products,
-            lo,
-            jnp.where(owned, hi - lo, 0),
-            partials_ref.dtype,
-        )
+        found.append((row, lo, jnp.where(owned, hi - lo, 0), owned))
+    return found
+
+
+def _unchunked(tiles: _Tiles, lengths):
+    """`lengths` with the rows longer than a chunk at 0: the row blocks of the sampled and
+    transposed products leave those rows' entries to the chunks' programs."""
+    return jnp.where(lengths > tiles.chunk, 0, lengths) if tiles.chunk else lengths
+
+
+def _row_block_or_chunk(indptr_ref, tiles: _Tiles, row_block, chunk):
+    """Runs `row_block()` in a program of the row blocks; with chunks, in the programs
+    after them (the sampled and transposed products' launches), `chunk(rows)` with the
+    `_chunk_rows` of the program's chunk. Neither returns a value: Triton's lowering of a
+    branch cannot yield a constant, so each writes its own results."""
+    if not tiles.chunk:
+        row_block()
+        return
+    program = pl.program_id(0)
+    chunk_index = (program - tiles.row_blocks).astype(indptr_ref.dtype)
+    pl.when(program < tiles.row_blocks)(row_block)
+    pl.when(program >= tiles.row_blocks)(lambda: chunk(_chunk_rows(indptr_ref, tiles, chunk_index)))
+
+
+def _matmul_chunks_kernel(
+    indptr_ref, indices_ref, data_ref, x_ref, partials_ref, owners_ref, *, tiles, shared
+):
+    """Chunk `c = program_id(0)`, k-block `program_id(1)`, batch block `program_id(2)`: the
+    sums of the chunk's entries in the rows longer than a chunk (`_chunk_rows`), `partials`
+    `(batch, chunks, 2, k)`, and those rows, `owners` `(chunks, 2)` (-1: none)."""
+    chunk_index = pl.program_id(0).astype(indptr_ref.dtype)
+    products = _product_terms(data_ref, x_ref, tiles, shared, pl.program_id(1))
+    _, k_mask, out_k = _k_columns(tiles, pl.program_id(1))
+    _, member_mask, out_members = _members(tiles)
+    for slot, (row, lo, length, owned) in enumerate(_chunk_rows(indptr_ref, tiles, chunk_index)):
+        total, bad = _row_sum(indices_ref, tiles, products, lo, length, partials_ref.dtype)
         store(
             partials_ref,
             (out_members[:, None], chunk_index, slot, out_k[None, :]),
@@ -675,35 +711,28 @@ def _chunk_summer(partials_ref, owners_ref, tiles: _Tiles, k_block):
 # Transposed product `A.T @ g`, scattered with atomic additions
 
 
-def _walk_with_g_rows(indptr_ref, indices_ref, g_ref, tiles: _Tiles, batched, k_block, visit):
+def _walk_with_g_rows(
+    indptr_ref, indices_ref, g_ref, tiles: _Tiles, batched, k_block, visit, report
+):
     """The walk of the scattering kernels over rows block `program_id(0)`: each step's
     entries of the short rows, then of each long row, with the rows of `g` they belong to
     (`(block_batch, rows, 1, block_k)` in the accumulation dtype, k-block `k_block`;
-    `batched`: `g` has the batch axis). `visit(positions, mask, cols, outside, g_rows)`
-    does a step's work. Returns `(bad_columns, bad_bounds)`: 1 if a column, or a row's
-    bounds, were invalid in the block, else 0.
+    `batched`: `g` has the batch axis); with chunks, the programs after the row blocks walk
+    a chunk's entries of the rows longer than a chunk instead (`_row_block_or_chunk`).
+    `visit(positions, mask, cols, outside, g_rows)` does a step's work; at the end
+    `report(bad_columns, bad_bounds)` gets 1 if a column, or a row's bounds, were invalid
+    in the block (or chunk), else 0.
 
     Which lanes met a column outside is carried as a tile and reduced once after each loop:
     a reduction over the block every step costs shared memory and barriers every step."""
     k_cols, k_mask, _ = _k_columns(tiles, k_block)
     members, member_mask, _ = _members(tiles)
-    out_rows, row_mask, starts, lengths, bad_rows = _block_rows(indptr_ref, tiles, pl.program_id(0))
-    short = jnp.where(lengths > tiles.row_cap, 0, lengths)
+    block = pl.program_id(0)  # outside `lax.cond`'s branches, where interpret mode lacks it
     acc_dtype = accumulation_dtype(g_ref.dtype)
 
     def g_rows_of(rows, mask):
         g_rows = _gather(g_ref, batched, members, member_mask, rows, mask, k_cols, k_mask)
         return g_rows.astype(acc_dtype)[:, :, None, :]
-
-    g_rows = g_rows_of(jnp.minimum(out_rows, tiles.m - 1), row_mask)
-    lane = jnp.arange(tiles.lanes, dtype=starts.dtype)[None, :]
-
-    def step(s, seen):
-        mask, positions, cols, outside = _step_entries(
-            indices_ref, tiles, starts, short, lane, tiles.lanes, s
-        )
-        visit(positions, mask, cols, outside, g_rows)
-        return seen | outside
 
     def long_row(row, start, length, bad):
         lane = jnp.arange(tiles.long_lanes, dtype=start.dtype)[None, :]
@@ -720,10 +749,32 @@ def _walk_with_g_rows(indptr_ref, indices_ref, g_ref, tiles: _Tiles, batched, k_
         seen = jnp.zeros((1, tiles.long_lanes), bool)
         return bad | _any_lane(_over_entries(tiles.unroll, length, tiles.long_lanes, step, seen))
 
-    seen = jnp.zeros((tiles.block_rows, tiles.lanes), bool)
-    bad = _any_lane(_over_entries(tiles.unroll, jnp.max(short), tiles.lanes, step, seen))
-    bad = _each_long_row(indptr_ref, tiles, pl.program_id(0), lengths, long_row, bad)
-    return bad, jnp.max(bad_rows.astype(jnp.int32))
+    def row_block():
+        out_rows, row_mask, starts, lengths, bad_rows = _block_rows(indptr_ref, tiles, block)
+        lengths = _unchunked(tiles, lengths)
+        short = jnp.where(lengths > tiles.row_cap, 0, lengths)
+        g_rows = g_rows_of(jnp.minimum(out_rows, tiles.m - 1), row_mask)
+        lane = jnp.arange(tiles.lanes, dtype=starts.dtype)[None, :]
+
+        def step(s, seen):
+            mask, positions, cols, outside = _step_entries(
+                indices_ref, tiles, starts, short, lane, tiles.lanes, s
+            )
+            visit(positions, mask, cols, outside, g_rows)
+            return seen | outside
+
+        seen = jnp.zeros((tiles.block_rows, tiles.lanes), bool)
+        bad = _any_lane(_over_entries(tiles.unroll, jnp.max(short), tiles.lanes, step, seen))
+        bad = _each_long_row(indptr_ref, tiles, block, lengths, long_row, bad)
+        report(bad, jnp.max(bad_rows.astype(jnp.int32)))
+
+    def chunk(rows):
+        bad = jnp.zeros((), jnp.int32)
+        for row, lo, length, _ in rows:
+            bad = long_row(row, lo, length, bad)
+        report(bad, 0)
+
+    _row_block_or_chunk(indptr_ref, tiles, row_block, chunk)
 
 
 def _any_lane(flags):
@@ -757,15 +808,20 @@ def _scatterer(data_ref, out_ref, tiles: _Tiles, k_block):
 def _matmul_t_rows_kernel(
     indptr_ref, indices_ref, data_ref, g_ref, _, out_ref, bad_ref, *, tiles: _Tiles, shared
 ):
-    """Rows block `program_id(0)` of `A`, k-block `program_id(1)`, batch block
-    `program_id(2)`: adds `data[p] * g[row(p)]` to `out[indices[p]]` for the block's rows;
-    `out` `(batch, n, k)` starts at zero. `bad_ref[block]` is 1 if a row's bounds or a
-    column were invalid (the poisoning kernel then makes all of `out` NaN), else 0."""
+    """Rows block `program_id(0)` of `A` (or a chunk: `_walk_with_g_rows`), k-block
+    `program_id(1)`, batch block `program_id(2)`: adds `data[p] * g[row(p)]` to
+    `out[indices[p]]` for the block's rows; `out` `(batch, n, k)` starts at zero.
+    `bad_ref[program]` is 1 if a row's bounds or a column were invalid (the poisoning
+    kernel then makes all of `out` NaN), else 0."""
     scatter = _scatterer(data_ref, out_ref, tiles, pl.program_id(1))
-    bad_columns, bad_bounds = _walk_with_g_rows(
-        indptr_ref, indices_ref, g_ref, tiles, not shared, pl.program_id(1), scatter
+    block = pl.program_id(0)
+
+    def report(bad_columns, bad_bounds):
+        bad_ref[block] = bad_columns | bad_bounds
+
+    _walk_with_g_rows(
+        indptr_ref, indices_ref, g_ref, tiles, not shared, pl.program_id(1), scatter, report
     )
-    bad_ref[pl.program_id(0)] = bad_columns | bad_bounds
 
 
 def _matmul_t_poison_kernel(invalid_ref, _, out_ref, *, tiles: _Tiles, programs: int):
@@ -803,15 +859,12 @@ def _matmul_t_poison_kernel(invalid_ref, _, out_ref, *, tiles: _Tiles, programs:
 def _sddmm_rows_kernel(
     indptr_ref, indices_ref, g_ref, x_ref, out_ref, bad_ref, *, tiles: _Tiles, batched
 ):
-    """Rows block `program_id(0)`, batch block `program_id(2)` (`program_id(1)` is 0): `g`
-    and `x` are `(rows, k)` (shared) or `(batch, rows, k)` per `batched`, `out`
-    `(batch, nnz)`; `bad_ref[block]` is 1 if a row's bounds were invalid, else 0."""
-    block = pl.program_id(0)
+    """Rows block `program_id(0)` (with chunks, the programs after the row blocks take a
+    chunk each: `_row_block_or_chunk`), batch block `program_id(2)` (`program_id(1)` is 0):
+    `g` and `x` are `(rows, k)` (shared) or `(batch, rows, k)` per `batched`, `out`
+    `(batch, nnz)`; `bad_ref[program]` is 1 if a row's bounds were invalid, else 0."""
     members, member_mask, out_members = _members(tiles)
-    out_rows, row_mask, starts, lengths, bad_rows = _block_rows(indptr_ref, tiles, block)
-    bad_ref[block] = jnp.max(bad_rows.astype(jnp.int32))
-    short = jnp.where(lengths > tiles.row_cap, 0, lengths)
-    rows = jnp.minimum(out_rows, tiles.m - 1).astype(jnp.int32)
+    block = pl.program_id(0)  # outside `lax.cond`'s branches, where interpret mode lacks it
     acc_dtype = accumulation_dtype(out_ref.dtype)
 
     k_blocks = pl.cdiv(tiles.k, tiles.block_k)
@@ -861,15 +914,6 @@ def _sddmm_rows_kernel(
             mask=member_mask[:, None, None] & mask[None],
         )
 
-    short_g_rows = g_rows_for(rows, row_mask)
-
-    def step(s, _):
-        lane = jnp.arange(tiles.lanes, dtype=starts.dtype)[None, :]
-        mask, positions, cols, outside = _step_entries(
-            indices_ref, tiles, starts, short, lane, tiles.lanes, s
-        )
-        sample(short_g_rows, positions, mask, cols, outside)
-
     def long_row(row, start, length, carry):
         lane = jnp.arange(tiles.long_lanes, dtype=start.dtype)[None, :]
         row_ids = jnp.full((1,), row, jnp.int32)
@@ -884,8 +928,30 @@ def _sddmm_rows_kernel(
         _over_entries(tiles.unroll, length, tiles.long_lanes, step, None)
         return carry
 
-    _over_entries(tiles.unroll, jnp.max(short), tiles.lanes, step, None)
-    _each_long_row(indptr_ref, tiles, block, lengths, long_row, None)
+    def row_block():
+        out_rows, row_mask, starts, lengths, bad_rows = _block_rows(indptr_ref, tiles, block)
+        bad_ref[block] = jnp.max(bad_rows.astype(jnp.int32))
+        lengths = _unchunked(tiles, lengths)
+        short = jnp.where(lengths > tiles.row_cap, 0, lengths)
+        rows = jnp.minimum(out_rows, tiles.m - 1).astype(jnp.int32)
+        short_g_rows = g_rows_for(rows, row_mask)
+
+        def step(s, _):
+            lane = jnp.arange(tiles.lanes, dtype=starts.dtype)[None, :]
+            mask, positions, cols, outside = _step_entries(
+                indices_ref, tiles, starts, short, lane, tiles.lanes, s
+            )
+            sample(short_g_rows, positions, mask, cols, outside)
+
+        _over_entries(tiles.unroll, jnp.max(short), tiles.lanes, step, None)
+        _each_long_row(indptr_ref, tiles, block, lengths, long_row, None)
+
+    def chunk(rows):
+        for row, lo, length, _ in rows:
+            long_row(row, lo, length, None)
+        bad_ref[block] = jnp.zeros((), jnp.int32)  # a chunk's bounds are its rows' blocks'
+
+    _row_block_or_chunk(indptr_ref, tiles, row_block, chunk)
 
 
 def _sddmm_poison_kernel(invalid_ref, _, out_ref, *, tiles: _Tiles, programs: int):
@@ -924,11 +990,12 @@ _BAD_COLUMN, _BAD_BOUNDS = 1, 2
 def _pullback_rows_kernel(
     indptr_ref, indices_ref, data_ref, g_ref, x_ref, _, dx_ref, ddata_ref, bad_ref, *, tiles
 ):
-    """Rows block `program_id(0)` of one matrix, every column of `g` and `x` in one k-block
-    (`k <= block_k`): for each entry `p` of row `i` and column `j`, adds `data[p] * g[i]`
-    to `dx[j]` (atomically; `dx` `(1, n, k)` starts at zero) and writes `g[i] . x[j]` to
-    `ddata[0, p]`, so the entries, their columns and `g`'s rows are read once for both.
-    `bad_ref[block]` holds `_BAD_COLUMN` and `_BAD_BOUNDS` bits for the block's rows."""
+    """Rows block `program_id(0)` of one matrix (or a chunk: `_walk_with_g_rows`), every
+    column of `g` and `x` in one k-block (`k <= block_k`): for each entry `p` of row `i`
+    and column `j`, adds `data[p] * g[i]` to `dx[j]` (atomically; `dx` `(1, n, k)` starts
+    at zero) and writes `g[i] . x[j]` to `ddata[0, p]`, so the entries, their columns and
+    `g`'s rows are read once for both. `bad_ref[program]` holds `_BAD_COLUMN` and
+    `_BAD_BOUNDS` bits for the program's rows."""
     k_cols, k_mask, _ = _k_columns(tiles, 0)
     members, member_mask, out_members = _members(tiles)
     scatter = _scatterer(data_ref, dx_ref, tiles, 0)
@@ -955,10 +1022,12 @@ def _pullback_rows_kernel(
         )
         scatter(positions, mask, cols, outside, g_rows)
 
-    bad_columns, bad_bounds = _walk_with_g_rows(
-        indptr_ref, indices_ref, g_ref, tiles, False, 0, both
-    )
-    bad_ref[pl.program_id(0)] = bad_columns * _BAD_COLUMN + bad_bounds * _BAD_BOUNDS
+    block = pl.program_id(0)
+
+    def report(bad_columns, bad_bounds):
+        bad_ref[block] = bad_columns * _BAD_COLUMN + bad_bounds * _BAD_BOUNDS
+
+    _walk_with_g_rows(indptr_ref, indices_ref, g_ref, tiles, False, 0, both, report)
 
 
 # ---------------------------------------------------------------------------------------
@@ -997,14 +1066,24 @@ def _tiles(platform, interpret, block_sizes, *, shape, nnz, k, batch) -> tuple[_
 
 
 def _launch(
-    rows_kernel, operands, out_shape, tiles, k_blocks, options, *, poison=None, initial=None
+    rows_kernel,
+    operands,
+    out_shape,
+    tiles,
+    k_blocks,
+    options,
+    *,
+    poison=None,
+    initial=None,
+    chunk_programs=False,
 ):
     """The row-block kernel over `operands` (and `initial`, its output's starting value,
-    aliased), one program per block of rows, k-block and batch block. With a `poison`
-    kernel, the row-block kernel also writes a flag per block (1: invalid input) and the
+    aliased), one program per block of rows, k-block and batch block; with
+    `chunk_programs`, one more per chunk of entries (`_row_block_or_chunk`). With a
+    `poison` kernel, the kernel also writes a flag per program (1: invalid input) and the
     poisoning kernel, given whether any flag is set, writes NaN over all of the output."""
     interpret, block_sizes, name = options
-    blocks = pl.cdiv(tiles.m, tiles.block_rows)
+    blocks = tiles.row_blocks + (tiles.chunks if chunk_programs else 0)
     grid = (blocks, k_blocks, pl.cdiv(tiles.batch, tiles.block_batch))
     params = _compiler_params(block_sizes)
     initial = () if initial is None else (initial,)
@@ -1103,7 +1182,11 @@ def _product(rows_kernel, name, data, dense, indices, indptr, shape, **options):
     launch_options = (options["interpret"], block_sizes, name)
     extra = {}
     if transposed:
-        extra = dict(poison=_matmul_t_poison_kernel, initial=jnp.zeros(out_shape, dense.dtype))
+        extra = dict(
+            poison=_matmul_t_poison_kernel,
+            initial=jnp.zeros(out_shape, dense.dtype),
+            chunk_programs=True,
+        )
     elif tiles.chunk:
         operands += _chunked(operands, tiles, dense.ndim == 2, launch_options)
     out = _launch(
@@ -1123,7 +1206,7 @@ def _chunked(operands, tiles: _Tiles, shared: bool, options):
     every chunk of entries (`_matmul_chunks_kernel`)."""
     interpret, block_sizes, name = options
     indptr, _, data, dense = operands
-    chunks, k = pl.cdiv(tiles.nnz, tiles.chunk), dense.shape[-1]
+    chunks, k = tiles.chunks, dense.shape[-1]
     return pl.pallas_call(
         functools.partial(_matmul_chunks_kernel, tiles=tiles, shared=shared),
         grid=(chunks, pl.cdiv(k, tiles.block_k), pl.cdiv(tiles.batch, tiles.block_batch)),
@@ -1226,6 +1309,7 @@ def csr_sddmm_triton(
         1,
         (interpret, block_sizes, "csr_sddmm"),
         poison=_sddmm_poison_kernel,
+        chunk_programs=True,
     )
     return out if batch else out[0]
 
@@ -1276,7 +1360,7 @@ def _pullback_in_one_pass(g, data, x, indices, indptr, *, shape, interpret, plat
     """`csr_matmul_pullback_triton`'s one pass, for one matrix with `k <= block_k`; on
     a GPU for float32 and float64 only (the atomics), in interpret mode only inside
     `_bounds_check.out_of_bounds_reports` (whose lane-by-lane additions stand in)."""
-    m, n = shape
+    n = shape[1]
     check_sddmm(g, x, indices, indptr, shape)
     check_dense("x", x, n, data.dtype, None)
     nnz, k = indices.shape[0], g.shape[-1]
@@ -1285,7 +1369,7 @@ def _pullback_in_one_pass(g, data, x, indices, indptr, *, shape, interpret, plat
     )
     if k > tiles.block_k:
         raise ValueError(f"One pass takes one column tile: k = {k} > block_k = {tiles.block_k}.")
-    blocks = pl.cdiv(m, tiles.block_rows)
+    blocks = tiles.row_blocks + tiles.chunks  # `_walk_with_g_rows`'s programs
     grid = (blocks, 1, 1)
     options = (interpret, block_sizes, "csr_pullback")
     dx, ddata, bad = pl.pallas_call(
