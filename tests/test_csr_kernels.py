@@ -404,7 +404,7 @@ def test_invalid_structures_give_nan_rows(name):
         np.testing.assert_array_equal(np.isnan(sampled), bad_columns)
     else:
         assert np.isnan(sampled).all()
-    # The atomic transposed product: NaN everywhere (these bad columns are in short rows).
+    # The atomic transposed product: NaN everywhere (bad columns in short and long rows).
     assert np.isnan(transposed).all()
     # The gradient step in one pass: the sampled product's values and NaN, the transposed
     # product's NaN.
@@ -682,10 +682,13 @@ def test_rows_longer_than_a_chunk_match_scipy_and_read_nothing_outside(
 
 
 # (k, batch, changes to `CHUNK_BLOCKS`): one matrix with one column tile (the one pass
-# applies); a batch in blocks of 2 with column tiles of 2 and two steps an iteration.
+# applies); a batch in blocks of 2 with column tiles of 2 and two steps an iteration; and
+# short rows of up to 16 entries, so the rows of 9 and 16 entries, short in the product,
+# are taken by chunks here.
 CHUNKED_GRADIENT_CASES = [
     (3, None, {}),
     pytest.param(5, 3, dict(block_batch=2, block_k=2, unroll=2), marks=pytest.mark.slow),
+    pytest.param(3, None, dict(lanes=4, row_steps=4), marks=pytest.mark.slow),
 ]
 
 

@@ -21,12 +21,14 @@ the dense operand, and block of batch members):
    `long_lanes * chunk_steps`, one program each, which finds the (at most two) rows longer
    than a chunk that meet its chunk by a search of `indptr` (`_chunk_rows`), so one row of
    millions of entries takes as many programs as it has chunks. In the product a first
-   kernel sums each chunk's entries of those rows, and the row-block program adds a row's
-   chunk sums instead of walking its entries; a matrix with no such row pays one launch
-   whose programs search and write zero sums (two rows of `k` values a chunk and batch
-   member). The sampled and transposed products, whose entries need no sum across
+   kernel sums each chunk's entries of those rows, and the row-block program adds a long
+   row's chunk sums instead of walking its entries (a row longer than a chunk but not
+   than `row_cap` stays in the short rows' loop); a matrix with no such row pays one
+   launch whose programs search and write zero sums (two rows of `k` values a chunk and
+   batch member). The sampled and transposed products, whose entries need no sum across
    programs, run the chunks' programs in the row blocks' launch, after them, and the row
-   blocks skip those rows; with no such row those programs search and end.
+   blocks skip every row longer than a chunk; with no such row those programs search,
+   gather a row of `g` a slot, and walk no entry.
 
 Each row is summed by one program (or chunks, by their programs, then one program) in a
 fixed order, so results are the same bits on every run (no atomics).
@@ -41,7 +43,7 @@ search did not find (only where `indptr` decreases somewhere). In the sampled pr
 entry with a column outside `[0, n)` gets NaN, and invalid bounds anywhere make every
 entry NaN (which entries such a row claims is not defined). The transposed product with
 atomics is NaN everywhere for invalid bounds or a column outside. For these whole-result
-cases each row-block program writes a flag, and a second kernel writes NaN over the
+cases each program writes a flag, and a second kernel writes NaN over the
 result where any flag is set (a launch whose programs end at once for a valid
 structure). Entries in a matrix with no
 rows or no columns make every element of a result NaN. The containers' `check()` reports
@@ -152,9 +154,10 @@ class BlockSizes(_pallas.BlockSizes):
     - `unroll`: loop steps per iteration of the loops over entries: their loads issue
       before their products are used, so the latencies of that many steps overlap; the
       last iteration's steps past a row's end are masked (instructions, no loads).
-    - `chunk_steps`: rows longer than a chunk of `long_lanes * chunk_steps` entries are
-      taken by chunks, one program each, so that one long row takes many programs (the
-      module docstring); 0: no chunks.
+    - `chunk_steps`: rows longer than a chunk of `long_lanes * chunk_steps` entries (in
+      the product, those also longer than `lanes * row_steps`) are taken by chunks, one
+      program each, so that one long row takes many programs (the module docstring); 0:
+      no chunks.
     - `block_k`: columns of the dense operand per program (product) or per loop step
       (SDDMM); a power of 2.
     - `block_batch`: batch members per program (batched calls); a power of 2.
@@ -636,8 +639,10 @@ def _unchunked(tiles: _Tiles, lengths):
 def _row_block_or_chunk(indptr_ref, tiles: _Tiles, row_block, chunk):
     """Runs `row_block()` in a program of the row blocks; with chunks, in the programs
     after them (the sampled and transposed products' launches), `chunk(rows)` with the
-    `_chunk_rows` of the program's chunk. Neither returns a value: Triton's lowering of a
-    branch cannot yield a constant, so each writes its own results."""
+    `_chunk_rows` of the program's chunk; the launch then has `tiles.chunks` programs
+    after the row blocks (`_launch(chunk_programs=True)`), or those rows are left out.
+    Neither returns a value: Triton's lowering of a branch cannot yield a constant, so
+    each writes its own results."""
     if not tiles.chunk:
         row_block()
         return
@@ -721,7 +726,8 @@ def _walk_with_g_rows(
     a chunk's entries of the rows longer than a chunk instead (`_row_block_or_chunk`).
     `visit(positions, mask, cols, outside, g_rows)` does a step's work; at the end
     `report(bad_columns, bad_bounds)` gets 1 if a column, or a row's bounds, were invalid
-    in the block (or chunk), else 0.
+    in the block (a chunk's program reports its columns only: its rows' bounds are their
+    blocks'), else 0.
 
     Which lanes met a column outside is carried as a tile and reduced once after each loop:
     a reduction over the block every step costs shared memory and barriers every step."""
@@ -982,7 +988,7 @@ def _sddmm_poison_kernel(invalid_ref, _, out_ref, *, tiles: _Tiles, programs: in
 # ---------------------------------------------------------------------------------------
 # Gradient step `(sddmm(g, x), A.T @ g)` in one pass, scattered with atomic additions
 
-# Bits of a row-block program's flag in the one-pass gradient: a column outside `[0, n)`
+# Bits of a program's flag in the one-pass gradient: a column outside `[0, n)`
 # (poisons `A.T @ g`), invalid row bounds (poison both results).
 _BAD_COLUMN, _BAD_BOUNDS = 1, 2
 
@@ -1104,9 +1110,9 @@ def _launch(
 
 
 def _poison_if(poison, invalid, out, tiles, grid, options, name_suffix="poison"):
-    """`poison`'s kernel over `out` (aliased) for the row-block `grid`: NaN over all of
-    it where the scalar `invalid` is set, a launch of programs that end at once where it
-    is not."""
+    """`poison`'s kernel over `out` (aliased) for the row-block launch's `grid`: NaN over
+    all of it where the scalar `invalid` is set, a launch of programs that end at once
+    where it is not."""
     interpret, block_sizes, name = options
     programs = min(_POISON_PROGRAMS, grid[0])
     return pl.pallas_call(
