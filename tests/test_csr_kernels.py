@@ -429,23 +429,28 @@ def _gradient_kernels(data, x, g, indices, indptr, options):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", [c[0] for c in INVALID_STRUCTURES])
 def test_invalid_structures_give_nan_in_the_gradients_by_chunks(name):
+    """`_check_gradients_by_chunks` in interpret mode, reading and writing nothing outside."""
+    with out_of_bounds_reports() as reports:
+        _check_gradients_by_chunks(name, interpret=True)
+    assert reports == []
+
+
+def _check_gradients_by_chunks(name, interpret):
     """The gradient kernels with the row of 3 entries taken by chunks of 2 (it starts
     inside one chunk and fills the next, so both slots are used): NaN at a sampled
     entry with a bad column, and everywhere for bad bounds, whichever program meets them
     (a bad column in that row is met by a chunk's program); the transposed products NaN
-    everywhere; nothing read or written outside."""
+    everywhere."""
     indptr, indices, _ = _invalid_case(name)
     data = jnp.ones(8, jnp.float32)
     x = jnp.asarray(np.random.default_rng(2).standard_normal((5, 3)), jnp.float32)
     g = jnp.asarray(np.random.default_rng(3).standard_normal((4, 3)), jnp.float32)
     blocks = triton_csr.BlockSizes(block_rows=2, lanes=1, row_steps=2, long_lanes=2, chunk_steps=1)
-    options = dict(shape=(4, 5), interpret=True, platform="cuda", block_sizes=blocks)
-    with out_of_bounds_reports() as reports:
-        kernels = jax.jit(functools.partial(_gradient_kernels, options=options))
-        sampled, transposed, (one_pass_sampled, one_pass_transposed) = jax.tree.map(
-            np.asarray, kernels(data, x, g, indices, indptr)
-        )
-    assert reports == []
+    options = dict(shape=(4, 5), interpret=interpret, platform="cuda", block_sizes=blocks)
+    kernels = jax.jit(functools.partial(_gradient_kernels, options=options))
+    sampled, transposed, (one_pass_sampled, one_pass_transposed) = jax.tree.map(
+        np.asarray, kernels(data, x, g, indices, indptr)
+    )
     columns = np.asarray(indices)
     bad_columns = (columns < 0) | (columns >= 5)
     if bad_columns.any():  # the bounds are GOOD_INDPTR's
@@ -457,7 +462,7 @@ def test_invalid_structures_give_nan_in_the_gradients_by_chunks(name):
         np.testing.assert_allclose(sampled, expected, rtol=1e-6)
     else:
         assert np.isnan(sampled).all()
-    np.testing.assert_array_equal(one_pass_sampled, sampled)
+    np.testing.assert_allclose(one_pass_sampled, sampled, rtol=1e-6)
     assert np.isnan(transposed).all() and np.isnan(one_pass_transposed).all()
 
 
@@ -886,8 +891,59 @@ def test_invalid_structures_on_the_gpu_give_nan_rows(name):
 
     got = np.asarray(product(jnp.ones(8, jnp.float32), indices, indptr, x))
     np.testing.assert_allclose(got, _expected_rows(indptr, indices, x, bad_rows), rtol=1e-5)
+    # The gradient kernels with a row taken by chunks, on the device (atomics included).
+    _check_gradients_by_chunks(name, interpret=False)
     # The device is still usable afterwards.
     np.testing.assert_allclose(np.asarray(jnp.ones(3) + 1), 2.0)
+
+
+@pytest.mark.skipif(
+    jax.default_backend() != "gpu",
+    reason="runs the Triton kernels on a GPU (make gpu-check); interpret mode checks them "
+    "on a CPU (test_rows_longer_than_a_chunk_*, test_gradients_of_rows_longer_than_a_chunk_*)",
+)
+@pytest.mark.parametrize("k", [1, 8, 80])
+def test_rows_taken_by_chunks_on_the_gpu_match_scipy(k):
+    """Rows of 0 to 3000 entries, those past 32 entries taken by chunks of 32
+    (`chunk_steps=2`), through the Triton kernels on the GPU: the product, the sampled and
+    transposed (atomic) products, and the gradient step (in one pass up to 64 columns,
+    else the two kernels)."""
+    rng = np.random.default_rng(5)
+    lengths = np.concatenate([rng.integers(0, 12, 500), [3000, 700, 0, 33, 129, 2000]])
+    rng.shuffle(lengths)
+    m, n = lengths.size, 4000
+    columns = [np.sort(rng.choice(n, length, replace=False)) for length in lengths]
+    indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    indices = np.concatenate(columns).astype(np.int32)
+    twin = sp.csr_array((rng.standard_normal(indptr[-1]), indices, indptr), shape=(m, n))
+    twin = twin.astype(np.float32)
+    x, g = rng.standard_normal((n, k)), rng.standard_normal((m, k))
+    blocks = triton_csr.BlockSizes(long_lanes=16, chunk_steps=2)
+    options = dict(shape=(m, n), block_sizes=blocks)
+    structure = (jnp.asarray(indices), jnp.asarray(indptr))
+    data, x32, g32 = (jnp.asarray(a, jnp.float32) for a in (twin.data, x, g))
+
+    @jax.jit
+    def kernels(data, x, g, indices, indptr):
+        return (
+            triton_csr.csr_matmul_triton(data, x, indices, indptr, **options),
+            triton_csr.csr_sddmm_triton(g, x, indices, indptr, **options),
+            triton_csr.csr_matmul_t_triton(data, g, indices, indptr, **options),
+            triton_csr.csr_matmul_pullback_triton(g, data, x, indices, indptr, **options),
+        )
+
+    product, sampled, transposed, (d_data, d_x) = kernels(data, x32, g32, *structure)
+    rows = np.repeat(np.arange(m), lengths)
+    expected_sampled = np.sum(g[rows] * x[indices], 1)
+    tol = tolerance(jnp.float32)
+    for got, expected in (
+        (product, twin @ x),
+        (sampled, expected_sampled),
+        (transposed, twin.T @ g),
+        (d_data, expected_sampled),
+        (d_x, twin.T @ g),
+    ):
+        np.testing.assert_allclose(np.asarray(got), expected, rtol=tol, atol=tol * 10)
 
 
 @pytest.mark.parametrize("k", [1, 8])
