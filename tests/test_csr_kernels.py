@@ -776,6 +776,34 @@ def test_gradient_step_in_one_pass_matches_scipy(k):
     np.testing.assert_allclose(np.asarray(d_x), twin.T @ np.asarray(g), rtol=1e-6, atol=1e-6)
 
 
+def test_half_precision_scatters_into_float32_rounded_once():
+    """The GPU's transposed product and gradient step in one pass in bfloat16 (interpret
+    mode adds the atomics' lanes one by one): each row of `A.T @ g` sums about 40 entries'
+    terms in float32 and is rounded to bfloat16 once, so it is within an ulp or two of
+    the exact sum rounded (bfloat16 partial sums would be off by several)."""
+    lengths = np.array([3, 9, 3, 3, 0, 12, 3, 3] * 8)
+    m, n, nnz = lengths.size, 8, int(lengths.sum())
+    rng = np.random.default_rng(8)
+    indptr = jnp.asarray(np.concatenate([[0], np.cumsum(lengths)]), jnp.int32)
+    indices = jnp.asarray(rng.integers(0, n, nnz), jnp.int32)
+    data, g, x = (
+        jnp.asarray(rng.uniform(0.5, 1.5, shape), jnp.bfloat16) for shape in (nnz, (m, 4), (n, 4))
+    )
+    # Blocks of 4 rows, long past 4 entries: the rows of 9 and 12 entries are long.
+    blocks = triton_csr.BlockSizes(block_rows=4, lanes=2, row_steps=2, long_lanes=4)
+    options = dict(shape=(m, n), interpret=True, platform="cuda", block_sizes=blocks)
+    with out_of_bounds_reports() as reports:
+        transposed = _transposed_with_atomics(data, g, indices, indptr, options)
+        _, one_pass = triton_csr._pullback_in_one_pass(g, data, x, indices, indptr, **options)
+    assert reports == []
+    as64 = [np.asarray(a, np.float64) for a in (data, indices, indptr, g)]
+    exact = sp.csr_array(tuple(as64[:3]), shape=(m, n)).T @ as64[3]
+    rounded = np.asarray(exact.astype(jnp.bfloat16), np.float64)
+    for got in (transposed, one_pass):
+        assert got.dtype == jnp.bfloat16
+        np.testing.assert_allclose(np.asarray(got, np.float64), rounded, rtol=2**-7)
+
+
 # Ten seconds of interpret-mode compiles for the fallbacks' plumbing: `slow`, which CI runs.
 @pytest.mark.slow
 def test_gradient_step_takes_the_two_kernels_where_one_pass_does_not_apply():

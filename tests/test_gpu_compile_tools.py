@@ -176,9 +176,9 @@ def test_compiles_every_gpu_kernel_family_of_each_format(tools):
 
 
 def test_compiles_the_csr_kernels_unrolled_and_chunked(tools):
-    """The Triton CSR product and gradient step at each of `CSR_UNROLLS` and `KS`, and
-    both with rows taken by chunks (one matrix and a batch), after the public programs;
-    each traces to the shapes of its results."""
+    """The Triton CSR product and gradient step at each of `CSR_UNROLLS` and `KS`, both
+    with rows taken by chunks (one matrix and a batch), and the sorted transposed product,
+    after the public programs; each traces to the shapes of its results."""
     _, cases, _ = tools
     found = cases.csr_tile_programs()
     operations = ("A @ X", "gradient step (values, X)")
@@ -193,7 +193,7 @@ def test_compiles_the_csr_kernels_unrolled_and_chunked(tools):
         for operation in operations
         for batch in ("", f"batch of {cases.BATCH} ")
         for k in cases.KS
-    }
+    } | {("A.T @ G, sorted per call", 8)}
     assert all(p.family == "triton" and p.dtype == "float32" for p in found)
     matrix = cases.matrices()[-1]
     (m, n), values = matrix.shape, matrix.values_shape
@@ -207,6 +207,7 @@ def test_compiles_the_csr_kernels_unrolled_and_chunked(tools):
             (cases.BATCH, *values),
             (cases.BATCH, n, 8),
         ),
+        "A.T @ G, sorted per call": (n, 8),
     }
     for program in (p for p in found if p.k == 8 and p.operation in wants):
         shapes = jax.tree.map(lambda a: a.shape, jax.eval_shape(program.function, *program.avals))

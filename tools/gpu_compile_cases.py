@@ -21,6 +21,7 @@ import jaxsparse as js
 from jaxsparse import _backend, _csr_ops, _dia_ops, _families
 from jaxsparse._dia_layout import MAX_UNROLLED_DIAGONALS
 from jaxsparse.kernels import triton_csr, triton_dia
+from jaxsparse.kernels._csr_common import matmul_t_by_transposed_structure
 
 PLATFORM = "cuda"
 DTYPES = (jnp.float32, jnp.bfloat16, jnp.float64, jnp.complex64)
@@ -139,8 +140,10 @@ def programs() -> list[Program]:
 def csr_tile_programs() -> list[Program]:
     """The Triton CSR product and its one-pass gradient step (the sampled and transposed
     products past 64 columns, and for a batch) in float32, with `CSR_UNROLLS` steps a loop
-    iteration; and both with rows taken by chunks of `CSR_CHUNK_STEPS` long-row steps, for
-    one matrix and a batch."""
+    iteration; both with rows taken by chunks of `CSR_CHUNK_STEPS` long-row steps, for
+    one matrix and a batch; and at k = 8 the transposed product that
+    `JAXSPARSE_DETERMINISTIC=1` takes (a sort per call, then the product kernels), which
+    no public program here reaches."""
     matrix = matrices()[-1]
     shape = matrix.shape
     found = []
@@ -195,6 +198,21 @@ def csr_tile_programs() -> list[Program]:
                 chunked_pullback,
                 (cts, values, x, *matrix.structure),
             )
+
+    def sorted_transposed(values, ct, indices, indptr):
+        return matmul_t_by_transposed_structure(
+            triton_csr.csr_matmul_triton,
+            values,
+            ct,
+            indices,
+            indptr,
+            shape=shape,
+            platform=PLATFORM,
+        )
+
+    values = jax.ShapeDtypeStruct(matrix.values_shape, jnp.float32)
+    ct = jax.ShapeDtypeStruct((shape[0], 8), jnp.float32)
+    add("A.T @ G, sorted per call", 8, sorted_transposed, (values, ct, *matrix.structure))
     return found
 
 

@@ -49,13 +49,14 @@ structure). Entries in a matrix with no
 rows or no columns make every element of a result NaN. The containers' `check()` reports
 the same problems as an error, off the hot path.
 
-**Transposed product `A.T @ g`** (the operand's gradient). On a GPU, for float32 and
-float64: the same row blocks, each entry adding `data[p] * g[row(p)]` to `out[col]` with
-an atomic addition: one pass, but the order of the additions, and so the last bits, may
-vary from run to run. Otherwise (half precision, interpret mode, whose Pallas emulation
-has no masked atomics, or `JAXSPARSE_DETERMINISTIC=1`): the transposed structure is built
-in XLA (`_csr_layout.transposed_structure`, a stable sort, `O(nnz log nnz)` per call) and
-fed to the product: deterministic.
+**Transposed product `A.T @ g`** (the operand's gradient). On a GPU: the same row blocks,
+each entry adding `data[p] * g[row(p)]` to `out[col]` with an atomic addition: one pass,
+but the order of the additions, and so the last bits, may vary from run to run. Half
+precision adds into a float32 result, rounded once at the end, as every kernel
+accumulates it (`_precision.py`). Otherwise (interpret mode, whose Pallas emulation has no
+masked atomics, or `JAXSPARSE_DETERMINISTIC=1`): the transposed structure is built in XLA
+(`_csr_layout.transposed_structure`, a stable sort, `O(nnz log nnz)` per call) and fed to
+the product: deterministic.
 
 **SDDMM** (`out[p] = sum_c g[row(p), c] * x[indices[p], c]`, the gradient in the values)
 walks the same row blocks and long rows, so it needs no per-entry row ids: each row's
@@ -1160,8 +1161,8 @@ def csr_matmul_triton(
 def _product(rows_kernel, name, data, dense, indices, indptr, shape, **options):
     """`A @ dense` (`name` `"csr_matmul"`, `dense` `(n, k)`) or `A.T @ dense`
     (`"csr_matmul_t"`, `(m, k)`) by `rows_kernel`, with the batch axis of the product
-    contract; the transposed product scatters into a zeroed result and poisons it all
-    for an invalid structure."""
+    contract; the transposed product scatters into a zeroed result in the accumulation
+    dtype and poisons it all for an invalid structure."""
     m, n = shape
     transposed = name == "csr_matmul_t"
     inner, outer = (m, n) if transposed else (n, m)
@@ -1186,11 +1187,12 @@ def _product(rows_kernel, name, data, dense, indices, indptr, shape, **options):
     out_shape = (batch or 1, outer, k)
     operands = (indptr, indices, data.reshape(batch or 1, -1), dense)
     launch_options = (options["interpret"], block_sizes, name)
-    extra = {}
-    if transposed:
+    out_dtype, extra = dense.dtype, {}
+    if transposed:  # atomic additions into the sums' dtype, rounded once after
+        out_dtype = accumulation_dtype(dense.dtype)
         extra = dict(
             poison=_matmul_t_poison_kernel,
-            initial=jnp.zeros(out_shape, dense.dtype),
+            initial=jnp.zeros(out_shape, out_dtype),
             chunk_programs=True,
         )
     elif tiles.chunk:
@@ -1198,12 +1200,12 @@ def _product(rows_kernel, name, data, dense, indices, indptr, shape, **options):
     out = _launch(
         functools.partial(rows_kernel, tiles=tiles, shared=dense.ndim == 2),
         operands,
-        jax.ShapeDtypeStruct(out_shape, dense.dtype),
+        jax.ShapeDtypeStruct(out_shape, out_dtype),
         tiles,
         pl.cdiv(k, tiles.block_k),
         launch_options,
         **extra,
-    )
+    ).astype(dense.dtype)
     return out if batch else out[0]
 
 
@@ -1226,13 +1228,12 @@ def _chunked(operands, tiles: _Tiles, shared: bool, options):
     )(*operands)
 
 
-def _scatters_with_atomics(dtype, interpret: bool) -> bool:
-    """Whether the transposed product scatters with atomic additions: on a GPU for float32
-    and float64 (the dtypes with hardware atomic addition), unless `JAXSPARSE_DETERMINISTIC`
-    is `1`. Interpret mode has no masked atomics: it sorts."""
-    if interpret or os.environ.get(DETERMINISTIC_ENV_VAR) == "1":
-        return False
-    return jnp.dtype(dtype) in (jnp.float32, jnp.float64)
+def _scatters_with_atomics(interpret: bool) -> bool:
+    """Whether the transposed product scatters with atomic additions: on a GPU (half
+    precision into float32: float32 and float64 have hardware atomic addition on every
+    GPU), unless `JAXSPARSE_DETERMINISTIC` is `1`. Interpret mode has no masked atomics:
+    it sorts."""
+    return not interpret and os.environ.get(DETERMINISTIC_ENV_VAR) != "1"
 
 
 def csr_matmul_t_triton(
@@ -1246,18 +1247,18 @@ def csr_matmul_t_triton(
     platform: str | None = None,
     block_sizes: BlockSizes | None = None,
 ) -> jax.Array:
-    """`Y = A.T @ g`: on a GPU for float32 and float64 a scatter of every entry's
-    `data[p] * g[row(p)]` into `Y[indices[p]]` with atomic additions, so its bits may vary
-    from run to run (the order of the additions does); otherwise, or with
-    `JAXSPARSE_DETERMINISTIC=1`, the product kernels on the transposed structure, built in
-    XLA by a sort per call (deterministic).
+    """`Y = A.T @ g`: on a GPU a scatter of every entry's `data[p] * g[row(p)]` into
+    `Y[indices[p]]` with atomic additions (half precision into float32, rounded once), so
+    its bits may vary from run to run (the order of the additions does); in interpret
+    mode, or with `JAXSPARSE_DETERMINISTIC=1`, the product kernels on the transposed
+    structure, built in XLA by a sort per call (deterministic).
 
     **Arguments:** as `csr_matmul_triton`, with `g` the `(m, k)` operand.
 
     **Returns:** `(n, k)` array in `g`'s dtype (`(B, n, k)` for a batch); NaN everywhere
     for an invalid structure.
     """
-    if not _scatters_with_atomics(data.dtype, interpret):
+    if not _scatters_with_atomics(interpret):
         return matmul_t_by_transposed_structure(
             csr_matmul_triton,
             data,
@@ -1351,7 +1352,7 @@ def csr_matmul_pullback_triton(
     block_k = (block_sizes and block_sizes.block_k) or _MAX_BLOCK_K
     if (
         not one_matrix
-        or not _scatters_with_atomics(data.dtype, interpret)
+        or not _scatters_with_atomics(interpret)
         or not 0 < k <= block_k
         or 0 in (nnz, *shape)
     ):
@@ -1363,9 +1364,10 @@ def csr_matmul_pullback_triton(
 
 
 def _pullback_in_one_pass(g, data, x, indices, indptr, *, shape, interpret, platform, block_sizes):
-    """`csr_matmul_pullback_triton`'s one pass, for one matrix with `k <= block_k`; on
-    a GPU for float32 and float64 only (the atomics), in interpret mode only inside
-    `_bounds_check.out_of_bounds_reports` (whose lane-by-lane additions stand in)."""
+    """`csr_matmul_pullback_triton`'s one pass, for one matrix with `k <= block_k`: `dx`
+    scattered with atomic additions in the accumulation dtype (`_scatters_with_atomics`),
+    rounded once after; in interpret mode only inside `_bounds_check.out_of_bounds_reports`
+    (whose lane-by-lane additions stand in)."""
     n = shape[1]
     check_sddmm(g, x, indices, indptr, shape)
     check_dense("x", x, n, data.dtype, None)
@@ -1378,11 +1380,12 @@ def _pullback_in_one_pass(g, data, x, indices, indptr, *, shape, interpret, plat
     blocks = tiles.row_blocks + tiles.chunks  # `_walk_with_g_rows`'s programs
     grid = (blocks, 1, 1)
     options = (interpret, block_sizes, "csr_pullback")
+    dx_dtype = accumulation_dtype(x.dtype)
     dx, ddata, bad = pl.pallas_call(
         functools.partial(_pullback_rows_kernel, tiles=tiles),
         grid=grid,
         out_shape=(
-            jax.ShapeDtypeStruct((1, n, k), x.dtype),
+            jax.ShapeDtypeStruct((1, n, k), dx_dtype),
             jax.ShapeDtypeStruct((1, nnz), g.dtype),
             jax.ShapeDtypeStruct((blocks,), jnp.int32),
         ),
@@ -1390,8 +1393,8 @@ def _pullback_in_one_pass(g, data, x, indices, indptr, *, shape, interpret, plat
         compiler_params=_compiler_params(block_sizes),
         interpret=interpret,
         name="csr_pullback_rows",
-    )(indptr, indices, data[None], g, x, jnp.zeros((1, n, k), x.dtype))
+    )(indptr, indices, data[None], g, x, jnp.zeros((1, n, k), dx_dtype))
     dx = _poison_if(_matmul_t_poison_kernel, jnp.max(bad) > 0, dx, tiles, grid, options, "dx")
     bad_bounds = jnp.max(bad & _BAD_BOUNDS) > 0
     ddata = _poison_if(_sddmm_poison_kernel, bad_bounds, ddata, tiles, grid, options, "ddata")
-    return ddata[0], dx[0]
+    return ddata[0], dx[0].astype(x.dtype)
