@@ -925,6 +925,21 @@ def test_invalid_structures_on_the_gpu_give_nan_rows(name):
     np.testing.assert_allclose(np.asarray(jnp.ones(3) + 1), 2.0)
 
 
+def _rows_of_0_to_3000(medium: int):
+    """A scipy CSR matrix of 4000 columns: 500 rows of 0 to 11 entries and rows of 3000,
+    700, 0, `medium`, 129 and 2000, shuffled (sorted columns, float64 values); its row
+    lengths, and the generator that drew it, for the operands."""
+    rng = np.random.default_rng(5)
+    lengths = np.concatenate([rng.integers(0, 12, 500), [3000, 700, 0, medium, 129, 2000]])
+    rng.shuffle(lengths)
+    m, n = lengths.size, 4000
+    columns = [np.sort(rng.choice(n, length, replace=False)) for length in lengths]
+    indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    indices = np.concatenate(columns).astype(np.int32)
+    twin = sp.csr_array((rng.standard_normal(indptr[-1]), indices, indptr), shape=(m, n))
+    return twin, lengths, rng
+
+
 @pytest.mark.skipif(
     jax.default_backend() != "gpu",
     reason="runs the Triton kernels on a GPU (make gpu-check); interpret mode checks them "
@@ -936,15 +951,9 @@ def test_rows_taken_by_chunks_on_the_gpu_match_scipy(k):
     (`chunk_steps=2`), through the Triton kernels on the GPU: the product, the sampled and
     transposed (atomic) products, and the gradient step (in one pass up to 64 columns,
     else the two kernels)."""
-    rng = np.random.default_rng(5)
-    lengths = np.concatenate([rng.integers(0, 12, 500), [3000, 700, 0, 33, 129, 2000]])
-    rng.shuffle(lengths)
-    m, n = lengths.size, 4000
-    columns = [np.sort(rng.choice(n, length, replace=False)) for length in lengths]
-    indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
-    indices = np.concatenate(columns).astype(np.int32)
-    twin = sp.csr_array((rng.standard_normal(indptr[-1]), indices, indptr), shape=(m, n))
+    twin, lengths, rng = _rows_of_0_to_3000(33)
     twin = twin.astype(np.float32)
+    (m, n), indices, indptr = twin.shape, twin.indices, twin.indptr
     x, g = rng.standard_normal((n, k)), rng.standard_normal((m, k))
     blocks = triton_csr.BlockSizes(long_lanes=16, chunk_steps=2)
     options = dict(shape=(m, n), block_sizes=blocks)
@@ -981,14 +990,8 @@ def test_long_and_short_rows_on_the_default_device(k):
     elsewhere what `"auto"` runs there."""
     import jaxsparse as js
 
-    rng = np.random.default_rng(5)
-    lengths = np.concatenate([rng.integers(0, 12, 500), [3000, 700, 0, 65, 129, 2000]])
-    rng.shuffle(lengths)
-    m, n = lengths.size, 4000
-    columns = [np.sort(rng.choice(n, length, replace=False)) for length in lengths]
-    indptr = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
-    indices = np.concatenate(columns).astype(np.int32)
-    twin = sp.csr_array((rng.standard_normal(indptr[-1]), indices, indptr), shape=(m, n))
+    twin, lengths, rng = _rows_of_0_to_3000(65)
+    (m, n), indices = twin.shape, twin.indices
     x = rng.standard_normal((n, k))
     g = rng.standard_normal((m, k))
     matrix = js.CSRMatrix.from_scipy(twin.astype(np.float32))
