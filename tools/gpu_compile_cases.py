@@ -10,6 +10,7 @@ there is compiled without a change here.
 """
 
 import dataclasses
+import functools
 from collections.abc import Callable
 
 import jax
@@ -151,23 +152,23 @@ def csr_tile_programs() -> list[Program]:
     def add(operation, k, function, avals):
         found.append(Program(matrix.name, operation, "float32", k, "triton", function, avals))
 
+    def kernels(**block_sizes):
+        """The product and the gradient step with these block sizes."""
+        options = dict(
+            shape=shape, platform=PLATFORM, block_sizes=triton_csr.BlockSizes(**block_sizes)
+        )
+        return (
+            functools.partial(triton_csr.csr_matmul_triton, **options),
+            functools.partial(triton_csr.csr_matmul_pullback_triton, **options),
+        )
+
+    chunks = f"chunks of {CSR_CHUNK_STEPS} steps"
     for k in KS:
         x = jax.ShapeDtypeStruct((shape[1], k), jnp.float32)
-        ct = jax.ShapeDtypeStruct((shape[0], k), jnp.float32)
         for unroll in CSR_UNROLLS:
-            options = dict(
-                shape=shape, platform=PLATFORM, block_sizes=triton_csr.BlockSizes(unroll=unroll)
-            )
-
-            def product(values, x, indices, indptr, options=options):
-                return triton_csr.csr_matmul_triton(values, x, indices, indptr, **options)
-
-            def pullback(ct, values, x, indices, indptr, options=options):
-                return triton_csr.csr_matmul_pullback_triton(
-                    ct, values, x, indices, indptr, **options
-                )
-
+            product, pullback = kernels(unroll=unroll)
             values = jax.ShapeDtypeStruct(matrix.values_shape, jnp.float32)
+            ct = jax.ShapeDtypeStruct((shape[0], k), jnp.float32)
             add(f"A @ X, unroll {unroll}", k, product, (values, x, *matrix.structure))
             add(
                 f"gradient step (values, X), unroll {unroll}",
@@ -175,41 +176,24 @@ def csr_tile_programs() -> list[Program]:
                 pullback,
                 (ct, values, x, *matrix.structure),
             )
-        chunked = dict(
-            shape=shape,
-            platform=PLATFORM,
-            block_sizes=triton_csr.BlockSizes(chunk_steps=CSR_CHUNK_STEPS),
-        )
-
-        def chunked_product(values, x, indices, indptr, options=chunked):
-            return triton_csr.csr_matmul_triton(values, x, indices, indptr, **options)
-
-        def chunked_pullback(ct, values, x, indices, indptr, options=chunked):
-            return triton_csr.csr_matmul_pullback_triton(ct, values, x, indices, indptr, **options)
-
+        product, pullback = kernels(chunk_steps=CSR_CHUNK_STEPS)
         for lead, label in (((), ""), ((BATCH,), f"batch of {BATCH} ")):
             values = jax.ShapeDtypeStruct((*lead, *matrix.values_shape), jnp.float32)
-            chunks = f"chunks of {CSR_CHUNK_STEPS} steps"
-            add(f"{label}A @ X, {chunks}", k, chunked_product, (values, x, *matrix.structure))
-            cts = jax.ShapeDtypeStruct((*lead, *ct.shape), jnp.float32)
+            ct = jax.ShapeDtypeStruct((*lead, shape[0], k), jnp.float32)
+            add(f"{label}A @ X, {chunks}", k, product, (values, x, *matrix.structure))
             add(
                 f"{label}gradient step (values, X), {chunks}",
                 k,
-                chunked_pullback,
-                (cts, values, x, *matrix.structure),
+                pullback,
+                (ct, values, x, *matrix.structure),
             )
 
-    def sorted_transposed(values, ct, indices, indptr):
-        return matmul_t_by_transposed_structure(
-            triton_csr.csr_matmul_triton,
-            values,
-            ct,
-            indices,
-            indptr,
-            shape=shape,
-            platform=PLATFORM,
-        )
-
+    sorted_transposed = functools.partial(
+        matmul_t_by_transposed_structure,
+        triton_csr.csr_matmul_triton,
+        shape=shape,
+        platform=PLATFORM,
+    )
     values = jax.ShapeDtypeStruct(matrix.values_shape, jnp.float32)
     ct = jax.ShapeDtypeStruct((shape[0], 8), jnp.float32)
     add("A.T @ G, sorted per call", 8, sorted_transposed, (values, ct, *matrix.structure))
