@@ -718,7 +718,7 @@ def _chunk_summer(partials_ref, owners_ref, tiles: _Tiles, k_block):
 
 
 def _walk_with_g_rows(
-    indptr_ref, indices_ref, g_ref, tiles: _Tiles, batched, k_block, visit, report
+    indptr_ref, indices_ref, g_ref, tiles: _Tiles, batched, k_block, visit, bad_ref, flag
 ):
     """The walk of the scattering kernels over rows block `program_id(0)`: each step's
     entries of the short rows, then of each long row, with the rows of `g` they belong to
@@ -726,9 +726,9 @@ def _walk_with_g_rows(
     `batched`: `g` has the batch axis); with chunks, the programs after the row blocks walk
     a chunk's entries of the rows longer than a chunk instead (`_row_block_or_chunk`).
     `visit(positions, mask, cols, outside, g_rows)` does a step's work; at the end
-    `report(bad_columns, bad_bounds)` gets 1 if a column, or a row's bounds, were invalid
-    in the block (a chunk's program reports its columns only: its rows' bounds are their
-    blocks'), else 0.
+    `bad_ref[program_id(0)]` gets `flag(bad_columns, bad_bounds)`, each 1 if a column, or
+    a row's bounds, were invalid in the block (a chunk's program flags its columns only:
+    its rows' bounds are their blocks'), else 0.
 
     Which lanes met a column outside is carried as a tile and reduced once after each loop:
     a reduction over the block every step costs shared memory and barriers every step."""
@@ -773,13 +773,13 @@ def _walk_with_g_rows(
         seen = jnp.zeros((tiles.block_rows, tiles.lanes), bool)
         bad = _any_lane(_over_entries(tiles.unroll, jnp.max(short), tiles.lanes, step, seen))
         bad = _each_long_row(indptr_ref, tiles, block, lengths, long_row, bad)
-        report(bad, jnp.max(bad_rows.astype(jnp.int32)))
+        bad_ref[block] = flag(bad, jnp.max(bad_rows.astype(jnp.int32)))
 
     def chunk(rows):
         bad = jnp.zeros((), jnp.int32)
         for row, lo, length, _ in rows:
             bad = long_row(row, lo, length, bad)
-        report(bad, 0)
+        bad_ref[block] = flag(bad, 0)
 
     _row_block_or_chunk(indptr_ref, tiles, row_block, chunk)
 
@@ -821,13 +821,16 @@ def _matmul_t_rows_kernel(
     `bad_ref[program]` is 1 if a row's bounds or a column were invalid (the poisoning
     kernel then makes all of `out` NaN), else 0."""
     scatter = _scatterer(data_ref, out_ref, tiles, pl.program_id(1))
-    block = pl.program_id(0)
-
-    def report(bad_columns, bad_bounds):
-        bad_ref[block] = bad_columns | bad_bounds
-
     _walk_with_g_rows(
-        indptr_ref, indices_ref, g_ref, tiles, not shared, pl.program_id(1), scatter, report
+        indptr_ref,
+        indices_ref,
+        g_ref,
+        tiles,
+        not shared,
+        pl.program_id(1),
+        scatter,
+        bad_ref,
+        lambda bad_columns, bad_bounds: bad_columns | bad_bounds,
     )
 
 
@@ -1029,12 +1032,10 @@ def _pullback_rows_kernel(
         )
         scatter(positions, mask, cols, outside, g_rows)
 
-    block = pl.program_id(0)
+    def flag(bad_columns, bad_bounds):
+        return bad_columns * _BAD_COLUMN + bad_bounds * _BAD_BOUNDS
 
-    def report(bad_columns, bad_bounds):
-        bad_ref[block] = bad_columns * _BAD_COLUMN + bad_bounds * _BAD_BOUNDS
-
-    _walk_with_g_rows(indptr_ref, indices_ref, g_ref, tiles, False, 0, both, report)
+    _walk_with_g_rows(indptr_ref, indices_ref, g_ref, tiles, False, 0, both, bad_ref, flag)
 
 
 # ---------------------------------------------------------------------------------------
