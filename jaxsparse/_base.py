@@ -252,7 +252,7 @@ def as_value_array(values, name: str) -> jax.Array:
     if isinstance(values, np.ndarray) and values.dtype.kind in "OSU":
         raise TypeError(_value_dtype_message(name, values.dtype))
     try:
-        array = jnp.asarray(values)
+        array = device_array(values)
     except TypeError:
         raise TypeError(
             f"`{name}` must be an array of floating or complex values, got "
@@ -294,6 +294,16 @@ def check_value_dtype(dtype, operation: str) -> None:
         f"{operation} would give {dtype} values: sparse matrices store floating, complex or "
         "boolean values, not integers. Use a floating dtype, e.g. `A.astype(jnp.float32)`."
     )
+
+
+def device_array(values, dtype=None) -> jax.Array:
+    """`jnp.asarray(values, dtype)`, with a numpy array copied to the device: `jnp.asarray`
+    lifts one through `lax.stage`, which outside a trace compiles a program for each new
+    shape, and may share the array's memory, which its owner can still change."""
+    if isinstance(values, np.ndarray) and values.dtype.kind not in "OSU":
+        dtype = jax.dtypes.canonicalize_dtype(values.dtype if dtype is None else dtype)
+        return jax.device_put(np.array(values, dtype, copy=True))
+    return jnp.asarray(values, dtype=dtype)
 
 
 def is_concrete(*arrays) -> bool:

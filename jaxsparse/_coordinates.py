@@ -220,10 +220,12 @@ def segment_total(values, segments, num_segments: int):
     return jax.ops.segment_sum(wide, segments, num_segments=num_segments).astype(values.dtype)
 
 
+@functools.partial(jax.jit, static_argnums=0)
 def scatter_total(shape, positions, values):
     """The dense array of `shape` (an int for a vector) holding `values` summed at
     `positions` (an index or a tuple of them; those outside dropped), added up as in
-    `segment_total`."""
+    `segment_total`. One compiled program (eagerly, its operations would dispatch one by
+    one)."""
     if isinstance(positions, tuple):
         positions = tuple(map(dropped_outside, positions, shape))
     else:

@@ -1,5 +1,7 @@
 """`CSRMatrix`: compressed sparse rows, its validation and its conversions."""
 
+import functools
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -10,6 +12,7 @@ from jaxtyping import Array, Inexact, Integer
 from ._base import (
     SparseMatrix,
     as_value_array,
+    device_array,
     empty_shape,
     format_class,
     host_values,
@@ -268,11 +271,7 @@ class CSRMatrix(SparseMatrix, SparseOperators):
             )
         if (m == 0 or n == 0) and nnz > 0:
             raise ValueError(f"`nnz` must be 0 for an empty matrix of shape {(m, n)}, got {nnz=}.")
-        rows, cols = jnp.nonzero(dense, size=nnz, fill_value=(max(m - 1, 0), 0))
-        found = jnp.count_nonzero(dense)
-        values = jnp.where(jnp.arange(nnz) < found, dense[rows, cols], jnp.zeros((), dense.dtype))
-        indptr = indptr_from_counts(jnp.bincount(rows, length=m).astype(index_dtype))
-        return cls(values.astype(dense.dtype), cols.astype(index_dtype), indptr, (m, n))
+        return cls(*_csr_arrays_from_dense(dense, nnz, index_dtype), (m, n))
 
     @classmethod
     def from_coo(cls, data, row, col, shape, nnz: int | None = None) -> "CSRMatrix":
@@ -371,6 +370,19 @@ def _transpose(matrix: CSRMatrix) -> CSRMatrix:
     return CSRMatrix(matrix.data[order], indices, indptr, (n, m))
 
 
+@functools.partial(jax.jit, static_argnums=(1, 2))
+def _csr_arrays_from_dense(dense, nnz: int, index_dtype):
+    """`(data, indices, indptr)` of the first `nnz` nonzeros of `dense` in row-major order,
+    padded with explicit zeros in the last row; one compiled program (eagerly, its
+    operations would dispatch one by one)."""
+    m = dense.shape[0]
+    rows, cols = jnp.nonzero(dense, size=nnz, fill_value=(max(m - 1, 0), 0))
+    found = jnp.count_nonzero(dense)
+    values = jnp.where(jnp.arange(nnz) < found, dense[rows, cols], jnp.zeros((), dense.dtype))
+    indptr = indptr_from_counts(jnp.bincount(rows, length=m).astype(index_dtype))
+    return values.astype(dense.dtype), cols.astype(index_dtype), indptr
+
+
 def _as_index_array(values, name: str) -> jax.Array:
     """`values` as an int32 or int64 JAX array (1-D, or with batch axes in front); plain
     sequences of integers become int32."""
@@ -398,7 +410,7 @@ def _as_index_array(values, name: str) -> jax.Array:
     # Known values stay a concrete array even inside a trace (traced ones stay traced), so
     # a structure built on the host stays known to the next host-side operation.
     with jax.ensure_compile_time_eval():
-        array = jnp.asarray(values, dtype=dtype)
+        array = device_array(values, dtype=dtype)
     if not jnp.issubdtype(array.dtype, jnp.integer):
         raise TypeError(f"`{name}` must have an integer dtype, got {array.dtype}.")
     if np.dtype(array.dtype) not in INDEX_DTYPES:

@@ -1,5 +1,6 @@
 """`DIAMatrix`: the diagonal format, its validation and its conversions."""
 
+import functools
 import numbers
 
 import equinox as eqx
@@ -113,11 +114,8 @@ class DIAMatrix(SparseMatrix, SparseOperators):
 
     @over_batch
     def todense(self) -> jax.Array:
-        diagonals, rows, cols = stored_positions(self.offsets, self.shape)
-        dense = jnp.zeros(self.shape, self.dtype)
-        # Offsets are distinct (checked on construction): each slot has its own position,
-        # which `jax.linear_transpose` needs to transpose the scatter.
-        return dense.at[rows, cols].set(self.data[diagonals, cols], unique_indices=True)
+        positions = stored_positions(self.offsets, self.shape)
+        return _dense_from_diagonals(self.data, self.shape, *positions)
 
     @over_batch
     def tocsr(self):
@@ -288,3 +286,15 @@ def _is_array(value) -> bool:
 def _dia_times_dense(matrix: DIAMatrix, data, columns, *, transposed: bool, backend: str):
     product = dia_matmul_t_p if transposed else dia_matmul_p
     return product.bind(data, columns, offsets=matrix.offsets, shape=matrix.shape, backend=backend)
+
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _dense_from_diagonals(data, shape, diagonals, rows, cols) -> jax.Array:
+    """The dense matrix of `shape` from the slots `(diagonals, rows, cols)` of
+    `stored_positions`, as one compiled program (eagerly, its operations would dispatch
+    one by one)."""
+    # Offsets are distinct (checked on construction): each slot has its own position,
+    # which `jax.linear_transpose` needs to transpose the scatter.
+    dense = jnp.zeros(shape, data.dtype)
+    return dense.at[rows, cols].set(data[diagonals, cols], unique_indices=True)

@@ -39,7 +39,7 @@ def random_values(rng: np.random.Generator, shape, dtype) -> np.ndarray:
     values = rng.standard_normal(shape)
     if np.issubdtype(dtype, np.complexfloating):
         values = values + 1j * rng.standard_normal(shape)
-    return np.asarray(jnp.asarray(values).astype(dtype))
+    return values.astype(dtype)
 
 
 def as_float64(values) -> np.ndarray:
@@ -103,7 +103,7 @@ def random_csr(
     indices = np.concatenate(columns or [np.zeros(0, np.int64)]).astype(index_dtype)
     indptr = np.concatenate([[0], np.cumsum(row_lengths)]).astype(index_dtype)
     data = random_values(rng, (len(indices),), dtype)
-    matrix = js.CSRMatrix(jnp.asarray(data).astype(dtype), indices, indptr, shape)
+    matrix = js.CSRMatrix(data, indices, indptr, shape)
     twin = scipy.sparse.csr_array((as_float64(data), indices, indptr), shape=shape)
     return matrix, twin
 
