@@ -288,7 +288,6 @@ def _dia_times_dense(matrix: DIAMatrix, data, columns, *, transposed: bool, back
     return product.bind(data, columns, offsets=matrix.offsets, shape=matrix.shape, backend=backend)
 
 
-
 @functools.partial(jax.jit, static_argnums=1)
 def _dense_from_diagonals(data, shape, diagonals, rows, cols) -> jax.Array:
     """The dense matrix of `shape` from the slots `(diagonals, rows, cols)` of
