@@ -858,13 +858,40 @@ def test_values_gradient_bits_do_not_depend_on_how_slots_are_grouped(fmt, k, lea
         np.testing.assert_array_equal(np.asarray(longer_sddmm(longer_g, longer_x))[lead:], gradient)
 
 
+def _built(module: str) -> bool:
+    return importlib.util.find_spec(f"jaxsparse.kernels.{module}") is not None
+
+
 def test_the_build_for_this_cpu_is_loaded():
     """The AVX2 and FMA build runs wherever the CPU has both and it was built (x86-64)."""
-    from jaxsparse.kernels import _native_ffi
+    from jaxsparse.kernels import _native_cpu
 
-    avx2_built = importlib.util.find_spec("jaxsparse.kernels._native_ffi_avx2") is not None
-    expected = "avx2+fma" if _native_ffi.cpu_has_avx2_fma() and avx2_built else "baseline"
+    avx2_built = _built("_native_ffi_avx2")
+    expected = "avx2+fma" if _native_cpu.has_avx2_fma() and avx2_built else "baseline"
     assert _native_library.INSTRUCTION_SET == expected
+
+
+@pytest.mark.parametrize(
+    "built, runs_avx2_fma, wanted, expected",
+    [
+        ({"baseline", "avx2+fma"}, True, None, "avx2+fma"),
+        ({"baseline", "avx2+fma"}, False, None, "baseline"),
+        ({"baseline", "avx2+fma"}, True, "baseline", "baseline"),
+        ({"baseline"}, True, None, "baseline"),
+        ({"avx2+fma"}, True, None, "avx2+fma"),
+        ({"avx2+fma"}, False, None, "cannot run"),
+        ({"avx2+fma"}, True, "baseline", "did not build"),
+        (set(), True, None, "not built"),
+    ],
+)
+def test_the_loader_picks_a_build_this_cpu_runs(built, runs_avx2_fma, wanted, expected):
+    """Every case of installed builds (both, as `pip install`; one, as a host build),
+    CPU and `JAXSPARSE_NATIVE_BUILD`: a build the CPU runs, or a reason naming why none."""
+    instruction_set, found = _native_library.choose_build(built, runs_avx2_fma, wanted)
+    if expected in _native_library.BUILDS:
+        assert (instruction_set, found) == (expected, _native_library.BUILDS[expected])
+    else:
+        assert instruction_set is None and expected in found
 
 
 BASELINE_CHECK = textwrap.dedent(
@@ -891,6 +918,11 @@ BASELINE_CHECK = textwrap.dedent(
 )
 
 
+@pytest.mark.skipif(
+    not _built("_native_ffi"),
+    reason="only the build for this CPU is installed (JAXSPARSE_NATIVE_VARIANTS=host, the "
+    "Makefile's default): CI's newest-Python run builds both and checks this",
+)
 def test_the_baseline_build_computes_the_same():
     """The build for any CPU (chosen here by `JAXSPARSE_NATIVE_BUILD=baseline`, in a fresh
     process): products and gradients of both formats at k = 1, 8, 64 against scipy."""

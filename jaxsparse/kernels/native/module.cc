@@ -1,8 +1,8 @@
 // The Python extension module `jaxsparse.kernels.<JAXSPARSE_MODULE>` (setup.py builds it as
 // `_native_ffi` for any CPU and, on x86-64, as `_native_ffi_avx2` with AVX2 and FMA): one
 // PyCapsule per XLA FFI handler, in the dict `targets` (target name -> capsule), for
-// `jax.ffi.register_ffi_target(name, capsule, platform="cpu")`, and `cpu_has_avx2_fma()`,
-// whether this CPU runs the second build.
+// `jax.ffi.register_ffi_target(name, capsule, platform="cpu")`. Which build this CPU
+// runs is `_native_cpu`'s answer (cpu_features.cc).
 
 #include <Python.h>
 
@@ -47,24 +47,8 @@ constexpr Target kTargets[] = {
     {"jaxsparse_ilu0_apply", JaxsparseIlu0Apply},
 };
 
-// Whether this CPU (and its operating system) runs AVX2 and FMA instructions.
-PyObject* CpuHasAvx2Fma(PyObject*, PyObject*) {
-#if defined(__x86_64__)
-  __builtin_cpu_init();
-  return PyBool_FromLong(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"));
-#else
-  Py_RETURN_FALSE;
-#endif
-}
-
-PyMethodDef kMethods[] = {
-    {"cpu_has_avx2_fma", CpuHasAvx2Fma, METH_NOARGS,
-     "Whether this CPU runs AVX2 and FMA instructions (the `_native_ffi_avx2` build)."},
-    {nullptr, nullptr, 0, nullptr},
-};
-
 PyModuleDef kModule = {PyModuleDef_HEAD_INIT, JAXSPARSE_STRING(JAXSPARSE_MODULE),
-                       "jaxsparse's native CPU kernels as XLA FFI handlers.", -1, kMethods};
+                       "jaxsparse's native CPU kernels as XLA FFI handlers.", -1, nullptr};
 
 }  // namespace
 
