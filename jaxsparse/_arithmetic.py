@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.sparse
 
+from ._arrays import take_at
 from ._base import (
     SparseMatrix,
     _as_scalar,
@@ -365,7 +366,9 @@ def _operand_name(value) -> str:
 def _stored_factors(matrix, factor: jax.Array) -> jax.Array:
     """`factor[row, col]` for every stored entry, in `matrix.data`'s layout."""
     rows, cols, _ = entries(matrix)
-    return factor[_broadcast_index(rows, factor.shape[0]), _broadcast_index(cols, factor.shape[1])]
+    return take_at(
+        factor, _broadcast_index(rows, factor.shape[0]), _broadcast_index(cols, factor.shape[1])
+    )
 
 
 def _broadcast_factor(dense: jax.Array, shape: tuple[int, int]) -> jax.Array:
@@ -395,7 +398,7 @@ def _dia_slot_factors(matrix, factor: jax.Array) -> jax.Array:
     col_index = np.broadcast_to(cols, rows.shape) if factor.shape[1] != 1 else 0 * rows
     if m == 0 or n == 0:
         return jnp.zeros(rows.shape, factor.dtype)
-    return jnp.where(inside, factor[row_index, col_index], jnp.zeros((), factor.dtype))
+    return jnp.where(inside, take_at(factor, row_index, col_index), jnp.zeros((), factor.dtype))
 
 
 @functools.singledispatch

@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.sparse
 
+from ._arrays import device_array
 from ._batching import batch_member, batch_shape
 from ._export import register_serialization
 from ._matmul import matmul
@@ -294,16 +295,6 @@ def check_value_dtype(dtype, operation: str) -> None:
         f"{operation} would give {dtype} values: sparse matrices store floating, complex or "
         "boolean values, not integers. Use a floating dtype, e.g. `A.astype(jnp.float32)`."
     )
-
-
-def device_array(values, dtype=None) -> jax.Array:
-    """`jnp.asarray(values, dtype)`, with a numpy array copied to the device: `jnp.asarray`
-    lifts one through `lax.stage`, which outside a trace compiles a program for each new
-    shape, and may share the array's memory, which its owner can still change."""
-    if isinstance(values, np.ndarray) and values.dtype.kind not in "OSU":
-        dtype = jax.dtypes.canonicalize_dtype(values.dtype if dtype is None else dtype)
-        return jax.device_put(np.array(values, dtype, copy=True))
-    return jnp.asarray(values, dtype=dtype)
 
 
 def is_concrete(*arrays) -> bool:

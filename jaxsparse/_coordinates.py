@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._arrays import take_at
 from ._base import format_class, index_dtype_for, is_concrete, register_for_format
 from ._csr_layout import dropped_outside, indptr_from_counts, row_ids, structure_valid
 from ._dia_layout import stored_positions
@@ -62,7 +63,7 @@ def unless_invalid(valid, out) -> jax.Array:
 @register_for_format("dia", entries)
 def _dia_entries(matrix):
     diagonals, rows, cols = stored_positions(matrix.offsets, matrix.shape)
-    return rows, cols, matrix.data[diagonals, cols]
+    return rows, cols, take_at(matrix.data, diagonals, cols)
 
 
 def host_keys(rows, cols, shape: tuple[int, int]) -> np.ndarray | None:
@@ -430,7 +431,9 @@ def select_entries(matrix, keep: np.ndarray):
     rows = np.asarray(entries(matrix)[0])[keep]
     counts = np.bincount(rows, minlength=matrix.shape[0])
     indptr = np.concatenate([[0], np.cumsum(counts)]).astype(indices.dtype)
-    return format_class("csr")(matrix.data[np.flatnonzero(keep)], indices, indptr, matrix.shape)
+    return format_class("csr")(
+        take_at(matrix.data, np.flatnonzero(keep)), indices, indptr, matrix.shape
+    )
 
 
 def distinct_entries(matrix, repeats: bool | None = None):

@@ -9,10 +9,10 @@ import numpy as np
 import scipy.sparse
 from jaxtyping import Array, Inexact, Integer
 
+from ._arrays import device_array
 from ._base import (
     SparseMatrix,
     as_value_array,
-    device_array,
     empty_shape,
     format_class,
     host_values,

@@ -10,6 +10,7 @@ import numpy as np
 import scipy.sparse
 from jaxtyping import Array, Inexact
 
+from ._arrays import take_at
 from ._base import (
     SparseMatrix,
     as_value_array,
@@ -127,7 +128,7 @@ class DIAMatrix(SparseMatrix, SparseOperators):
         diagonals, cols, indptr = csr_structure(self.offsets, self.shape)
         index_dtype = index_dtype_for(self.shape, len(cols))
         return format_class("csr")(
-            self.data[diagonals, cols],
+            take_at(self.data, diagonals, cols),
             np.asarray(cols, index_dtype),
             np.asarray(indptr, index_dtype),
             self.shape,

@@ -6,6 +6,8 @@ program and every function works under `jax.jit`. Containers and kernels both bu
 this module; it imports nothing else from jaxsparse.
 """
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -93,12 +95,13 @@ def negate_offsets(offsets: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(-off for off in offsets)
 
 
+@functools.partial(jax.jit, static_argnums=(1, 2))
 def transpose_data(data, offsets: tuple[int, ...], shape: tuple[int, int]) -> jax.Array:
     """The diagonals of `A^T` (offsets `-offsets`, shape `(n, m)`), `(len(offsets), m)`.
 
     `out[d, i] = data[d, i + offsets[d]]` where that slot lies inside `A`, else 0, so every
     ignored slot of the result holds zero. One pad per diagonal up to
-    `MAX_UNROLLED_DIAGONALS`, one gather beyond.
+    `MAX_UNROLLED_DIAGONALS`, one gather beyond; one compiled program when called eagerly.
     """
     m, n = shape
     if not unrolls_diagonals(offsets, shape) and n > 0:

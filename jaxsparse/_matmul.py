@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import scipy.sparse
 
+from ._arrays import device_array
 from ._backend import resolve_backend
 from ._batching import (
     PerMember,
@@ -140,7 +141,7 @@ def _as_dense_operand(value, name: str, *, batch: tuple[int, ...] = ()) -> jax.A
             "`CSRMatrix.from_scipy` (or `DIAMatrix.from_scipy`), or pass `todense()`."
         )
     try:
-        array = value if isinstance(value, jax.Array) else jnp.asarray(value)
+        array = value if isinstance(value, jax.Array) else device_array(value)
     except (TypeError, ValueError):
         raise TypeError(f"matmul: `{name}` must be an array, got {type(value).__name__}.") from None
     if not (jnp.issubdtype(array.dtype, jnp.number) or array.dtype == jnp.bool_):
