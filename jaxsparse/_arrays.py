@@ -26,3 +26,9 @@ def take_at(values, *index) -> jax.Array:
     eagerly, indexing dispatches its index wrap, broadcasts and gather one by one, each
     compiled for every new shape."""
     return values[index]
+
+
+@jax.jit
+def take_at_each(values, *indices) -> tuple[jax.Array, ...]:
+    """`values[index]` for each of `indices`, as one compiled program (see `take_at`)."""
+    return tuple(values[index] for index in indices)

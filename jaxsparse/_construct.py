@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from ._arrays import device_array
 from ._base import (
     SparseMatrix,
     index_dtype_for,
@@ -68,7 +69,7 @@ def diags(diagonals, offsets=0, shape=None, dtype=None) -> DIAMatrix:
             )
         diagonals = [diagonals]
     offsets = _validate_offsets(offsets)
-    values = [jnp.atleast_1d(jnp.asarray(diagonal)) for diagonal in diagonals]
+    values = [_as_diagonal(diagonal) for diagonal in diagonals]
     if len(values) != len(offsets):
         raise ValueError(
             f"`diagonals` has {len(values)} diagonals but `offsets` has {len(offsets)} "
@@ -82,26 +83,41 @@ def diags(diagonals, offsets=0, shape=None, dtype=None) -> DIAMatrix:
     shape = validate_shape(shape)
     dtype = _values_dtype(dtype, *values)
     m, n = shape
-    rows = []
     for d, (diagonal, off) in enumerate(zip(values, offsets, strict=True)):
         length = min(m + off, n - off, m, n)
         if length < 0:
             raise ValueError(f"`offsets[{d}]` = {off} lies outside a matrix of shape {shape}.")
         if diagonal.ndim != 1:
             raise ValueError(f"`diagonals[{d}]` must be 1-D, got shape {diagonal.shape}.")
-        if diagonal.shape[0] == 1:
-            diagonal = jnp.broadcast_to(diagonal, (length,))
-        elif diagonal.shape[0] < length:
+        if diagonal.shape[0] != 1 and diagonal.shape[0] < length:
             raise ValueError(
                 f"`diagonals[{d}]` has {diagonal.shape[0]} values but the diagonal at offset "
                 f"{off} of a matrix of shape {shape} has {length} entries."
             )
+    return DIAMatrix(_diagonals_as_data(values, offsets, shape, dtype), offsets, shape)
+
+
+def _as_diagonal(diagonal) -> jax.Array:
+    """One diagonal as an array of at least one dimension (a scalar as one value)."""
+    array = device_array(diagonal)
+    return array.reshape(1) if array.ndim == 0 else array
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2, 3))
+def _diagonals_as_data(values, offsets, shape, dtype) -> jax.Array:
+    """`diags`' checked diagonals as DIA data, one compiled program: each diagonal (one
+    value broadcast along it, a longer one cut to its length) moved to its columns."""
+    m, n = shape
+    rows = []
+    for diagonal, off in zip(values, offsets, strict=True):
+        length = min(m + off, n - off, m, n)
+        if diagonal.shape[0] == 1:
+            diagonal = jnp.broadcast_to(diagonal, (length,))
         first_column = max(0, off)
         rows.append(
             jnp.pad(diagonal[:length].astype(dtype), (first_column, n - first_column - length))
         )
-    data = jnp.stack(rows) if rows else jnp.zeros((0, n), dtype)
-    return DIAMatrix(data, offsets, shape)
+    return jnp.stack(rows) if rows else jnp.zeros((0, n), dtype)
 
 
 def eye(m: int, n: int | None = None, k: int = 0, dtype=None) -> DIAMatrix:
@@ -206,26 +222,49 @@ def hstack(blocks) -> CSRMatrix:
     _check_equal_sizes(blocks, axis=0)
     shape = (blocks[0].shape[0], sum(block.shape[1] for block in blocks))
     dtype, index_dtype, nnz = _joined_layout(blocks, shape)
+    widths = tuple(block.shape[1] for block in blocks)
     with jax.ensure_compile_time_eval():  # a structure known on the host stays known
-        lengths = [jnp.diff(block.indptr).astype(index_dtype) for block in blocks]
-        indptr = indptr_from_counts(sum(lengths))
-        indices = jnp.zeros((nnz,), index_dtype)
-        before = jnp.zeros_like(indptr[:-1])  # entries of the same row in earlier blocks
-        destinations, column_start = [], 0
-        for block, length in zip(blocks, lengths, strict=True):
-            rows = row_ids(block.indptr, block.nnz)
-            within = jnp.arange(block.nnz, dtype=index_dtype) - block.indptr[rows].astype(
-                index_dtype
-            )
-            destinations.append(indptr[rows] + before[rows] + within)
-            shifted = block.indices.astype(index_dtype) + column_start
-            indices = indices.at[destinations[-1]].set(shifted)
-            before = before + length
-            column_start += block.shape[1]
-    data = jnp.zeros((nnz,), dtype)
-    for block, destination in zip(blocks, destinations, strict=True):
-        data = data.at[destination].set(block.data.astype(dtype))
+        indices, indptr, destinations = _side_by_side_structure(
+            [block.indices for block in blocks],
+            [block.indptr for block in blocks],
+            widths,
+            nnz,
+            index_dtype,
+        )
+    data = _placed_values([block.data for block in blocks], destinations, nnz, dtype)
     return CSRMatrix(data, indices, indptr, shape)
+
+
+@functools.partial(jax.jit, static_argnums=(3, 4))
+def _side_by_side_structure(block_indices, block_indptrs, widths, nnz: int, index_dtype):
+    """`hstack`'s structure, one compiled program: `(indices, indptr, destinations)`,
+    where entry `p` of block `b` lands at `destinations[b][p]`. The blocks' `widths` are
+    arguments, not constants: new widths with the same entry counts compile nothing."""
+    lengths = [jnp.diff(indptr).astype(index_dtype) for indptr in block_indptrs]
+    indptr = indptr_from_counts(sum(lengths))
+    indices = jnp.zeros((nnz,), index_dtype)
+    before = jnp.zeros_like(indptr[:-1])  # entries of the same row in earlier blocks
+    destinations, column_start = [], 0
+    for block_cols, block_indptr, length, width in zip(
+        block_indices, block_indptrs, lengths, widths, strict=True
+    ):
+        count = block_cols.shape[0]
+        rows = row_ids(block_indptr, count)
+        within = jnp.arange(count, dtype=index_dtype) - block_indptr[rows].astype(index_dtype)
+        destinations.append(indptr[rows] + before[rows] + within)
+        indices = indices.at[destinations[-1]].set(block_cols.astype(index_dtype) + column_start)
+        before = before + length
+        column_start += width
+    return indices, indptr, destinations
+
+
+@functools.partial(jax.jit, static_argnums=(2, 3))
+def _placed_values(block_data, destinations, nnz: int, dtype) -> jax.Array:
+    """The blocks' values at their `destinations` in `nnz` slots, one compiled program."""
+    data = jnp.zeros((nnz,), dtype)
+    for values, destination in zip(block_data, destinations, strict=True):
+        data = data.at[destination].set(values.astype(dtype))
+    return data
 
 
 def diags_array(diagonals, /, *, offsets=0, shape=None, dtype=None) -> DIAMatrix:
@@ -641,20 +680,37 @@ def _stack_rows(blocks, column_starts, shape) -> CSRMatrix:
     """The CSR `blocks` one below the other, block `t`'s columns shifted by
     `column_starts[t]`, in a matrix of `shape`."""
     dtype, index_dtype, _ = _joined_layout(blocks, shape)
-    data = jnp.concatenate([block.data.astype(dtype) for block in blocks])
+    data = _joined_values([block.data for block in blocks], dtype)
     with jax.ensure_compile_time_eval():  # a structure known on the host stays known
-        indices = jnp.concatenate(
-            [
-                block.indices.astype(index_dtype) + start
-                for block, start in zip(blocks, column_starts, strict=True)
-            ]
+        indices, indptr = _stacked_structure(
+            [block.indices for block in blocks],
+            [block.indptr for block in blocks],
+            tuple(column_starts),
+            index_dtype,
         )
-        pointers, before = [jnp.zeros((1,), index_dtype)], 0
-        for block in blocks:
-            pointers.append(block.indptr[1:].astype(index_dtype) + before)
-            before += block.nnz
-        indptr = jnp.concatenate(pointers)
     return CSRMatrix(data, indices, indptr, shape)
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _joined_values(block_data, dtype) -> jax.Array:
+    return jnp.concatenate([values.astype(dtype) for values in block_data])
+
+
+@functools.partial(jax.jit, static_argnums=3)
+def _stacked_structure(block_indices, block_indptrs, column_starts, index_dtype):
+    """`_stack_rows`' `(indices, indptr)`, one compiled program (`column_starts` are
+    arguments, as `hstack`'s widths)."""
+    indices = jnp.concatenate(
+        [
+            cols.astype(index_dtype) + start
+            for cols, start in zip(block_indices, column_starts, strict=True)
+        ]
+    )
+    pointers, before = [jnp.zeros((1,), index_dtype)], 0
+    for cols, indptr in zip(block_indices, block_indptrs, strict=True):
+        pointers.append(indptr[1:].astype(index_dtype) + before)
+        before += cols.shape[0]
+    return indices, jnp.concatenate(pointers)
 
 
 def _distinct_positions(key, total: int, count: int, dtype) -> jax.Array:

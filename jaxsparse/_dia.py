@@ -247,11 +247,8 @@ class DIAMatrix(SparseMatrix, SparseOperators):
             offsets = tuple(int(off) for off in np.unique(cols - rows))
         offsets = _validate_offsets(offsets)
         shape = (int(dense.shape[0]), int(dense.shape[1]))
-        diagonals, rows, cols = stored_positions(offsets, shape)
-        data = jnp.zeros((len(offsets), shape[1]), dense.dtype)
-        # Each slot `(diagonal, column)` is written once, so the scatter transposes.
-        data = data.at[diagonals, cols].set(dense[rows, cols], unique_indices=True)
-        return cls(data, offsets, shape)
+        positions = stored_positions(offsets, shape)
+        return cls(_diagonals_from_dense(dense, len(offsets), *positions), offsets, shape)
 
     def _repr_fields(self) -> dict:
         return {**super()._repr_fields(), "offsets": self.offsets}
@@ -298,3 +295,12 @@ def _dense_from_diagonals(data, shape, diagonals, rows, cols) -> jax.Array:
     # which `jax.linear_transpose` needs to transpose the scatter.
     dense = jnp.zeros(shape, data.dtype)
     return dense.at[rows, cols].set(data[diagonals, cols], unique_indices=True)
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _diagonals_from_dense(dense, count: int, diagonals, rows, cols) -> jax.Array:
+    """The `(count, n)` DIA data of `dense` at the slots of `stored_positions`, as one
+    compiled program; each slot `(diagonal, column)` is written once, so the scatter
+    transposes."""
+    data = jnp.zeros((count, dense.shape[1]), dense.dtype)
+    return data.at[diagonals, cols].set(dense[rows, cols], unique_indices=True)

@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._arrays import take_at
 from ._base import format_class, is_concrete, register_for_format
 from ._batching import is_batched, refuse_batch
 from ._coordinates import entries, scatter_total, select_entries, unless_invalid
@@ -272,7 +273,7 @@ def _select_rows(matrix, rows: np.ndarray):
     positions = np.repeat(starts - new_indptr[:-1], lengths) + np.arange(new_indptr[-1])
     index_dtype = matrix.indices.dtype
     return format_class("csr")(
-        matrix.data[positions],
+        take_at(matrix.data, positions),
         np.asarray(matrix.indices)[positions],
         new_indptr.astype(index_dtype),
         (len(rows), matrix.shape[1]),
@@ -303,7 +304,10 @@ def _select_columns(matrix, cols: np.ndarray):
     new_indptr = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=m))])
     index_dtype = matrix.indices.dtype
     return format_class("csr")(
-        matrix.data[entry], place.astype(index_dtype), new_indptr.astype(index_dtype), (m, size)
+        take_at(matrix.data, entry),
+        place.astype(index_dtype),
+        new_indptr.astype(index_dtype),
+        (m, size),
     )
 
 

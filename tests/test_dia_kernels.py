@@ -35,7 +35,7 @@ def _random(rng, shape, dtype):
     host_dtype = np.float64
     if jnp.issubdtype(dtype, jnp.complexfloating):
         values, host_dtype = values + 1j * rng.standard_normal(shape), np.complex128
-    return np.array(jnp.asarray(values, dtype=dtype).astype(host_dtype))
+    return values.astype(jnp.dtype(dtype)).astype(host_dtype)
 
 
 def _make_problem(m, n, offsets, k, dtype, seed=0):
@@ -64,7 +64,7 @@ def _sddmm_oracle(g, x, offsets, m, n):
 def _check_close(actual, expected, dtype):
     assert actual.dtype == jnp.dtype(dtype)
     tol = tolerance(dtype)
-    actual = np.asarray(actual.astype(jnp.complex128))
+    actual = np.asarray(actual).astype(np.complex128)
     scale = max(1.0, np.abs(expected).max(initial=0.0))
     np.testing.assert_allclose(actual, expected, rtol=tol, atol=tol * scale)
 

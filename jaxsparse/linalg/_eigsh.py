@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from .._arrays import device_array
 from .._base import SparseMatrix, is_concrete
 from .._batching import refuse_batch
 from ._eigsh_copies import lanczos_with_copies
@@ -113,7 +114,7 @@ def eigsh(
             raise ValueError(f"eigsh: `sigma` must be finite, got {sigma}.")
         sigma = eqx.error_if(sigma, ~jnp.isfinite(sigma), _NONFINITE_SIGMA)
     if v0 is not None:
-        v0 = jnp.asarray(v0)
+        v0 = device_array(v0)
         if v0.shape != (n,):
             raise ValueError(f"eigsh: `v0` must have shape ({n},), got {v0.shape}.")
         if jnp.iscomplexobj(v0) and not jnp.issubdtype(A.dtype, jnp.complexfloating):

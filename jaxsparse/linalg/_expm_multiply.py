@@ -18,6 +18,7 @@ import scipy.sparse
 import scipy.sparse.linalg
 from jax import lax
 
+from .._arrays import device_array
 from .._base import SparseMatrix, is_concrete
 from .._batching import refuse_batch
 from .._coordinates import reduce_distinct
@@ -172,7 +173,7 @@ def expm_multiply(
     if A.shape != (n, n):
         raise ValueError(f"expm_multiply: `A` must be square, got shape {A.shape}.")
     norm_bound = _norm_bound(norm_bound)
-    B = jnp.asarray(B)
+    B = device_array(B)
     if B.ndim not in (1, 2) or B.shape[0] != n:
         raise ValueError(f"expm_multiply: `B` must have shape ({n},) or ({n}, k), got {B.shape}.")
     dtype = working_dtype(jnp.result_type(A.dtype, B.dtype))

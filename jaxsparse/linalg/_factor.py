@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.sparse
 
+from .._arrays import device_array
 from .._batching import refuse_batch
 
 _OPERATIONS = ("N", "T", "H")
@@ -33,7 +34,7 @@ def dense_rhs(b):
 def solve_dtype(matrix_dtype, b) -> np.dtype:
     """The dtype `spsolve` solves in and returns, as scipy's: `A`'s and `b`'s promoted (a
     complex `b` with a real `A` gives a complex solution; an integer `b` takes `A`'s)."""
-    b_dtype = jnp.asarray(b).dtype
+    b_dtype = device_array(b).dtype
     if not jnp.issubdtype(b_dtype, jnp.inexact):
         return np.dtype(matrix_dtype)
     return _promoted(matrix_dtype, b_dtype)
@@ -49,7 +50,7 @@ def check_rhs(b, n: int, dtype, name: str = "b") -> jax.Array:
     """`b` as an array of `dtype`, of shape `(n,)` or `(n, k)`, or a clear error. A `b`
     that `dtype` cannot hold without rounding (complex into real, float64 into float32) is
     a TypeError, as scipy's `SuperLU.solve` refuses it."""
-    b = jnp.asarray(b)
+    b = device_array(b)
     if b.ndim not in (1, 2) or b.shape[0] != n:
         raise ValueError(
             f"`{name}` must have shape ({n},) or ({n}, k) for a matrix of {n} rows, got {b.shape}."
@@ -141,7 +142,7 @@ class Factorization(eqx.Module):
         **Returns:** `x`, shaped like `b`, in the matrix's dtype. A singular matrix gives
         `nan` (a nearly singular one, large or non-finite entries).
         """
-        return run_compiled(Factorization._solve, self, jnp.asarray(dense_rhs(b)), trans)
+        return run_compiled(Factorization._solve, self, device_array(dense_rhs(b)), trans)
 
     def __call__(self, b) -> jax.Array:
         """`solve(b)`: the factorization is also the solve function that

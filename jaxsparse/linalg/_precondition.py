@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from .._arrays import device_array
 from .._base import SparseMatrix
 from .._batching import refuse_batch
 from .._reductions import diagonal
@@ -72,7 +73,7 @@ class JacobiPreconditioner(Preconditioner):
     shape: tuple[int, int] = eqx.field(static=True)
 
     def __call__(self, r):
-        r = jnp.asarray(r)
+        r = device_array(r)
         self._check_operand(r)
         scale = self.inverse_diagonal if r.ndim == 1 else self.inverse_diagonal[:, None]
         dtype = jnp.result_type(scale.dtype, r.dtype)

@@ -7,12 +7,15 @@ kernels built, the factorization and both triangular solves are ordered sweeps i
 and both triangular solves are `lax.fori_loop`s over the level schedules in pure JAX.
 """
 
+import functools
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from .._arrays import device_array, take_at_each
 from .._base import SparseMatrix, is_concrete
 from .._batching import refuse_batch
 from ..kernels.native_ilu0 import native_available
@@ -39,7 +42,7 @@ class ILU0Preconditioner(Preconditioner):
     shape: tuple[int, int] = eqx.field(static=True)
 
     def __call__(self, r):
-        r = jnp.asarray(r)
+        r = device_array(r)
         self._check_operand(r)
         return _apply(self, r)
 
@@ -103,23 +106,35 @@ def spilu0(A: SparseMatrix, *, method: str = "auto") -> Preconditioner:
                 "`method='levels'`."
             )
     pattern = matrix_pattern(A)
-    flat = lax.stop_gradient(A.data).astype(dtype).reshape(-1)
-    values = jnp.zeros((len(pattern.cols),), dtype).at[pattern.target].add(flat[pattern.source])
+    values = _pattern_values(A.data, pattern.source, pattern.target, len(pattern.cols), dtype)
     if method == "native":
         return native_spilu0(pattern, values)
     schedule = ilu0_schedule(pattern, np.asarray(values) if is_concrete(values) else None)
-    factored = _factorize(values, schedule)
+    lower_values, upper_values, upper_diagonal = take_at_each(
+        _factorize(values, schedule),
+        schedule.lower_positions,
+        schedule.upper_positions,
+        schedule.diagonal,
+    )
     n = pattern.n
     return ILU0Preconditioner(
-        lower_values=factored[schedule.lower_positions],
-        lower_cols=jnp.asarray(schedule.lower_cols),
-        upper_values=factored[schedule.upper_positions],
-        upper_cols=jnp.asarray(schedule.upper_cols),
-        upper_diagonal=factored[schedule.diagonal],
-        forward_levels=jnp.asarray(schedule.forward_levels),
-        backward_levels=jnp.asarray(schedule.backward_levels),
+        lower_values=lower_values,
+        lower_cols=device_array(schedule.lower_cols),
+        upper_values=upper_values,
+        upper_cols=device_array(schedule.upper_cols),
+        upper_diagonal=upper_diagonal,
+        forward_levels=device_array(schedule.forward_levels),
+        backward_levels=device_array(schedule.backward_levels),
         shape=(n, n),
     )
+
+
+@functools.partial(jax.jit, static_argnums=(3, 4))
+def _pattern_values(data, source, target, size: int, dtype) -> jax.Array:
+    """The values of `A` (`data`, any format) at the pattern's positions, in `dtype`, as
+    constants for autodiff."""
+    flat = lax.stop_gradient(data).astype(dtype).reshape(-1)
+    return jnp.zeros((size,), dtype).at[target].add(flat[source])
 
 
 @jax.jit
@@ -179,6 +194,7 @@ def _sweep(x, levels, values, cols, diagonal):
     return lax.fori_loop(0, levels.shape[0], level_step, x)
 
 
+@functools.partial(jax.jit, static_argnums=2)
 def _dense_rows(values, cols, n: int) -> jax.Array:
     rows = np.broadcast_to(np.arange(n + 1)[:, None], cols.shape)
     dense = jnp.zeros((n + 1, n + 1), values.dtype).at[rows, cols].add(values)

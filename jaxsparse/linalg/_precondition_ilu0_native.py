@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from .._arrays import device_array
 from ..kernels import native_ilu0
 from ._precondition import Preconditioner
 from ._precondition_ilu0_schedule import Pattern
@@ -27,23 +28,9 @@ class NativeILU0Preconditioner(Preconditioner):
     shape: tuple[int, int] = eqx.field(static=True)
 
     def __call__(self, r):
-        r = jnp.asarray(r)
+        r = device_array(r)
         self._check_operand(r)
-        dtype = jnp.result_type(self.dtype, r.dtype)
-        columns = (r[:, None] if r.ndim == 1 else r).astype(dtype)
-        values = self.values.astype(dtype)
-        structure = (self.cols, self.indptr, self.diagonal)
-
-        def solve(_, b, transpose=False):
-            return native_ilu0.apply(values, *structure, b, transpose=transpose)
-
-        out = lax.custom_linear_solve(
-            lambda x: self._product(values, x),
-            columns,
-            solve,
-            lambda _, b: solve(None, b, transpose=True),
-        )
-        return out[:, 0] if r.ndim == 1 else out
+        return _apply(self, r)
 
     @property
     def dtype(self):
@@ -62,15 +49,37 @@ class NativeILU0Preconditioner(Preconditioner):
 
     def factors(self):
         """`(L, U)` as dense `(n, n)` arrays (for checks on small matrices)."""
-        n = self.shape[0]
-        upper = jnp.arange(self.values.shape[0], dtype=jnp.int32) >= self.diagonal[self.rows]
-        dense = jnp.zeros((n, n), self.dtype).at[self.rows, self.cols].add(self.values)
-        lower = (
-            jnp.zeros((n, n), self.dtype)
-            .at[self.rows, self.cols]
-            .add(jnp.where(upper, 0, self.values))
-        )
-        return lower + jnp.eye(n, dtype=self.dtype), dense - lower
+        return _factors(self)
+
+
+@jax.jit
+def _factors(M: NativeILU0Preconditioner):
+    n = M.shape[0]
+    upper = jnp.arange(M.values.shape[0], dtype=jnp.int32) >= M.diagonal[M.rows]
+    dense = jnp.zeros((n, n), M.dtype).at[M.rows, M.cols].add(M.values)
+    lower = jnp.zeros((n, n), M.dtype).at[M.rows, M.cols].add(jnp.where(upper, 0, M.values))
+    return lower + jnp.eye(n, dtype=M.dtype), dense - lower
+
+
+# One compiled program per operand shape: eagerly, `custom_linear_solve` would run its
+# solve's operations one by one.
+@jax.jit
+def _apply(M: NativeILU0Preconditioner, r: jax.Array) -> jax.Array:
+    dtype = jnp.result_type(M.dtype, r.dtype)
+    columns = (r[:, None] if r.ndim == 1 else r).astype(dtype)
+    values = M.values.astype(dtype)
+    structure = (M.cols, M.indptr, M.diagonal)
+
+    def solve(_, b, transpose=False):
+        return native_ilu0.apply(values, *structure, b, transpose=transpose)
+
+    out = lax.custom_linear_solve(
+        lambda x: M._product(values, x),
+        columns,
+        solve,
+        lambda _, b: solve(None, b, transpose=True),
+    )
+    return out[:, 0] if r.ndim == 1 else out
 
 
 def native_spilu0(pattern: Pattern, values: jax.Array) -> NativeILU0Preconditioner:
@@ -84,14 +93,12 @@ def native_spilu0(pattern: Pattern, values: jax.Array) -> NativeILU0Precondition
         raise ValueError(
             f"spilu0: ILU(0) needs every diagonal entry in the pattern; row {missing[0]} has none."
         )
-    structure = tuple(
-        jnp.asarray(a.astype(np.int32)) for a in (pattern.cols, pattern.indptr, diagonal)
-    )
+    structure = tuple(device_array(a, np.int32) for a in (pattern.cols, pattern.indptr, diagonal))
     return NativeILU0Preconditioner(
         values=native_ilu0.factor(values, *structure),
         cols=structure[0],
         indptr=structure[1],
         diagonal=structure[2],
-        rows=jnp.asarray(rows.astype(np.int32)),
+        rows=device_array(rows, np.int32),
         shape=(n, n),
     )
