@@ -26,9 +26,16 @@ from helpers import (
 )
 
 import jaxsparse as js
-from jaxsparse.kernels import _native_library, native_csr, native_dia
-from jaxsparse.kernels.xla_csr import csr_matmul_t_xla, csr_matmul_xla, csr_sddmm_xla
-from jaxsparse.kernels.xla_dia import dia_matmul_t_xla, dia_matmul_xla, dia_sddmm_xla
+from jaxsparse.kernels import _native_library, native_csr, native_dia, xla_csr, xla_dia
+
+# The XLA reference kernels, each compiled once per shape: called eagerly, their
+# operations would compile one by one.
+csr_matmul_xla = jax.jit(xla_csr.csr_matmul_xla, static_argnames="shape")
+csr_matmul_t_xla = jax.jit(xla_csr.csr_matmul_t_xla, static_argnames="shape")
+csr_sddmm_xla = jax.jit(xla_csr.csr_sddmm_xla, static_argnames="shape")
+dia_matmul_xla = jax.jit(xla_dia.dia_matmul_xla, static_argnames=("offsets", "shape"))
+dia_matmul_t_xla = jax.jit(xla_dia.dia_matmul_t_xla, static_argnames=("offsets", "shape"))
+dia_sddmm_xla = jax.jit(xla_dia.dia_sddmm_xla, static_argnames=("offsets", "shape"))
 
 pytestmark = [
     pytest.mark.on_cpu,
