@@ -161,7 +161,7 @@ class CSRMatrix(SparseMatrix, SparseOperators):
 
     @over_batch
     def todense(self) -> jax.Array:
-        return scatter_total(self.shape, (self.row_ids(), self.indices), stored_values(self))
+        return _dense_from_entries(self.shape, self.indices, self.indptr, stored_values(self))
 
     def tocsr(self) -> "CSRMatrix":
         return self
@@ -368,6 +368,13 @@ def _transpose(matrix: CSRMatrix) -> CSRMatrix:
     m, n = matrix.shape
     order, indices, indptr = transposed_structure(matrix.indices, matrix.indptr, n)
     return CSRMatrix(matrix.data[order], indices, indptr, (n, m))
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _dense_from_entries(shape, indices, indptr, values) -> jax.Array:
+    """The dense matrix of `shape` holding the stored entries (repeats summed), as one
+    compiled program: the rows of the entries and their scatter together."""
+    return scatter_total(shape, (row_ids(indptr, indices.shape[0]), indices), values)
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2))
