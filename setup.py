@@ -73,8 +73,8 @@ def kernel_builds() -> dict[str, list[str]]:
     builds = {"_native_ffi": []}
     if platform.machine().lower() in ("x86_64", "amd64"):
         builds["_native_ffi_avx2"] = ["-mavx2", "-mfma"]
-        runs_avx2 = host_runs_avx2_fma()
-        if os.environ.get("JAXSPARSE_NATIVE_VARIANTS", "all") == "host" and runs_avx2 is not None:
+        host_only = os.environ.get("JAXSPARSE_NATIVE_VARIANTS", "all") == "host"
+        if host_only and (runs_avx2 := host_runs_avx2_fma()) is not None:
             del builds["_native_ffi" if runs_avx2 else "_native_ffi_avx2"]
     return builds
 

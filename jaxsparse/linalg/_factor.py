@@ -31,10 +31,9 @@ def dense_rhs(b):
     return b.toarray() if scipy.sparse.issparse(b) else b
 
 
-def solve_dtype(matrix_dtype, b) -> np.dtype:
+def solve_dtype(matrix_dtype, b_dtype) -> np.dtype:
     """The dtype `spsolve` solves in and returns, as scipy's: `A`'s and `b`'s promoted (a
     complex `b` with a real `A` gives a complex solution; an integer `b` takes `A`'s)."""
-    b_dtype = device_array(b).dtype
     if not jnp.issubdtype(b_dtype, jnp.inexact):
         return np.dtype(matrix_dtype)
     return _promoted(matrix_dtype, b_dtype)

@@ -12,6 +12,7 @@ import functools
 import jax.numpy as jnp
 import numpy as np
 
+from .._arrays import device_array
 from .._batching import refuse_batch
 from .._csr import CSRMatrix
 from .._dia import DIAMatrix
@@ -105,8 +106,8 @@ def spsolve(A, b) -> jnp.ndarray:
     non-finite entries.
     """
     _check_matrix(A)
-    b = dense_rhs(b)
-    dtype = solve_dtype(A.dtype, b)
+    b = device_array(dense_rhs(b))
+    dtype = solve_dtype(A.dtype, b.dtype)
     return run_compiled(_solve, A.astype(dtype), check_rhs(b, A.shape[0], dtype))
 
 
