@@ -5,10 +5,12 @@
   diagonal `b` of the right factor, the left factor's diagonals shifted by `b` times it.
 - Any product with a CSR factor gives CSR (a DIA factor is converted by `tocsr()`, which is
   jit-able). Like scipy, in two phases. When the index arrays are concrete, the structure
-  is computed on the host: every pair of entries `A[i, j] B[j, c]` is listed (numpy), its
-  position `(i, c)` sorted and merged. The values are then one gather, product and
-  segment sum of the two `data` arrays, so gradients reach both operands' values. Unlike
-  scipy, entries that cancel to zero stay stored (the structure never depends on values).
+  is computed on the host: every pair of entries `A[i, j] B[j, c]` is listed with the
+  position `(i, c)` it adds to, by the native kernels on a CPU (`native/csr_product.cc`,
+  the rows over XLA's threads), else by numpy (a sort of the positions): the same arrays
+  either way. The values are then one gather, product and segment sum of the two `data`
+  arrays, so gradients reach both operands' values. Unlike scipy, entries that cancel to
+  zero stay stored (the structure never depends on values).
   Under `jax.jit` with traced indices the structure needs a static `nnz` (the number of
   entries of the result; more than needed pads with explicit zeros, fewer raises at run
   time): the structure is then found through a dense `(m, k)` count of the products,
@@ -24,9 +26,18 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._base import SparseMatrix, index_dtype_for, is_concrete, register_for_format
-from ._coordinates import csr_from_entries, entries, host_keys, static_nnz, unique_positions
+from ._coordinates import (
+    csr_from_entries,
+    entries,
+    host_keys,
+    static_nnz,
+    summed_values,
+    unique_positions,
+)
 from ._dia_layout import active_diagonals, diagonal_lengths, inside_slots
 from ._matmul import matmul, sparse_times_sparse
+from ._structure_primitive import runs_natively
+from .kernels import native_csr
 from .kernels._precision import accumulation_dtype
 
 
@@ -115,12 +126,19 @@ def _dia_times_dia(a, b):
 
 
 def _csr_times_csr_on_host(a, b, nnz):
-    """Phase one on the host (every pair of entries and its position), phase two traced."""
+    """Phase one on the host (every pair of entries and its position), phase two traced.
+
+    On a CPU the native kernels find the pairs and positions (`_csr_times_csr_natively`),
+    else numpy: the same arrays, so the same values bit for bit."""
     m, k = a.shape[0], b.shape[1]
     a_indices, b_indptr = np.asarray(a.indices, np.int64), np.asarray(b.indptr, np.int64)
-    a_rows = np.asarray(entries(a)[0], np.int64)
     starts = b_indptr[a_indices]
     lengths = b_indptr[a_indices + 1] - starts
+    pairs = int(lengths.sum())
+    index_dtype = index_dtype_for((max(a.shape), k), max(a.nnz, b.nnz, pairs))
+    if pairs and runs_natively(index_dtype):
+        return _csr_times_csr_natively(a, b, nnz, index_dtype, pairs)
+    a_rows = np.asarray(entries(a)[0], np.int64)
     left = np.repeat(np.arange(a.nnz), lengths)
     first_pair = np.cumsum(lengths) - lengths
     right = np.repeat(starts - first_pair, lengths) + np.arange(int(lengths.sum()))
@@ -136,6 +154,35 @@ def _csr_times_csr_on_host(a, b, nnz):
     left, right = left.astype(entry_index), right.astype(entry_index)
     values = _pair_products(a.data, b.data, left, right, dtype)
     return csr_from_entries(rows, cols, values, (m, k), nnz, structure=structure)
+
+
+def _csr_times_csr_natively(a, b, nnz, index_dtype, pairs: int):
+    """`_csr_times_csr_on_host` with the structure from the native kernels
+    (`native/csr_product.cc`), for factors with `pairs` > 0 pairs of entries."""
+    m, k = a.shape[0], b.shape[1]
+    with jax.ensure_compile_time_eval():  # a structure known on the host stays known
+        arrays = [jnp.asarray(x).astype(index_dtype) for x in (a.indices, a.indptr, b.indices)]
+        arrays.append(jnp.asarray(b.indptr).astype(index_dtype))
+        counts = native_csr.csr_product_counts_native(*arrays, num_cols=k)
+        indptr = np.asarray(counts[0])
+        found = int(indptr[m])
+        indices, left, right, slots = native_csr.csr_product_fill_native(
+            *arrays, *counts, num_cols=k, nnz=found, pairs=pairs
+        )
+    nnz = found if nnz is None else static_nnz(None, nnz, "sparse @ sparse")
+    if found > nnz:
+        raise ValueError(f"`nnz`={nnz} is smaller than the product's {found} entries.")
+    result_index = index_dtype_for((m, k), nnz)
+    if nnz > found:  # padding entries at the end of the last row, as `csr_from_entries`
+        indices = np.concatenate([indices, np.full((nnz - found,), k - 1, index_dtype)])
+        indptr = np.concatenate([indptr[:m], [nnz]])
+    values = _pair_products(a.data, b.data, left, right, jnp.result_type(a.dtype, b.dtype))
+    return type(a)(
+        summed_values(values, slots.astype(result_index), nnz),
+        indices.astype(result_index),
+        indptr.astype(result_index),
+        (m, k),
+    )
 
 
 @functools.partial(jax.jit, static_argnames="dtype")

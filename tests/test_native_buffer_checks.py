@@ -33,6 +33,10 @@ NNZ = MATRIX.nnz
 OTHER = scipy.sparse.random(M, N, density=0.5, format="csr", dtype=np.float32, random_state=1)
 OTHER_STRUCTURE = (jnp.asarray(OTHER.indices, jnp.int32), jnp.asarray(OTHER.indptr, jnp.int32))
 SUM_NNZ = (MATRIX + OTHER).nnz
+RIGHT = OTHER.T.tocsr()  # N x M: MATRIX @ RIGHT is M x M
+RIGHT_STRUCTURE = (jnp.asarray(RIGHT.indices, jnp.int32), jnp.asarray(RIGHT.indptr, jnp.int32))
+PRODUCT_NNZ = (MATRIX @ RIGHT).nnz
+PAIRS = int(np.diff(RIGHT.indptr)[MATRIX.indices].sum())
 OFFSETS = np.array([-1, 0, 1], np.int64)
 DIA_DATA = jnp.ones((3, N), jnp.float32)
 
@@ -104,6 +108,32 @@ def test_matching_buffers_give_scipys_product():
     np.testing.assert_array_equal(indptr, summed.indptr)
     np.testing.assert_array_equal(indices, summed.indices)
     np.testing.assert_allclose(values, summed.data, rtol=1e-6)
+    counts = call(
+        "jaxsparse_csr_product_counts",
+        (result(M + 1, dtype=jnp.int32),) * 2,
+        INDICES,
+        INDPTR,
+        *RIGHT_STRUCTURE,
+        num_cols=M,
+    )
+    structure = (result(PRODUCT_NNZ, dtype=jnp.int32), *[result(PAIRS, dtype=jnp.int32)] * 3)
+    fill = call(
+        "jaxsparse_csr_product_fill",
+        structure,
+        INDICES,
+        INDPTR,
+        *RIGHT_STRUCTURE,
+        *counts,
+        num_cols=M,
+    )
+    indices, left, right, slots = map(np.asarray, fill)
+    product = (MATRIX @ RIGHT).tocsr()
+    product.sort_indices()
+    values = np.zeros(PRODUCT_NNZ, np.float32)
+    np.add.at(values, slots, MATRIX.data[left] * RIGHT.data[right])
+    np.testing.assert_array_equal(counts[0], product.indptr)
+    np.testing.assert_array_equal(indices, product.indices)
+    np.testing.assert_allclose(values, product.data, rtol=1e-6)
     banded = scipy.sparse.dia_array((np.asarray(DIA_DATA.at[1].add(2.0)), OFFSETS), (N, N))
     assert int(PIVOTS[1]) == 1  # dominant: the inverse pivots were kept
     x = dense(N, K)
@@ -275,6 +305,39 @@ MISMATCHES = {
         (INDICES, INDPTR, *OTHER_STRUCTURE),
         {"num_cols": N},
         "the slots must have the batch axis of the first indices",
+    ),
+    "a product's structure of two index types": (
+        "jaxsparse_csr_product_counts",
+        (result(M + 1, dtype=jnp.int32),) * 2,
+        (INDICES, INDPTR, RIGHT_STRUCTURE[0], RIGHT_STRUCTURE[1].astype(jnp.int64)),
+        {"num_cols": M},
+        "the second indptr must be int32, got int64",
+    ),
+    "a batched product of one pair": (
+        "jaxsparse_csr_product_counts",
+        (result(M + 1, dtype=jnp.int32),) * 2,
+        (INDICES[None], INDPTR[None], RIGHT_STRUCTURE[0][None], RIGHT_STRUCTURE[1][None]),
+        {"num_cols": M},
+        "takes one pair of matrices",
+    ),
+    "a product's row pointers of other rows": (
+        "jaxsparse_csr_product_counts",
+        (result(M + 2, dtype=jnp.int32), result(M + 1, dtype=jnp.int32)),
+        (INDICES, INDPTR, *RIGHT_STRUCTURE),
+        {"num_cols": M},
+        f"the product's indptr has {M + 2} along axis 0, expected {M + 1}",
+    ),
+    "fewer left entries than slots": (
+        "jaxsparse_csr_product_fill",
+        (
+            result(PRODUCT_NNZ, dtype=jnp.int32),
+            result(PAIRS - 1, dtype=jnp.int32),
+            result(PAIRS, dtype=jnp.int32),
+            result(PAIRS, dtype=jnp.int32),
+        ),
+        (INDICES, INDPTR, *RIGHT_STRUCTURE, INDPTR, INDPTR),
+        {"num_cols": M},
+        f"the left entries has {PAIRS - 1} along axis 0, expected {PAIRS}",
     ),
     "a DIA operand of the wrong rows": (
         "jaxsparse_dia_matmul",

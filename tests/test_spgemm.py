@@ -179,3 +179,123 @@ def test_csr_product_gradients_in_both_factors(traced):
         ours = jax.grad(loss, (0, 1))(a.data, b.data)
     for got, want in zip(ours, jax.grad(dense_loss, (0, 1))(a.data, b.data), strict=True):
         np.testing.assert_allclose(got, want, atol=1e-12)
+
+
+def _structures(rng):
+    """Pairs of CSR factors whose products take each branch of the native structure kernels:
+    repeated and unsorted columns, empty rows, int64 indices, and a product far wider than
+    its pairs (each row's pairs sorted instead of a table over the columns)."""
+    yield (
+        "repeats-unsorted",
+        (
+            random_csr(rng, (9, 7), density=0.4, repeat_columns=True, shuffle_columns=True)[0],
+            random_csr(rng, (7, 8), density=0.4, repeat_columns=True, shuffle_columns=True)[0],
+        ),
+    )
+    yield (
+        "empty-rows",
+        (
+            random_csr(rng, (6, 5), row_lengths=[0, 3, 0, 0, 2, 5])[0],
+            random_csr(rng, (5, 4), row_lengths=[2, 0, 1, 0, 3])[0],
+        ),
+    )
+    yield (
+        "int64",
+        (
+            random_csr(rng, (8, 6), density=0.5, index_dtype=np.int64)[0],
+            random_csr(rng, (6, 9), density=0.5, index_dtype=np.int64)[0],
+        ),
+    )
+    yield (
+        "wide",
+        (
+            random_csr(rng, (5, 4), density=0.6, shuffle_columns=True)[0],
+            random_csr(rng, (4, 2**20), row_lengths=[3, 0, 4, 2], repeat_columns=True)[0],
+        ),
+    )
+
+
+@pytest.mark.on_cpu
+@pytest.mark.parametrize("padding", [0, 3])
+def test_native_product_structure_matches_numpys_bit_for_bit(monkeypatch, padding):
+    """On a CPU the pairs and slots of a product come from the native kernels
+    (`native/csr_product.cc`), elsewhere from numpy: the same arrays, so the same matrix."""
+    for name, (a, b) in _structures(np.random.default_rng(11)):
+        monkeypatch.delenv("JAXSPARSE_BACKEND", raising=False)
+        nnz = (a @ b).nnz + padding
+        native = js.matmul(a, b, nnz=nnz)
+        monkeypatch.setenv("JAXSPARSE_BACKEND", "xla")
+        portable = js.matmul(a, b, nnz=nnz)
+        for got, want in zip(jax.tree.leaves(native), jax.tree.leaves(portable), strict=True):
+            assert got.dtype == want.dtype, name
+            np.testing.assert_array_equal(got, want, err_msg=name)
+        expected = a.to_scipy() @ b.to_scipy()
+        np.testing.assert_allclose(native.todense(), expected.toarray(), rtol=1e-6, err_msg=name)
+
+
+def _native_structure(a_indices, a_indptr, b_indices, b_indptr, num_cols):
+    """Both native structure calls on the given index arrays, run to the end."""
+    from jaxsparse.kernels import native_csr
+
+    arrays = tuple(jnp.asarray(x, jnp.int32) for x in (a_indices, a_indptr, b_indices, b_indptr))
+    counts = native_csr.csr_product_counts_native(*arrays, num_cols=num_cols)
+    nnz, pairs = (int(np.asarray(pointers)[-1]) for pointers in counts)
+    return native_csr.csr_product_fill_native(
+        *arrays, *counts, num_cols=num_cols, nnz=nnz, pairs=pairs
+    )
+
+
+@pytest.mark.on_cpu
+@pytest.mark.skipif(
+    not js.kernels._native_library.AVAILABLE, reason="the native kernels are not built here"
+)
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ("first-indptr", "the first indptr must be a non-decreasing sequence"),
+        ("second-indptr", "the second indptr should end with the number of entries"),
+        ("first-column", r"a column index of the first matrix lies outside \[0, 3\)"),
+        ("second-column", r"a column index of the second matrix lies outside \[0, 4\)"),
+    ],
+)
+def test_invalid_structures_fail_the_native_product_kernels(change, message):
+    """Both calls check the index values before they use them, and name the problem."""
+    arrays = {
+        "a_indices": [0, 2, 1, 1],
+        "a_indptr": [0, 2, 4],
+        "b_indices": [3, 0, 1, 2],
+        "b_indptr": [0, 1, 3, 4],
+    }
+    key, position, value = {
+        "first-indptr": ("a_indptr", 1, 5),
+        "second-indptr": ("b_indptr", 3, 3),
+        "first-column": ("a_indices", 2, 3),
+        "second-column": ("b_indices", 0, 4),
+    }[change]
+    arrays[key][position] = value
+    with pytest.raises(jax.errors.JaxRuntimeError, match=f"CSR product: {message}"):
+        jax.block_until_ready(_native_structure(*arrays.values(), num_cols=4))
+
+
+@pytest.mark.on_cpu
+@pytest.mark.skipif(
+    not js.kernels._native_library.AVAILABLE, reason="the native kernels are not built here"
+)
+def test_native_product_fill_checks_the_counts_it_is_given():
+    """Row pointers that do not count a row's columns or pairs fail the call before the row
+    is written (the arrays' sizes agree with them, so only the rows can tell)."""
+    from jaxsparse.kernels import native_csr
+
+    a_indices, a_indptr = jnp.asarray([0, 1, 1], jnp.int32), jnp.asarray([0, 2, 3], jnp.int32)
+    b_indices, b_indptr = jnp.asarray([0, 1, 1], jnp.int32), jnp.asarray([0, 2, 3], jnp.int32)
+    arrays = (a_indices, a_indptr, b_indices, b_indptr)
+    indptr, pair_indptr = native_csr.csr_product_counts_native(*arrays, num_cols=2)
+    np.testing.assert_array_equal(indptr, [0, 2, 3])
+    np.testing.assert_array_equal(pair_indptr, [0, 3, 4])
+    for wrong, message in (
+        ((jnp.asarray([0, 1, 3], jnp.int32), pair_indptr), "count row 0's columns"),
+        ((indptr, jnp.asarray([0, 2, 4], jnp.int32)), "count row 0's pairs"),
+    ):
+        with pytest.raises(jax.errors.JaxRuntimeError, match=message):
+            fill = native_csr.csr_product_fill_native(*arrays, *wrong, num_cols=2, nnz=3, pairs=4)
+            jax.block_until_ready(fill)

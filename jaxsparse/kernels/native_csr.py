@@ -33,7 +33,9 @@ counting sort of the column indices, the same arrays as `_csr_layout.transposed_
 for any structure, an invalid one included. The structure of `A + B` for rows whose
 columns increase (`csr_union_native`, `native/csr_union.cc`) merges each pair of rows, the
 same arrays as `_csr_union._union_by_search` for valid structures; an invalid one fails
-the call.
+the call. The structure of `A @ B` (`csr_product_counts_native`, `csr_product_fill_native`,
+`native/csr_product.cc`) gives the arrays `_spgemm` finds with numpy; an invalid structure
+fails the call.
 """
 
 import jax
@@ -112,6 +114,37 @@ def csr_union_native(a_indices, a_indptr, b_indices, b_indptr, *, num_cols: int,
     )
     call = jax.ffi.ffi_call("jaxsparse_csr_union", out)
     return tuple(call(a_indices, a_indptr, b_indices, b_indptr, num_cols=np.int64(num_cols)))
+
+
+def csr_product_counts_native(a_indices, a_indptr, b_indices, b_indptr, *, num_cols: int):
+    """`(indptr, pair_indptr)` of `A @ B` for one pair of CSR structures, `B` with `num_cols`
+    columns: the product's row pointers and those of its pairs of entries `A[i, j] B[j, c]`
+    (`native/csr_product.cc`), in the index dtype of the four arrays."""
+    rows = jax.ShapeDtypeStruct(a_indptr.shape, a_indptr.dtype)
+    call = jax.ffi.ffi_call("jaxsparse_csr_product_counts", (rows, rows))
+    return tuple(call(a_indices, a_indptr, b_indices, b_indptr, num_cols=np.int64(num_cols)))
+
+
+def csr_product_fill_native(
+    a_indices,
+    a_indptr,
+    b_indices,
+    b_indptr,
+    indptr,
+    pair_indptr,
+    *,
+    num_cols: int,
+    nnz: int,
+    pairs: int,
+):
+    """`(indices, left, right, slots)` of `A @ B` from `csr_product_counts_native`'s row
+    pointers, which end at `nnz` and `pairs`: the product's columns, and for each pair of
+    entries, its entry of `A`, its entry of `B` and the product's slot it adds to."""
+    dtype = a_indices.dtype
+    out = (jax.ShapeDtypeStruct((nnz,), dtype), *[jax.ShapeDtypeStruct((pairs,), dtype)] * 3)
+    call = jax.ffi.ffi_call("jaxsparse_csr_product_fill", out)
+    arrays = (a_indices, a_indptr, b_indices, b_indptr, indptr, pair_indptr)
+    return tuple(call(*arrays, num_cols=np.int64(num_cols)))
 
 
 def csr_transposed_structure_native(indices, indptr, *, num_cols: int):

@@ -24,6 +24,7 @@
 
 #include "arrays.h"
 #include "buffer_checks.h"
+#include "csr_structure.h"
 #include "dispatch.h"
 #include "handlers.h"
 #include "pages.h"
@@ -52,26 +53,6 @@ struct Sizes {
   int64_t nnz;
 };
 
-// The first problem of an index pointer over `entries` entries, or "" if it has none.
-template <typename I>
-std::string IndptrProblem(const I* indptr, int64_t m, int64_t entries, const char* name) {
-  if (indptr[0] != 0) {
-    return std::string(name) + " should start with 0, got " + std::to_string(indptr[0]);
-  }
-  for (int64_t row = 0; row < m; ++row) {
-    if (indptr[row + 1] < indptr[row]) {
-      return std::string(name) + " must be a non-decreasing sequence: " + name + "[" +
-             std::to_string(row + 1) + "] = " + std::to_string(indptr[row + 1]) + " < " +
-             std::to_string(indptr[row]);
-    }
-  }
-  if (indptr[m] != entries) {
-    return std::string(name) + " should end with the number of entries " + std::to_string(entries) +
-           ", got " + std::to_string(indptr[m]);
-  }
-  return "";
-}
-
 // The first row whose entries of both matrices start at or after `position` of the
 // nnz_a + nnz_b entries (m if none).
 template <typename I>
@@ -86,12 +67,6 @@ int64_t FirstRowFrom(const Pair<I>& pair, int64_t m, int64_t position) {
     }
   }
   return low;
-}
-
-// Whether `column` lies in [0, n), one unsigned comparison.
-template <typename I>
-JAXSPARSE_INLINE bool Inside(I column, int64_t n) {
-  return static_cast<uint64_t>(static_cast<int64_t>(column)) < static_cast<uint64_t>(n);
 }
 
 // Merges rows [first, last): writes their row pointers and their entries' slots counted

@@ -22,6 +22,12 @@ XLA_FFI_Error* JaxsparseCsrTranspose(XLA_FFI_CallFrame* call_frame);
 // (a_indices, a_indptr, b_indices, b_indptr; num_cols) -> (slots, indices, indptr): the
 // structure of A + B, rows merged
 XLA_FFI_Error* JaxsparseCsrUnion(XLA_FFI_CallFrame* call_frame);
+// (a_indices, a_indptr, b_indices, b_indptr; num_cols) -> (indptr, pair_indptr): the row
+// pointers of A @ B and of its pairs of entries A[i, j] B[j, c]
+XLA_FFI_Error* JaxsparseCsrProductCounts(XLA_FFI_CallFrame* call_frame);
+// (a_indices, a_indptr, b_indices, b_indptr, indptr, pair_indptr; num_cols) -> (indices,
+// left, right, slots): the columns of A @ B and each pair's entries and slot
+XLA_FFI_Error* JaxsparseCsrProductFill(XLA_FFI_CallFrame* call_frame);
 // (data, x; offsets) -> A @ x
 XLA_FFI_Error* JaxsparseDiaMatmul(XLA_FFI_CallFrame* call_frame);
 // (data, g; offsets) -> A^T @ g
