@@ -136,7 +136,9 @@ def _csr_times_csr_on_host(a, b, nnz):
     lengths = b_indptr[a_indices + 1] - starts
     pairs = int(lengths.sum())
     index_dtype = index_dtype_for((max(a.shape), k), max(a.nnz, b.nnz, pairs))
-    if pairs and runs_natively(index_dtype):
+    # int64 indices need 64-bit types in JAX, which numpy has always.
+    wide_without_x64 = index_dtype == np.int64 and not jax.config.jax_enable_x64
+    if pairs and runs_natively(index_dtype) and not wide_without_x64:
         return _csr_times_csr_natively(a, b, nnz, index_dtype, pairs)
     a_rows = np.asarray(entries(a)[0], np.int64)
     left = np.repeat(np.arange(a.nnz), lengths)
@@ -161,8 +163,9 @@ def _csr_times_csr_natively(a, b, nnz, index_dtype, pairs: int):
     (`native/csr_product.cc`), for factors with `pairs` > 0 pairs of entries."""
     m, k = a.shape[0], b.shape[1]
     with jax.ensure_compile_time_eval():  # a structure known on the host stays known
-        arrays = [jnp.asarray(x).astype(index_dtype) for x in (a.indices, a.indptr, b.indices)]
-        arrays.append(jnp.asarray(b.indptr).astype(index_dtype))
+        arrays = tuple(
+            jnp.asarray(x).astype(index_dtype) for x in (a.indices, a.indptr, b.indices, b.indptr)
+        )
         counts = native_csr.csr_product_counts_native(*arrays, num_cols=k)
         indptr = np.asarray(counts[0])
         found = int(indptr[m])
@@ -173,13 +176,15 @@ def _csr_times_csr_natively(a, b, nnz, index_dtype, pairs: int):
     if found > nnz:
         raise ValueError(f"`nnz`={nnz} is smaller than the product's {found} entries.")
     result_index = index_dtype_for((m, k), nnz)
+    # numpy, as the numpy path's: the structure stays concrete under an outer `jit`.
+    indices = np.asarray(indices).astype(result_index, copy=False)
     if nnz > found:  # padding entries at the end of the last row, as `csr_from_entries`
-        indices = np.concatenate([indices, np.full((nnz - found,), k - 1, index_dtype)])
+        indices = np.concatenate([indices, np.full((nnz - found,), k - 1, result_index)])
         indptr = np.concatenate([indptr[:m], [nnz]])
     values = _pair_products(a.data, b.data, left, right, jnp.result_type(a.dtype, b.dtype))
     return type(a)(
         summed_values(values, slots.astype(result_index), nnz),
-        indices.astype(result_index),
+        indices,
         indptr.astype(result_index),
         (m, k),
     )

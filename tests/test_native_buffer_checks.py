@@ -339,6 +339,17 @@ MISMATCHES = {
         {"num_cols": M},
         f"the left entries has {PAIRS - 1} along axis 0, expected {PAIRS}",
     ),
+    "scalar slots": (
+        "jaxsparse_csr_product_fill",
+        (
+            result(PRODUCT_NNZ, dtype=jnp.int32),
+            *[result(PAIRS, dtype=jnp.int32)] * 2,
+            result(dtype=jnp.int32),
+        ),
+        (INDICES, INDPTR, *RIGHT_STRUCTURE, INDPTR, INDPTR),
+        {"num_cols": M},
+        "the slots must have 1 axis, got 0",
+    ),
     "a DIA operand of the wrong rows": (
         "jaxsparse_dia_matmul",
         result(N, K),

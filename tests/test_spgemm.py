@@ -183,8 +183,9 @@ def test_csr_product_gradients_in_both_factors(traced):
 
 def _structures(rng):
     """Pairs of CSR factors whose products take each branch of the native structure kernels:
-    repeated and unsorted columns, empty rows, int64 indices, and a product far wider than
-    its pairs (each row's pairs sorted instead of a table over the columns)."""
+    repeated and unsorted columns, empty rows, int64 indices, a product far wider than its
+    pairs (each row's pairs sorted instead of a table over the columns), and over 10^5
+    pairs (the rows cut into pieces, one for each of XLA's threads)."""
     yield (
         "repeats-unsorted",
         (
@@ -213,31 +214,63 @@ def _structures(rng):
             random_csr(rng, (4, 2**20), row_lengths=[3, 0, 4, 2], repeat_columns=True)[0],
         ),
     )
+    yield (
+        "pieces",
+        (
+            random_csr(rng, (2000, 300), row_lengths=np.full(2000, 10), shuffle_columns=True)[0],
+            random_csr(rng, (300, 500), row_lengths=np.full(300, 10))[0],
+        ),
+    )
+
+
+NATIVE = pytest.mark.skipif(
+    not js.kernels._native_library.AVAILABLE, reason="the native kernels are not built here"
+)
 
 
 @pytest.mark.on_cpu
+@NATIVE
 @pytest.mark.parametrize("padding", [0, 3])
 def test_native_product_structure_matches_numpys_bit_for_bit(monkeypatch, padding):
     """On a CPU the pairs and slots of a product come from the native kernels
-    (`native/csr_product.cc`), elsewhere from numpy: the same arrays, so the same matrix."""
+    (`native/csr_product.cc`), elsewhere from numpy: the same arrays, so the same matrix,
+    eagerly and with the values traced under `jit`."""
+    from jaxsparse.kernels import native_csr
+
+    native_calls = []
+    counts = native_csr.csr_product_counts_native
+    monkeypatch.setattr(
+        native_csr,
+        "csr_product_counts_native",
+        lambda *args, **kwargs: native_calls.append(1) or counts(*args, **kwargs),
+    )
     for name, (a, b) in _structures(np.random.default_rng(11)):
-        monkeypatch.delenv("JAXSPARSE_BACKEND", raising=False)
         nnz = (a @ b).nnz + padding
-        native = js.matmul(a, b, nnz=nnz)
-        monkeypatch.setenv("JAXSPARSE_BACKEND", "xla")
-        portable = js.matmul(a, b, nnz=nnz)
-        for got, want in zip(jax.tree.leaves(native), jax.tree.leaves(portable), strict=True):
+        results = {}
+        for backend in ("auto", "xla"):
+            monkeypatch.setenv("JAXSPARSE_BACKEND", backend)
+            traced = jax.jit(
+                lambda d, a=a, b=b, nnz=nnz: js.matmul(a.with_data(d), b, nnz=nnz).data
+            )
+            results[backend] = (*jax.tree.leaves(js.matmul(a, b, nnz=nnz)), traced(a.data))
+        assert len(native_calls) == 3, name  # `a @ b`, then both products under "auto"
+        native_calls.clear()
+        for got, want in zip(results["auto"], results["xla"], strict=True):
             assert got.dtype == want.dtype, name
             np.testing.assert_array_equal(got, want, err_msg=name)
-        expected = a.to_scipy() @ b.to_scipy()
-        np.testing.assert_allclose(native.todense(), expected.toarray(), rtol=1e-6, err_msg=name)
+        monkeypatch.delenv("JAXSPARSE_BACKEND")
+        expected = (a.to_scipy() @ b.to_scipy()).toarray()
+        got = js.matmul(a, b, nnz=nnz).todense()
+        np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6, err_msg=name)
+        native_calls.clear()
 
 
-def _native_structure(a_indices, a_indptr, b_indices, b_indptr, num_cols):
+def _native_structure(a_indices, a_indptr, b_indices, b_indptr, num_cols, index_dtype=np.int32):
     """Both native structure calls on the given index arrays, run to the end."""
     from jaxsparse.kernels import native_csr
 
-    arrays = tuple(jnp.asarray(x, jnp.int32) for x in (a_indices, a_indptr, b_indices, b_indptr))
+    structure = (a_indices, a_indptr, b_indices, b_indptr)
+    arrays = tuple(jnp.asarray(x, index_dtype) for x in structure)
     counts = native_csr.csr_product_counts_native(*arrays, num_cols=num_cols)
     nnz, pairs = (int(np.asarray(pointers)[-1]) for pointers in counts)
     return native_csr.csr_product_fill_native(
@@ -246,15 +279,35 @@ def _native_structure(a_indices, a_indptr, b_indices, b_indptr, num_cols):
 
 
 @pytest.mark.on_cpu
-@pytest.mark.skipif(
-    not js.kernels._native_library.AVAILABLE, reason="the native kernels are not built here"
-)
+@NATIVE
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+def test_native_product_structure_gives_scipys_product(index_dtype):
+    """The kernels called directly, in both index types: the columns of scipy's canonical
+    product, and pairs and slots that sum its values."""
+    rng = np.random.default_rng(12)
+    a, a_twin = random_csr(rng, (30, 20), density=0.2, repeat_columns=True, shuffle_columns=True)
+    b, b_twin = random_csr(rng, (20, 25), density=0.2, repeat_columns=True, shuffle_columns=True)
+    structure = (a.indices, a.indptr, b.indices, b.indptr)
+    indices, left, right, slots = map(np.asarray, _native_structure(*structure, 25, index_dtype))
+    assert indices.dtype == slots.dtype == index_dtype
+    expected = (a_twin @ b_twin).tocsr()
+    expected.sum_duplicates()
+    values = np.zeros(expected.nnz)
+    np.add.at(values, slots, a_twin.data[left] * b_twin.data[right])
+    np.testing.assert_array_equal(indices, expected.indices)
+    np.testing.assert_allclose(values, expected.data, rtol=1e-12)
+
+
+@pytest.mark.on_cpu
+@NATIVE
 @pytest.mark.parametrize(
     "change, message",
     [
         ("first-indptr", "the first indptr must be a non-decreasing sequence"),
+        ("first-indptr-start", "the first indptr should start with 0, got 1"),
         ("second-indptr", "the second indptr should end with the number of entries"),
         ("first-column", r"a column index of the first matrix lies outside \[0, 3\)"),
+        ("negative-column", r"a column index of the first matrix lies outside \[0, 3\)"),
         ("second-column", r"a column index of the second matrix lies outside \[0, 4\)"),
     ],
 )
@@ -268,8 +321,10 @@ def test_invalid_structures_fail_the_native_product_kernels(change, message):
     }
     key, position, value = {
         "first-indptr": ("a_indptr", 1, 5),
+        "first-indptr-start": ("a_indptr", 0, 1),
         "second-indptr": ("b_indptr", 3, 3),
         "first-column": ("a_indices", 2, 3),
+        "negative-column": ("a_indices", 1, -1),
         "second-column": ("b_indices", 0, 4),
     }[change]
     arrays[key][position] = value
@@ -278,10 +333,20 @@ def test_invalid_structures_fail_the_native_product_kernels(change, message):
 
 
 @pytest.mark.on_cpu
-@pytest.mark.skipif(
-    not js.kernels._native_library.AVAILABLE, reason="the native kernels are not built here"
-)
-def test_native_product_fill_checks_the_counts_it_is_given():
+@NATIVE
+def test_pairs_past_the_index_type_fail_the_native_product_count():
+    """2^16 entries of one column of `A` times 2^15 of that row of `B`: 2^31 pairs, which
+    int32 cannot count, are refused before any is listed."""
+    a_indices, a_indptr = np.zeros(2**16, np.int32), np.array([0, 2**16], np.int32)
+    b_indices, b_indptr = np.arange(2**15, dtype=np.int32), np.array([0, 2**15], np.int32)
+    with pytest.raises(jax.errors.JaxRuntimeError, match="pairs of entries must fit .* int32"):
+        _native_structure(a_indices, a_indptr, b_indices, b_indptr, num_cols=2**15)
+
+
+@pytest.mark.on_cpu
+@NATIVE
+@pytest.mark.parametrize("num_cols", [2, 2**20], ids=["table", "sorted"])
+def test_native_product_fill_checks_the_counts_it_is_given(num_cols):
     """Row pointers that do not count a row's columns or pairs fail the call before the row
     is written (the arrays' sizes agree with them, so only the rows can tell)."""
     from jaxsparse.kernels import native_csr
@@ -289,7 +354,7 @@ def test_native_product_fill_checks_the_counts_it_is_given():
     a_indices, a_indptr = jnp.asarray([0, 1, 1], jnp.int32), jnp.asarray([0, 2, 3], jnp.int32)
     b_indices, b_indptr = jnp.asarray([0, 1, 1], jnp.int32), jnp.asarray([0, 2, 3], jnp.int32)
     arrays = (a_indices, a_indptr, b_indices, b_indptr)
-    indptr, pair_indptr = native_csr.csr_product_counts_native(*arrays, num_cols=2)
+    indptr, pair_indptr = native_csr.csr_product_counts_native(*arrays, num_cols=num_cols)
     np.testing.assert_array_equal(indptr, [0, 2, 3])
     np.testing.assert_array_equal(pair_indptr, [0, 3, 4])
     for wrong, message in (
@@ -297,5 +362,7 @@ def test_native_product_fill_checks_the_counts_it_is_given():
         ((indptr, jnp.asarray([0, 2, 4], jnp.int32)), "count row 0's pairs"),
     ):
         with pytest.raises(jax.errors.JaxRuntimeError, match=message):
-            fill = native_csr.csr_product_fill_native(*arrays, *wrong, num_cols=2, nnz=3, pairs=4)
+            fill = native_csr.csr_product_fill_native(
+                *arrays, *wrong, num_cols=num_cols, nnz=3, pairs=4
+            )
             jax.block_until_ready(fill)

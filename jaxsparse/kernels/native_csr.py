@@ -53,8 +53,8 @@ def supports(dtype, platform: str) -> bool:
 
 
 def takes_indices(dtype, platform: str) -> bool:
-    """Whether the native structure kernels (transpose, sum) take index dtype `dtype` on
-    `platform`."""
+    """Whether the native structure kernels (transpose, sum, product) take index dtype
+    `dtype` on `platform`."""
     return platform == "cpu" and _native_library.AVAILABLE and np.dtype(dtype) in _INDEX_DTYPES
 
 

@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -83,7 +84,8 @@ inline constexpr int64_t kPrefetchDistance = 8;
 template <typename I, typename F>
 JAXSPARSE_INLINE void ForPairs(const Factors<I>& f, int64_t row, const F& fn) {
   for (I p = f.a_indptr[row]; p < f.a_indptr[row + 1]; ++p) {
-    // Prefetches never fault: the addresses need no bounds, only valid index values.
+    // The loads that form the addresses stay inside A and B: A's columns were checked to
+    // lie in [0, n). A prefetch itself never faults.
     if (p + 2 * kPrefetchDistance < f.nnz_a) {
       __builtin_prefetch(f.b_indptr + f.a_indices[p + 2 * kPrefetchDistance]);
     }
@@ -95,21 +97,28 @@ JAXSPARSE_INLINE void ForPairs(const Factors<I>& f, int64_t row, const F& fn) {
   }
 }
 
-// The number of pairs of row `row` of a valid structure.
+// The number of pairs of row `row` of a valid structure, or -1 past int64: counts that
+// wrap around could match a wrong row pointer.
 template <typename I>
 int64_t PairsOfRow(const Factors<I>& f, int64_t row) {
   int64_t pairs = 0;
   for (I p = f.a_indptr[row]; p < f.a_indptr[row + 1]; ++p) {
     const I j = f.a_indices[p];
-    pairs += static_cast<int64_t>(f.b_indptr[j + 1]) - f.b_indptr[j];
+    if (__builtin_add_overflow(pairs, static_cast<int64_t>(f.b_indptr[j + 1]) - f.b_indptr[j],
+                               &pairs)) {
+      return -1;
+    }
   }
   return pairs;
 }
 
-// Whether the rows' columns are found with a table over C's columns (one random access a
-// pair) rather than by sorting each row's pairs: where the table is small next to the pairs.
-inline bool UseTable(int64_t num_cols, int64_t pairs, int64_t m) {
-  return num_cols <= 4 * (pairs + m) + (int64_t{1} << 16);
+// Whether a piece of `rows` rows and `pairs` pairs finds its columns with a table over C's
+// columns (one random access a pair) rather than by sorting each row's pairs: where the
+// table, one a piece, is small next to the piece's pairs.
+inline bool UseTable(int64_t num_cols, int64_t pairs, int64_t rows) {
+  const int64_t spare = int64_t{1} << 16;
+  return num_cols <= spare || (num_cols - spare) / 4 <= pairs ||
+         (num_cols - spare) / 4 - pairs <= rows;
 }
 
 // The distinct columns of each row's pairs and the slot of each pair, for the rows of one
@@ -218,7 +227,8 @@ int64_t FirstRowFrom(const I* pair_indptr, int64_t m, int64_t position) {
 }
 
 // Calls `fn(first, last)` on pieces of whole rows with near-equal numbers of pairs, over the
-// pool; returns the pieces' first problems, "" where a piece had none.
+// pool; returns the pieces' first problems, "" where a piece had none. `pair_indptr` must be
+// valid.
 template <typename I, typename F>
 std::vector<std::string> OverRowPieces(ffi::ThreadPool& pool, const I* pair_indptr, int64_t m,
                                        const F& fn) {
@@ -229,8 +239,15 @@ std::vector<std::string> OverRowPieces(ffi::ThreadPool& pool, const I* pair_indp
     first_row[part] = FirstRowFrom(pair_indptr, m, PieceStart(pairs, parts, part));
   }
   std::vector<std::string> problems(parts);
-  ParallelFor(pool, parts,
-              [&](int64_t part) { problems[part] = fn(first_row[part], first_row[part + 1]); });
+  // An exception must not leave a pool task: running out of memory for a piece's scratch
+  // is its problem.
+  ParallelFor(pool, parts, [&](int64_t part) {
+    try {
+      problems[part] = fn(first_row[part], first_row[part + 1]);
+    } catch (const std::bad_alloc&) {
+      problems[part] = "out of memory for the scratch of its rows";
+    }
+  });
   return problems;
 }
 
@@ -263,9 +280,9 @@ ffi::Error CheckFactorBuffers(const ffi::AnyBuffer& a_indices, const ffi::AnyBuf
                                                        named[2].Axis(0), named[3].Axis(0)});
 }
 
-// A result of the index type of `like`, one axis of `length` values.
-ffi::Error CheckResult(const ffi::AnyBuffer& like, const ffi::AnyBuffer& result, const char* name,
-                       int64_t length, const char* what) {
+// A buffer of the index type of `like`, one axis of `length` values.
+ffi::Error CheckIndexVector(const ffi::AnyBuffer& like, const ffi::AnyBuffer& result,
+                            const char* name, int64_t length, const char* what) {
   const NamedBuffer named{result, name, 1};
   JAXSPARSE_RETURN_IF_ERROR(CheckBuffer(named, like.element_type(), /*may_batch=*/false));
   return CheckAxis(named, 0, length, what);
@@ -279,9 +296,9 @@ ffi::Error CsrProductCountsImpl(ffi::ThreadPool pool, ffi::AnyBuffer a_indices,
   JAXSPARSE_RETURN_IF_ERROR(CheckFactorBuffers(a_indices, a_indptr, b_indices, b_indptr, num_cols));
   const int64_t rows_plus_one = Trailing(a_indptr, 1);
   JAXSPARSE_RETURN_IF_ERROR(
-      CheckResult(a_indptr, *indptr, "the product's indptr", rows_plus_one, "m + 1"));
+      CheckIndexVector(a_indptr, *indptr, "the product's indptr", rows_plus_one, "m + 1"));
   JAXSPARSE_RETURN_IF_ERROR(
-      CheckResult(a_indptr, *pair_indptr, "the pairs' indptr", rows_plus_one, "m + 1"));
+      CheckIndexVector(a_indptr, *pair_indptr, "the pairs' indptr", rows_plus_one, "m + 1"));
   return WithIndexType(a_indices.element_type(), [&](auto index) {
     using I = decltype(index);
     const Factors<I> f = FactorsOf<I>(a_indices, a_indptr, b_indices, b_indptr, num_cols);
@@ -294,21 +311,24 @@ ffi::Error CsrProductCountsImpl(ffi::ThreadPool pool, ffi::AnyBuffer a_indices,
     int64_t pairs = 0;
     row_pairs[0] = 0;
     for (int64_t row = 0; row < f.m; ++row) {
-      pairs += PairsOfRow(f, row);
-      if (pairs > std::numeric_limits<I>::max()) {
+      const int64_t row_pairs_count = PairsOfRow(f, row);
+      if (row_pairs_count < 0 || __builtin_add_overflow(pairs, row_pairs_count, &pairs) ||
+          pairs > std::numeric_limits<I>::max()) {
         return FirstProblem(
             {"its pairs of entries must fit the index type " + TypeName(a_indices.element_type())});
       }
       row_pairs[row + 1] = static_cast<I>(pairs);
     }
-    const bool table = UseTable(f.num_cols, pairs, f.m);
-    OverRowPieces(pool, row_pairs, f.m, [&](int64_t first, int64_t last) {
-      RowColumns<I> rows(f, table);
-      for (int64_t row = first; row < last; ++row) {
-        row_positions[row + 1] = static_cast<I>(rows.Count(row));
-      }
-      return std::string();
-    });
+    const std::vector<std::string> problems =
+        OverRowPieces(pool, row_pairs, f.m, [&](int64_t first, int64_t last) {
+          RowColumns<I> rows(
+              f, UseTable(f.num_cols, row_pairs[last] - row_pairs[first], last - first));
+          for (int64_t row = first; row < last; ++row) {
+            row_positions[row + 1] = static_cast<I>(rows.Count(row));
+          }
+          return std::string();
+        });
+    JAXSPARSE_RETURN_IF_ERROR(FirstProblem(problems));
     row_positions[0] = 0;
     for (int64_t row = 0; row < f.m; ++row) row_positions[row + 1] += row_positions[row];
     return ffi::Error::Success();
@@ -325,15 +345,18 @@ ffi::Error CsrProductFillImpl(ffi::ThreadPool pool, ffi::AnyBuffer a_indices,
   JAXSPARSE_RETURN_IF_ERROR(CheckFactorBuffers(a_indices, a_indptr, b_indices, b_indptr, num_cols));
   const int64_t rows_plus_one = Trailing(a_indptr, 1);
   JAXSPARSE_RETURN_IF_ERROR(
-      CheckResult(a_indptr, indptr, "the product's indptr", rows_plus_one, "m + 1"));
+      CheckIndexVector(a_indptr, indptr, "the product's indptr", rows_plus_one, "m + 1"));
   JAXSPARSE_RETURN_IF_ERROR(
-      CheckResult(a_indptr, pair_indptr, "the pairs' indptr", rows_plus_one, "m + 1"));
+      CheckIndexVector(a_indptr, pair_indptr, "the pairs' indptr", rows_plus_one, "m + 1"));
   const NamedBuffer named_indices{*indices, "the product's indices", 1};
+  const NamedBuffer named_slots{*slots, "the slots", 1};
   JAXSPARSE_RETURN_IF_ERROR(CheckBuffer(named_indices, a_indices.element_type(), false));
-  const int64_t nnz = named_indices.Axis(0), pairs = Trailing(*slots, 1);
-  JAXSPARSE_RETURN_IF_ERROR(CheckResult(a_indptr, *slots, "the slots", pairs, "the pairs"));
-  JAXSPARSE_RETURN_IF_ERROR(CheckResult(a_indptr, *left, "the left entries", pairs, "the pairs"));
-  JAXSPARSE_RETURN_IF_ERROR(CheckResult(a_indptr, *right, "the right entries", pairs, "the pairs"));
+  JAXSPARSE_RETURN_IF_ERROR(CheckBuffer(named_slots, a_indices.element_type(), false));
+  const int64_t nnz = named_indices.Axis(0), pairs = named_slots.Axis(0);
+  JAXSPARSE_RETURN_IF_ERROR(
+      CheckIndexVector(a_indptr, *left, "the left entries", pairs, "the pairs"));
+  JAXSPARSE_RETURN_IF_ERROR(
+      CheckIndexVector(a_indptr, *right, "the right entries", pairs, "the pairs"));
   JAXSPARSE_RETURN_IF_ERROR(CheckFitsIndexType(a_indices.element_type(), {nnz, pairs}));
   AdviseHugePages(indices);
   AdviseHugePages(left);
@@ -352,9 +375,8 @@ ffi::Error CsrProductFillImpl(ffi::ThreadPool pool, ffi::AnyBuffer a_indices,
     I* lefts = Data<I>(left);
     I* rights = Data<I>(right);
     I* slot_of = Data<I>(slots);
-    const bool table = UseTable(f.num_cols, pairs, f.m);
     return FirstProblem(OverRowPieces(pool, row_pairs, f.m, [&](int64_t first, int64_t last) {
-      RowColumns<I> rows(f, table);
+      RowColumns<I> rows(f, UseTable(f.num_cols, row_pairs[last] - row_pairs[first], last - first));
       for (int64_t row = first; row < last; ++row) {
         const I base = row_pairs[row], start = row_positions[row];
         if (PairsOfRow(f, row) != row_pairs[row + 1] - base) {
