@@ -214,6 +214,20 @@ class ShardedMatrix(eqx.Module):
         The formats define what runs on each device: `_leaves(data)` (the arrays it takes),
         `_leaf_specs()` (their `PartitionSpec`s) and `_local_product` (its exchange and
         product, under `jax.shard_map`)."""
+        leaves = self._placed_leaves(data)
+        if not is_concrete(*leaves, columns):
+            return self._product_of_placed(leaves, columns, transposed=transposed, backend=backend)
+        # Eagerly, one compiled program per shape and plan instead of one dispatch per
+        # operation of the exchange and the product. The operand is placed on the mesh
+        # first: a compiled program takes no arrays committed to other devices.
+        if columns.sharding.device_set != set(self.mesh.devices.flat):
+            columns = jax.device_put(columns, NamedSharding(self.mesh, P()))
+        skeleton = eqx.filter(self, eqx.is_array, inverse=True)
+        return _compiled_product(skeleton, leaves, columns, transposed=transposed, backend=backend)
+
+    def _product_of_placed(self, leaves, columns, *, transposed: bool, backend: str):
+        """`_sharded_product` of the placed `_leaves(data)`; reads only the matrix's static
+        fields, so it runs on a copy holding no arrays (`_compiled_product`)."""
         padded_m, padded_n = self.padded_shape
         m, n = self.shape
         padded_rows, out_rows = (padded_m, n) if transposed else (padded_n, m)
@@ -237,7 +251,7 @@ class ShardedMatrix(eqx.Module):
             # The library's product primitives carry no varying-axes types (their abstract
             # evaluation knows nothing of meshes), so JAX's check of them is turned off.
             check_vma=False,
-        )(self._placed_leaves(data), _rows_placed(columns, self.mesh, self.axis))
+        )(leaves, _rows_placed(columns, self.mesh, self.axis))
         return _first_rows(out, out_rows, self.mesh, self.axis) if own_length else out
 
     def _placed_leaves(self, data) -> tuple:
@@ -253,6 +267,11 @@ class ShardedMatrix(eqx.Module):
                 leaf = jax.sharding.reshard(leaf, sharding)
             placed.append(leaf)
         return tuple(placed)
+
+
+@functools.partial(jax.jit, static_argnames=("transposed", "backend"))
+def _compiled_product(skeleton, leaves, columns, *, transposed: bool, backend: str):
+    return skeleton._product_of_placed(leaves, columns, transposed=transposed, backend=backend)
 
 
 _NO_COMPARISONS = (
@@ -509,6 +528,8 @@ def _shard_dia(matrix: DIAMatrix, mesh: jax.sharding.Mesh, axis: str) -> Sharded
     return ShardedDIAMatrix(data, offsets, matrix.shape, mesh, axis, plan)
 
 
+# One compiled program per layout, not one dispatch per diagonal's slice and pads.
+@functools.partial(jax.jit, static_argnames=("index", "offsets", "plan"))
 def _local_layout(matrix: DIAMatrix, index, offsets, plan: HaloPlan) -> jax.Array:
     """The diagonals `index` of `matrix` laid out for the devices' local products,
     `(len(index), devices * plan.window)` (see `ShardedDIAMatrix`): each diagonal stored
@@ -536,11 +557,7 @@ def _shard_csr(matrix: CSRMatrix, mesh: jax.sharding.Mesh, axis: str) -> Sharded
         )
     indices, indptr = np.asarray(matrix.indices), np.asarray(matrix.indptr)
     plan, arrays = _column_plan_cached(indices, indptr, matrix.shape, devices)
-    source = arrays.entry_source.reshape(-1)
-    # Padding slots (source -1) read a zero appended past the entries, which also serves a
-    # matrix with no entries.
-    with_zero = jnp.concatenate([matrix.data, jnp.zeros(1, matrix.dtype)])
-    values = with_zero[np.where(source >= 0, source, matrix.nnz)]
+    values = _entries_at(matrix.data, arrays.entry_source.reshape(-1))
     place = functools.partial(jax.device_put, device=NamedSharding(mesh, P(axis)))
     index_dtype = matrix.index_dtype
     return ShardedCSRMatrix(
@@ -553,6 +570,14 @@ def _shard_csr(matrix: CSRMatrix, mesh: jax.sharding.Mesh, axis: str) -> Sharded
         axis,
         plan,
     )
+
+
+@jax.jit
+def _entries_at(data, source) -> jax.Array:
+    """`data[source]`, zero where `source` is -1 (a padding slot): those read a zero
+    appended past the entries, which also serves a matrix with no entries."""
+    with_zero = jnp.concatenate([data, jnp.zeros(1, data.dtype)])
+    return with_zero[jnp.where(source >= 0, source, data.shape[0])]
 
 
 # The plans of the structures sharded last, so that sharding new values of one structure

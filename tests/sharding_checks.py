@@ -47,6 +47,24 @@ F64 = np.float64
 COLUMNS = 3
 TOLERANCE = 1e-11
 
+# Programs XLA compiled in this process so far, counted from JAX's compile events.
+_COMPILES = [0]
+
+
+def _count_compile(event: str, seconds: float, **kwargs) -> None:
+    if event == "/jax/core/compile/backend_compile_duration":
+        _COMPILES[0] += 1
+
+
+jax.monitoring.register_event_duration_secs_listener(_count_compile)
+
+
+def compiles_in(function: Callable) -> int:
+    """How many programs XLA compiles while `function()` runs."""
+    before = _COMPILES[0]
+    jax.block_until_ready(function())
+    return _COMPILES[0] - before
+
 
 @dataclasses.dataclass(frozen=True)
 class Case:
@@ -328,6 +346,12 @@ def check_sharded_matrix_surface(rng, axis_type: jax.sharding.AxisType, format: 
     S = js.shard(A, mesh, axis="x")
     what = f"{format} on an {axis_type.name} axis"
     assert S.padded_shape == (204, 204), S.padded_shape
+    # An eager product with an operand of a new shape compiles its exchange and local
+    # product as one program, not one per operation in them (dozens); `X @ S` transposes
+    # its operand and result in two more.
+    wide = rng.standard_normal((203, 5))
+    for product in (lambda: S @ wide, lambda: wide.T @ S):
+        assert (count := compiles_in(product)) <= 3, (what, count)
     y = js.matmul(S, x)
     assert y.shape == (203,), (what, y.shape)
     np.testing.assert_allclose(np.asarray(y), dense @ x, rtol=TOLERANCE, err_msg=what)
