@@ -10,16 +10,22 @@ STAMP := $(VENV)/.jaxsparse-installed
 # The build requirements go into the venv first and the package builds there
 # (--no-build-isolation), so pip does not set up a second environment with its own copy of
 # jaxlib for the build, and the kernels compile against the headers of the jaxlib they run
-# with. JAXSPARSE_BUILD_NATIVE=1: a C++ error fails the setup instead of leaving an older
-# build (or none) in place. NATIVE_VARIANTS=host compiles only the kernel build this CPU
-# loads (setup.py), half the compile; CI's newest-Python venv builds both (`all`), where
-# the baseline build is checked against the one this CPU loads.
+# with. The kernels compile in place (`build_ext --inplace`, where an editable install
+# puts them) while pip installs the package and its dependencies, which then builds
+# nothing itself (JAXSPARSE_BUILD_NATIVE=0): pip's unpacking no longer waits for the
+# compiler. JAXSPARSE_BUILD_NATIVE=1: a C++ error fails the setup instead of leaving an
+# older build (or none) in place. NATIVE_VARIANTS=host compiles only the kernel build this
+# CPU loads (setup.py), half the compile; CI's newest-Python venv builds both (`all`),
+# where the baseline build is checked against the one this CPU loads.
 NATIVE_VARIANTS ?= host
 $(STAMP): pyproject.toml setup.py $(wildcard jaxsparse/kernels/native/*)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip 'setuptools>=77' 'jaxlib>=0.10.2'
 	JAXSPARSE_BUILD_NATIVE=1 JAXSPARSE_NATIVE_VARIANTS=$(NATIVE_VARIANTS) \
-		$(BIN)/python -m pip install --quiet --no-build-isolation -e '.[test,examples,bench]'
+		$(BIN)/python setup.py --quiet build_ext --inplace & native=$$!; \
+	JAXSPARSE_BUILD_NATIVE=0 $(BIN)/python -m pip install --quiet --no-build-isolation \
+		-e '.[test,examples,bench]'; installed=$$?; \
+	wait $$native && test $$installed -eq 0
 	touch $(STAMP)
 
 demo: $(STAMP)
