@@ -8,8 +8,9 @@ For each layout:
 
 - bytes one product sends between devices, read from its compiled program, and what an
   all-gather of `x` sends;
-- the median time of one jitted product (single call, result fresh) and of one product
-  inside a jitted loop of `LOOP` products, and the median time of an all-gather of `x`;
+- the median time of one jitted product (single call, result fresh), of one eager
+  `S @ x` (outside `jit`, as a user at a prompt calls it) and of one product inside a
+  jitted loop of `LOOP` products, and the median time of an all-gather of `x`;
   compilation is outside the timed region;
 - once per size, scipy's CSR product and `jax.experimental.sparse` BCSR on one device.
 
@@ -108,6 +109,7 @@ def measure(grid, format: str, devices: int, scaling: str) -> dict:
     )
     gather = gather.lower(x).compile()
     single = timing.time_call(timing.blocking(product, S, x), **TIMING)
+    eager = timing.time_call(timing.blocking(lambda S, x: S @ x, S, x), **TIMING)
     looped = timing.time_call(timing.blocking(loop, S, x), **TIMING)
     gathered = timing.time_call(timing.blocking(gather, x), **TIMING)
     return {
@@ -118,6 +120,7 @@ def measure(grid, format: str, devices: int, scaling: str) -> dict:
         "bytes": sum(collective_bytes(product.as_text()).values()),
         "all_gather_bytes": sum(collective_bytes(gather.as_text()).values()),
         "single_ms": single["median_s"] * 1e3,
+        "eager_ms": eager["median_s"] * 1e3,
         "loop_ms": looped["median_s"] / LOOP * 1e3,
         "all_gather_ms": gathered["median_s"] * 1e3,
     }
@@ -198,13 +201,14 @@ def machine() -> str:
 def table(records: list[dict], references: list[dict]) -> str:
     header = (
         f"{'format':6} {'scaling':7} {'layout':6} {'rows':>7} {'bytes':>7} {'all-gather B':>12} "
-        f"{'single ms':>9} {'loop ms':>8} {'all-gather ms':>13}"
+        f"{'single ms':>9} {'eager ms':>8} {'loop ms':>8} {'all-gather ms':>13}"
     )
     lines = [header, "-" * len(header)]
     for r in records:
         lines.append(
             f"{r['format']:6} {r['scaling']:7} {r['layout']:6} {r['rows']:>7} {r['bytes']:>7} "
-            f"{r['all_gather_bytes']:>12} {r['single_ms']:>9.3f} {r['loop_ms']:>8.3f} "
+            f"{r['all_gather_bytes']:>12} {r['single_ms']:>9.3f} {r['eager_ms']:>8.3f} "
+            f"{r['loop_ms']:>8.3f} "
             f"{r['all_gather_ms']:>13.3f}"
         )
     lines += ["", f"{'rows':>7} {'scipy CSR ms':>12} {'BCSR 1 device ms':>16}"]
