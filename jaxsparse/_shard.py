@@ -220,7 +220,10 @@ class ShardedMatrix(eqx.Module):
         # Eagerly, one compiled program per shape and plan instead of one dispatch per
         # operation of the exchange and the product. The operand is placed on the mesh
         # first: a compiled program takes no arrays committed to other devices.
-        if columns.sharding.device_set != set(self.mesh.devices.flat):
+        placed = isinstance(columns, jax.Array) and columns.sharding.device_set == set(
+            self.mesh.devices.flat
+        )
+        if not placed:
             columns = jax.device_put(columns, NamedSharding(self.mesh, P()))
         skeleton = eqx.filter(self, eqx.is_array, inverse=True)
         return _compiled_product(skeleton, leaves, columns, transposed=transposed, backend=backend)

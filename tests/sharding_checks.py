@@ -352,6 +352,9 @@ def check_sharded_matrix_surface(rng, axis_type: jax.sharding.AxisType, format: 
     wide = rng.standard_normal((203, 5))
     for product in (lambda: S @ wide, lambda: wide.T @ S):
         assert (count := compiles_in(product)) <= 3, (what, count)
+    # An operand committed to a device outside the mesh is moved onto it.
+    elsewhere = jax.device_put(x, jax.devices()[5])
+    np.testing.assert_allclose(np.asarray(S @ elsewhere), dense @ x, rtol=TOLERANCE, err_msg=what)
     y = js.matmul(S, x)
     assert y.shape == (203,), (what, y.shape)
     np.testing.assert_allclose(np.asarray(y), dense @ x, rtol=TOLERANCE, err_msg=what)
