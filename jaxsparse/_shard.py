@@ -214,16 +214,12 @@ class ShardedMatrix(eqx.Module):
         The formats define what runs on each device: `_leaves(data)` (the arrays it takes),
         `_leaf_specs()` (their `PartitionSpec`s) and `_local_product` (its exchange and
         product, under `jax.shard_map`)."""
+        # One compiled program per shape and plan (nested in the caller's `jit`, if any),
+        # so that eager calls, `jax.grad` and `jax.vmap` outside `jit` do not run the
+        # exchange and the product one dispatch per operation. A concrete operand is placed
+        # on the mesh first: a compiled program takes no arrays committed to other devices.
         leaves = self._placed_leaves(data)
-        if not is_concrete(*leaves, columns):
-            return self._product_of_placed(leaves, columns, transposed=transposed, backend=backend)
-        # Eagerly, one compiled program per shape and plan instead of one dispatch per
-        # operation of the exchange and the product. The operand is placed on the mesh
-        # first: a compiled program takes no arrays committed to other devices.
-        placed = isinstance(columns, jax.Array) and columns.sharding.device_set == set(
-            self.mesh.devices.flat
-        )
-        if not placed:
+        if is_concrete(columns) and not _on_devices_of(columns, self.mesh):
             columns = jax.device_put(columns, NamedSharding(self.mesh, P()))
         skeleton = eqx.filter(self, eqx.is_array, inverse=True)
         return _compiled_product(skeleton, leaves, columns, transposed=transposed, backend=backend)
@@ -270,6 +266,11 @@ class ShardedMatrix(eqx.Module):
                 leaf = jax.sharding.reshard(leaf, sharding)
             placed.append(leaf)
         return tuple(placed)
+
+
+def _on_devices_of(array, mesh) -> bool:
+    """Whether concrete `array` is a jax array laid out over exactly `mesh`'s devices."""
+    return isinstance(array, jax.Array) and array.sharding.device_set == set(mesh.devices.flat)
 
 
 @functools.partial(jax.jit, static_argnames=("transposed", "backend"))

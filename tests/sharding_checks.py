@@ -393,6 +393,14 @@ def check_sharded_matrix_surface(rng, axis_type: jax.sharding.AxisType, format: 
     np.testing.assert_allclose(
         np.asarray(S.with_data(grad).todense()), 2 * dense, rtol=TOLERANCE, err_msg=what
     )
+    # Outside `jit`, `jax.grad` through a product compiles once per shape: a second call
+    # compiles nothing, and it agrees with the jitted gradient.
+    with jax.set_mesh(mesh):
+        loss_grad = jax.grad(lambda v, S=S: jnp.sum((S.with_data(v) @ x) ** 2))
+        eager = loss_grad(S.data)
+        assert (count := compiles_in(lambda: loss_grad(S.data))) == 0, (what, count)
+        jitted = jax.jit(loss_grad)(S.data)
+    np.testing.assert_allclose(np.asarray(eager), np.asarray(jitted), rtol=TOLERANCE, err_msg=what)
     for convert, error, message in (
         (np.asarray, TypeError, "implicitly"),
         (jnp.asarray, TypeError, "implicitly"),
