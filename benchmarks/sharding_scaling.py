@@ -208,8 +208,7 @@ def table(records: list[dict], references: list[dict]) -> str:
         lines.append(
             f"{r['format']:6} {r['scaling']:7} {r['layout']:6} {r['rows']:>7} {r['bytes']:>7} "
             f"{r['all_gather_bytes']:>12} {r['single_ms']:>9.3f} {r['eager_ms']:>8.3f} "
-            f"{r['loop_ms']:>8.3f} "
-            f"{r['all_gather_ms']:>13.3f}"
+            f"{r['loop_ms']:>8.3f} {r['all_gather_ms']:>13.3f}"
         )
     lines += ["", f"{'rows':>7} {'scipy CSR ms':>12} {'BCSR 1 device ms':>16}"]
     for r in references:

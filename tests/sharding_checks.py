@@ -35,6 +35,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import scipy.sparse  # noqa: E402
+from helpers import counted_compilations  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
 import jaxsparse as js  # noqa: E402
@@ -47,23 +48,12 @@ F64 = np.float64
 COLUMNS = 3
 TOLERANCE = 1e-11
 
-# Programs XLA compiled in this process so far, counted from JAX's compile events.
-_COMPILES = [0]
-
-
-def _count_compile(event: str, seconds: float, **kwargs) -> None:
-    if event == "/jax/core/compile/backend_compile_duration":
-        _COMPILES[0] += 1
-
-
-jax.monitoring.register_event_duration_secs_listener(_count_compile)
-
 
 def compiles_in(function: Callable) -> int:
     """How many programs XLA compiles while `function()` runs."""
-    before = _COMPILES[0]
-    jax.block_until_ready(function())
-    return _COMPILES[0] - before
+    with counted_compilations() as compiled:
+        jax.block_until_ready(function())
+    return len(compiled)
 
 
 @dataclasses.dataclass(frozen=True)
