@@ -36,7 +36,7 @@ from ._interop import (
     sort_indices,
     sum_duplicates,
 )
-from ._matmul import sparse_times_dense
+from ._matmul import mark_transpose, sparse_times_dense, transpose_source
 from ._operators import SparseOperators
 
 INDEX_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
@@ -153,11 +153,17 @@ class CSRMatrix(SparseMatrix, SparseOperators):
         """`A^T` as a CSR matrix (jit-able): a stable sort of the column indices,
         `O(nnz + m + n)` on the host and under `jit` on a CPU (`_csr_transpose.py`).
 
-        Entries keep their relative order within each new row.
+        Entries keep their relative order within each new row. Where the structure is
+        traced (under `jit`), dense products with the returned matrix (`A.T @ x`,
+        `x @ A.T`, unless it holds a batch) are `A`'s transposed products and its `.T` is
+        `A`, so no sort runs when `A.T` serves only these; a matrix rebuilt from it (a tree
+        map, `with_data`) is an ordinary `A^T`.
         """
+        if (source := transpose_source(self)) is not None:
+            return source
         if is_concrete(self.indices, self.indptr):
             return _transpose_on_host(self)
-        return _transpose(self)
+        return mark_transpose(_transpose(self), self)
 
     @over_batch
     def todense(self) -> jax.Array:

@@ -9,6 +9,7 @@ dense `A`.
 """
 
 import functools
+import weakref
 
 import jax
 import jax.numpy as jnp
@@ -71,6 +72,30 @@ def sparse_times_sparse(a, b, *, nnz: int | None, backend: str):
 
 def _is_sparse(value) -> bool:
     return sparse_times_dense.dispatch(type(value)) is not _NOT_SPARSE
+
+
+# A format whose transpose is built by a sort under a trace (CSR) registers the matrix it
+# returns with the matrix it transposes. Both are immutable, so while that object lives its
+# arrays are exactly the transpose of the source's; a matrix rebuilt from it (a tree map,
+# unflattening, `with_data`) is a new object, not registered. The registry is kept beside
+# the object, not on it: an attribute of an `eqx.Module` changes its pytree structure.
+_TRANSPOSE_SOURCES: dict[int, tuple[weakref.ref, object]] = {}
+
+
+def mark_transpose(transposed, source):
+    """`transposed` (the matrix `source.T` built), registered so that products with it run
+    as `source`'s transposed products and `transposed.T` is `source`: under `jit` the sort
+    building its structure then has no use, and XLA drops it."""
+    key = id(transposed)
+    _TRANSPOSE_SOURCES[key] = (weakref.ref(transposed), source)
+    weakref.finalize(transposed, _TRANSPOSE_SOURCES.pop, key, None)
+    return transposed
+
+
+def transpose_source(matrix):
+    """The matrix that `matrix` is the registered transpose of (`mark_transpose`), or None."""
+    alive, source = _TRANSPOSE_SOURCES.get(id(matrix), (None, None))
+    return source if alive is not None and alive() is matrix else None
 
 
 def matmul(a, b, *, backend: str | None = None, nnz: int | None = None):
@@ -199,7 +224,14 @@ def _counted(product, matrix, data, dense, backend: str):
     return sums != 0
 
 
+def _swap_last_axes(dense):
+    return dense if dense.ndim == 1 else jnp.swapaxes(dense, -1, -2)
+
+
 def _sparse_at_dense(matrix, dense, backend: str):
+    if (source := transpose_source(matrix)) is not None:
+        # `A.T @ X == (X^T @ A)^T`: A's transposed product, without A.T's structure.
+        return _swap_last_axes(_dense_at_sparse(_swap_last_axes(dense), source, backend))
     data, dense = _promote(matrix, dense)
     if data.dtype == jnp.bool_:
         return _counted(_sparse_at_dense, matrix, data, dense, backend)
@@ -208,6 +240,9 @@ def _sparse_at_dense(matrix, dense, backend: str):
 
 
 def _dense_at_sparse(dense, matrix, backend: str):
+    if (source := transpose_source(matrix)) is not None:
+        # `X @ A.T == (A @ X^T)^T`: A's product, without A.T's structure.
+        return _swap_last_axes(_sparse_at_dense(source, _swap_last_axes(dense), backend))
     data, dense = _promote(matrix, dense)
     if data.dtype == jnp.bool_:
         return _counted(lambda m, d, b: _dense_at_sparse(d, m, b), matrix, data, dense, backend)

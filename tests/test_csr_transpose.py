@@ -4,7 +4,9 @@ platform, and `jax.export`, XLA's sort; both give the same structure for any inp
 invalid one included (`_csr_transpose.py`)."""
 
 import functools
+import gc
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -14,7 +16,7 @@ from jax import export
 from jax.test_util import check_grads
 
 import jaxsparse as js
-from jaxsparse import _csr_layout, _csr_transpose
+from jaxsparse import _csr_layout, _csr_transpose, _matmul
 from jaxsparse.kernels import _native_library
 
 pytestmark = pytest.mark.on_cpu
@@ -92,16 +94,31 @@ def assert_same_structures(native, by_sort, index_dtype, name=""):
 INVALID_INT64 = [("column-past-int32", [0, 2, 2, 3], [0, 2**32 + 1, 1])]
 
 
-@jax.jit
-def _transposed_products(data, x, indices, indptr):
-    """`A.T @ x` on the portable and the Pallas families."""
+def _rebuilt(matrix):
+    """The same matrix as a new object, which `A.T`'s mark does not follow."""
+    return jax.tree.map(lambda leaf: leaf, matrix)
+
+
+def _transpose_of_three_by_three(data, indices, indptr, rebuilt):
     transposed = js.CSRMatrix(data, indices, indptr, (3, 3)).T
+    return _rebuilt(transposed) if rebuilt else transposed
+
+
+@functools.partial(jax.jit, static_argnums=4)
+def _transposed_products(data, x, indices, indptr, rebuilt):
+    """`A.T @ x` on the portable and the Pallas families."""
+    transposed = _transpose_of_three_by_three(data, indices, indptr, rebuilt)
     return tuple(js.matmul(transposed, x, backend=b) for b in ("xla", "interpret"))
 
 
+@functools.partial(jax.jit, static_argnums=4)
+def _native_transposed_product(data, x, indices, indptr, rebuilt):
+    return _transpose_of_three_by_three(data, indices, indptr, rebuilt) @ x
+
+
 @jax.jit
-def _native_transposed_product(data, x, indices, indptr):
-    return js.CSRMatrix(data, indices, indptr, (3, 3)).T @ x
+def _native_product_on_the_left(data, x, indices, indptr):
+    return x @ js.CSRMatrix(data, indices, indptr, (3, 3))
 
 
 @needs_native
@@ -109,8 +126,9 @@ def _native_transposed_product(data, x, indices, indptr):
 def test_invalid_structures_under_jit_get_the_sorts_structure(index_dtype):
     """Under `jit` an invalid structure is transposed as XLA's sort transposes it (never an
     error nor an access outside the arrays), with an index pointer that marks it invalid,
-    so `A.T @ x` answers as `x @ A` does: an error naming the cause natively, NaN on the
-    XLA and Pallas families; one matrix and a batch of structures."""
+    so a product with a matrix rebuilt from `A.T` answers as `x @ A` does: an error
+    naming the transpose natively, NaN on the XLA and Pallas families; `A.T @ x` itself is
+    `x @ A`, the same error. One matrix and a batch of structures."""
     cases = INVALID + (INVALID_INT64 if index_dtype == np.int64 else [])
     indptr = jnp.asarray([case[1] for case in cases], index_dtype)
     indices = jnp.asarray([case[2] for case in cases], index_dtype)
@@ -120,10 +138,17 @@ def test_invalid_structures_under_jit_get_the_sorts_structure(index_dtype):
         native, by_sort = _both_structures(indices[member], indptr[member])
         assert_same_structures(native, by_sort, index_dtype, name)
         np.testing.assert_array_equal(native[2], -1, err_msg=name)
-        for product in _transposed_products(data, x, indices[member], indptr[member]):
-            assert np.isnan(np.asarray(product)).all(), name
+        arrays = (data, x, indices[member], indptr[member])
+        for rebuilt in (False, True):
+            for product in _transposed_products(*arrays, rebuilt):
+                assert np.isnan(np.asarray(product)).all(), name
         with pytest.raises(Exception, match=r"transpose \(A.T under jit\).*A.check\(\)"):
-            _native_transposed_product(data, x, indices[member], indptr[member]).block_until_ready()
+            _native_transposed_product(*arrays, True).block_until_ready()
+        with pytest.raises(Exception) as on_the_left:
+            _native_product_on_the_left(*arrays).block_until_ready()
+        with pytest.raises(Exception) as transposed:
+            _native_transposed_product(*arrays, False).block_until_ready()
+        assert str(transposed.value).splitlines()[0] == str(on_the_left.value).splitlines()[0]
     assert_same_structures(*jax.vmap(_both_structures)(indices, indptr), index_dtype)
 
 
@@ -146,19 +171,24 @@ def test_a_structure_cut_into_pieces_is_transposed_as_the_sort_does(fault):
 
 @needs_native
 def test_gradient_of_the_transposed_product_in_the_values():
-    """`A.T @ x` under `jit` with a traced structure (the native transpose) and eagerly,
-    differentiated in `A.data` against finite differences."""
+    """`A.T @ x` and `y @ A.T` under `jit` with a traced structure (`A`'s transposed
+    products) and `A.T @ x` eagerly (the transpose built on the host), differentiated in
+    `A.data` and the operand against finite differences."""
     shape, indices, indptr = structure_arrays("repeats-unsorted-empty", np.int32)
     rng = np.random.default_rng(0)
     data = jnp.asarray(rng.standard_normal(len(indices)))
     x = jnp.asarray(rng.standard_normal((shape[0], 2)))
-    product = jax.jit(lambda d, i, p: js.CSRMatrix(d, i, p, shape).T @ x)
+    y = jnp.asarray(rng.standard_normal((2, shape[1])))
+    product = jax.jit(lambda d, x, i, p: js.CSRMatrix(d, i, p, shape).T @ x)
+    on_the_left = jax.jit(lambda d, y, i, p: y @ js.CSRMatrix(d, i, p, shape).T)
+    structure = (jnp.asarray(indices), jnp.asarray(indptr))
     known = js.CSRMatrix(data, indices, indptr, shape)
-    for function in (
-        lambda d: product(d, jnp.asarray(indices), jnp.asarray(indptr)),
-        lambda d: known.with_data(d).T @ x,
+    for function, operand in (
+        (lambda d, x: product(d, x, *structure), x),
+        (lambda d, y: on_the_left(d, y, *structure), y),
+        (lambda d, x: known.with_data(d).T @ x, x),
     ):
-        check_grads(function, (data,), order=2, modes=("fwd", "rev"))
+        check_grads(function, (data, operand), order=2, modes=("fwd", "rev"))
 
 
 @pytest.mark.parametrize("backend", ["auto", "xla"])
@@ -178,3 +208,65 @@ def test_export_and_the_xla_backend_keep_the_sort(backend, monkeypatch):
     lowered = jax.jit(lambda a: a.T).lower(matrix).as_text()
     native = backend == "auto" and _native_library.AVAILABLE
     assert ("jaxsparse_csr_transpose" in lowered) == native
+
+
+@functools.partial(jax.jit, static_argnums=3)
+def _products_with_the_transpose(data, indices, indptr, shape, x, X, y, Y):
+    """Every product with `A.T` under `jit` (a traced structure), and `A.T.T`'s."""
+    matrix = js.CSRMatrix(data, indices, indptr, shape)
+    assert matrix.T.T is matrix
+    return (matrix.T @ x, matrix.T @ X, y @ matrix.T, Y @ matrix.T, matrix.T.T @ y)
+
+
+@pytest.mark.parametrize("backend", ["auto", "xla"])
+def test_products_with_a_traced_transpose_run_no_sort(backend, monkeypatch):
+    """Under `jit`, `A.T @ x` and `x @ A.T` are `A`'s transposed products: the compiled
+    program neither sorts nor calls the native transpose, and each product is scipy's,
+    also under `jax.vmap` over the values."""
+    monkeypatch.setenv("JAXSPARSE_BACKEND", backend)
+    shape, indices, indptr = structure_arrays("repeats-unsorted-empty", np.int32)
+    rng = np.random.default_rng(1)
+    data = rng.standard_normal(len(indices))
+    x, X = rng.standard_normal(shape[0]), rng.standard_normal((shape[0], 3))
+    y, Y = rng.standard_normal(shape[1]), rng.standard_normal((2, shape[1]))
+    arrays = (data, indices, indptr, shape, x, X, y, Y)
+    registered = len(_matmul._TRANSPOSE_SOURCES)
+    compiled = _products_with_the_transpose.lower(*arrays).compile().as_text()
+    gc.collect()
+    assert len(_matmul._TRANSPOSE_SOURCES) == registered, "a traced transpose outlived its trace"
+    assert "jaxsparse_csr_transpose" not in compiled
+    assert " sort(" not in compiled
+    twin = scipy.sparse.csr_array((data, indices, indptr), shape=shape)
+    expected = (twin.T @ x, twin.T @ X, y @ twin.T, Y @ twin.T, twin @ y)
+    for got, want in zip(_products_with_the_transpose(*arrays), expected, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+    batch = np.stack([data, 2 * data])
+    over_values = jax.jit(
+        jax.vmap(lambda d: js.CSRMatrix(d, jnp.asarray(indices), jnp.asarray(indptr), shape).T @ x)
+    )
+    np.testing.assert_allclose(over_values(batch), [twin.T @ x, 2 * (twin.T @ x)], rtol=1e-12)
+
+
+def test_a_matrix_rebuilt_from_a_traced_transpose_holds_its_own_values():
+    """`A.T`'s mark stays with the object `A.T` returned and leaves its pytree structure
+    alone: a matrix made from it with new values (`with_data`, `eqx.tree_at`) multiplies
+    by those values."""
+    shape, indices, indptr = structure_arrays("repeats-unsorted-empty", np.int32)
+    rng = np.random.default_rng(2)
+    data, other = rng.standard_normal((2, len(indices)))
+    x = rng.standard_normal(shape[0])
+
+    @jax.jit
+    def rebuilt_products(data, indices, indptr):
+        transposed = js.CSRMatrix(data, indices, indptr, shape).T
+        assert jax.tree.structure(transposed) == jax.tree.structure(_rebuilt(transposed))
+        scaled = transposed.with_data(2 * transposed.data)
+        replaced = eqx.tree_at(lambda matrix: matrix.data, transposed, jnp.asarray(other))
+        return scaled @ x, replaced @ x, x @ replaced.T, transposed.indices, transposed.indptr
+
+    scaled, replaced, replaced_twice, indices_t, indptr_t = rebuilt_products(data, indices, indptr)
+    twin = scipy.sparse.csr_array((data, indices, indptr), shape=shape)
+    np.testing.assert_allclose(scaled, 2 * (twin.T @ x), rtol=1e-12)
+    twin_replaced = scipy.sparse.csr_array((other, indices_t, indptr_t), shape=shape[::-1])
+    np.testing.assert_allclose(replaced, twin_replaced @ x, rtol=1e-12)
+    np.testing.assert_allclose(replaced_twice, x @ twin_replaced.T, rtol=1e-12)
