@@ -1,6 +1,8 @@
 """The CSR transpose (float64): `A.T` and `A.T @ x`, eagerly and jitted, and `A[:, cols]`
 (100 columns, built from two transposes on the host), against scipy's `A.T.tocsr()`,
-`A.T @ x` and `A[:, cols]`, on random matrices with 5 entries a row.
+`A.T @ x` and `A[:, cols]`, on random matrices with 5 entries a row; and the DIA
+transpose's `A.T` and `A.T @ x` (against scipy's DIA `A.T` and `A.T @ x`) on the 2-D
+5-point and 3-D 27-point stencils of about as many rows.
 
 Each jaxsparse result is checked against scipy's before it is timed; medians in ms, the
 first call (compilation included) apart. `--compare-with DIR` runs the same cases in a
@@ -95,16 +97,48 @@ def _cases(S, x, cols):
     ]
 
 
+def _dia_cases(S, x, name):
+    """`_cases` for the DIA transpose of `S` (a scipy DIA array), ops prefixed by `name`."""
+    A = js.DIAMatrix.from_scipy(S)
+    xj = jnp.asarray(x)
+    transposed, product = S.T.toarray() if S.shape[0] <= 10**4 else None, S.T @ x
+
+    def same_transpose(T):
+        return transposed is None or np.array_equal(np.asarray(T.todense()), transposed)
+
+    def same_product(y):
+        return np.allclose(np.asarray(y), product, rtol=1e-12, atol=1e-12)
+
+    transpose_jit = jax.jit(lambda A: A.T)
+    product_jit = jax.jit(lambda A, x: A.T @ x)
+    return [
+        (f"{name} A.T", "scipy", lambda: S.T, None),
+        (f"{name} A.T", "eager", lambda: jax.block_until_ready(A.T), same_transpose),
+        (f"{name} A.T", "jit", lambda: jax.block_until_ready(transpose_jit(A)), same_transpose),
+        (f"{name} A.T @ x", "scipy", lambda: S.T @ x, None),
+        (f"{name} A.T @ x", "eager", lambda: jax.block_until_ready(A.T @ xj), same_product),
+        (f"{name} A.T @ x", "jit", lambda: jax.block_until_ready(product_jit(A, xj)), same_product),
+    ]
+
+
+def _all_cases(rows, rng):
+    """`(nnz, cases)` of every matrix of `rows` rows."""
+    S = matrices.random_uniform(rows, rng, per_row=PER_ROW).astype(np.float64)
+    x = rng.standard_normal(rows)
+    cols = np.sort(rng.choice(rows, size=min(COLUMNS, rows), replace=False))
+    yield int(S.nnz), _cases(S, x, cols)
+    for name, build in (("DIA 5pt", matrices.poisson2d), ("DIA 27pt", matrices.stencil27)):
+        S = build(rows, rng).astype(np.float64)
+        yield int(S.nnz), _dia_cases(S, rng.standard_normal(S.shape[0]), name)
+
+
 def measure(sizes, budget) -> list[dict]:
     """Records `{rows, nnz, op, system, ok, first_call_s, median_s}`."""
     rng = np.random.default_rng(0)
     records = []
-    for rows in sizes:
-        S = matrices.random_uniform(rows, rng, per_row=PER_ROW).astype(np.float64)
-        x = rng.standard_normal(rows)
-        cols = np.sort(rng.choice(rows, size=min(COLUMNS, rows), replace=False))
-        for op, system, function, check in _cases(S, x, cols):
-            record = {"rows": rows, "nnz": int(S.nnz), "op": op, "system": system}
+    for rows, (nnz, cases) in ((r, c) for r in sizes for c in _all_cases(r, rng)):
+        for op, system, function, check in cases:
+            record = {"rows": rows, "nnz": nnz, "op": op, "system": system}
             start = time.perf_counter()
             result = function()
             first_call_s = time.perf_counter() - start
@@ -141,7 +175,7 @@ def table(records, before=None) -> list[str]:
     if before:
         columns += [("was ", "eager"), ("was ", "jit"), ("was ", "jit 1st")]
     lines = [
-        f"{'rows':>8} {'nnz':>8} {'operation':<16}" + "".join(f"{w + c:>12}" for w, c in columns)
+        f"{'rows':>8} {'nnz':>8} {'operation':<18}" + "".join(f"{w + c:>12}" for w, c in columns)
     ]
     lines[0] += f"{'speedup e/j':>13}" * bool(before) + f"{'vs scipy e/j':>14}"
 
@@ -156,7 +190,7 @@ def table(records, before=None) -> list[str]:
 
     for rows, op in dict.fromkeys((r["rows"], r["op"]) for r in records):
         cells = {(w, c): ms(w, rows, op, c) for w, c in columns}
-        line = f"{rows:>8} {times['', rows, op, 'scipy']['nnz']:>8} {op:<16}"
+        line = f"{rows:>8} {times['', rows, op, 'scipy']['nnz']:>8} {op:<18}"
         line += "".join("{:>12}".format("-" if t is None else f"{t:.3f}") for t in cells.values())
         if before:
             speedups = [ratio(cells.get(("was ", c)), cells[("", c)]) for c in ("eager", "jit")]
@@ -184,7 +218,8 @@ def main(argv=None) -> str:
         print(json.dumps(records))
         return ""
     lines = [
-        f"# CSR transpose, float64, {PER_ROW} random entries a row; {timing.cpu_name()}, "
+        f"# CSR transpose, float64, {PER_ROW} random entries a row; DIA stencils (rows: the "
+        f"CSR matrix's; the stencils' grids round them); {timing.cpu_name()}, "
         f"{os.cpu_count()} cpus; jax {jax.__version__}, scipy {scipy.__version__}; native "
         f"build {_native_library.INSTRUCTION_SET}",
         f"# load before: {timing.uptime()}",

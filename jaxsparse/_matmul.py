@@ -74,18 +74,19 @@ def _is_sparse(value) -> bool:
     return sparse_times_dense.dispatch(type(value)) is not _NOT_SPARSE
 
 
-# A format whose transpose is built by a sort under a trace (CSR) registers the matrix it
-# returns with the matrix it transposes. Both are immutable, so while that object lives its
-# arrays are exactly the transpose of the source's; a matrix rebuilt from it (a tree map,
-# unflattening, `with_data`) is a new object, not registered. The registry is kept beside
-# the object, not on it: an attribute of an `eqx.Module` changes its pytree structure.
+# A format whose transpose is built under a trace (CSR by a sort, DIA by shifting each
+# diagonal) registers the matrix it returns with the matrix it transposes. Both are
+# immutable, so while that object lives its arrays are exactly the transpose of the
+# source's; a matrix rebuilt from it (a tree map, unflattening, `with_data`) is a new
+# object, not registered. The registry is kept beside the object, not on it: an attribute
+# of an `eqx.Module` changes its pytree structure.
 _TRANSPOSE_SOURCES: dict[int, tuple[weakref.ref, object]] = {}
 
 
 def mark_transpose(transposed, source):
     """`transposed` (the matrix `source.T` built), registered so that products with it run
-    as `source`'s transposed products and `transposed.T` is `source`: under `jit` the sort
-    building its structure then has no use, and XLA drops it."""
+    as `source`'s transposed products and `transposed.T` is `source`: under `jit` the work
+    building its arrays then has no use, and XLA drops it."""
     key = id(transposed)
     _TRANSPOSE_SOURCES[key] = (weakref.ref(transposed), source)
     weakref.finalize(transposed, _TRANSPOSE_SOURCES.pop, key, None)

@@ -73,6 +73,7 @@ def test_quick_benchmark_writes_checked_results(tmp_path):
     # The transpose section (its own process): every case checked against scipy and timed.
     transpose = results["transpose"]
     assert "A.T @ x" in transpose and "A[:, 100 cols]" in transpose and "WRONG" not in transpose
+    assert "DIA 5pt A.T @ x" in transpose and "DIA 27pt A.T @ x" in transpose
     for record in many + batched:
         assert record["ok"], record
         assert record["median_s"] > 0 and record["first_call_s"] > 0

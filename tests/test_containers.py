@@ -121,6 +121,36 @@ def test_dia_transpose_is_dia(shape, offsets, jit):
     np.testing.assert_array_equal(result.todense(), twin.toarray().T.astype(np.float32))
 
 
+@pytest.mark.parametrize(
+    ("shape", "offsets"), [((6, 4), (-2, 0, 3)), ((44, 40), MANY_DIAGONALS)], ids=["3", "many"]
+)
+def test_dia_products_with_a_traced_transpose_shift_no_diagonals(shape, offsets):
+    """Under `jit`, `A.T @ x` and `x @ A.T` are `A`'s transposed products: the compiled
+    program holds nothing of `transpose_data` unless a matrix rebuilt from `A.T` (new
+    values) needs its diagonals; each product is scipy's."""
+    rng = np.random.default_rng(5)
+    matrix, twin = random_dia(rng, shape, offsets, jnp.float64)
+    x, X = rng.standard_normal(shape[0]), rng.standard_normal((shape[0], 3))
+    y, Y = rng.standard_normal(shape[1]), rng.standard_normal((2, shape[1]))
+
+    def products(a, x, X, y, Y):
+        assert a.T.T is a
+        return a.T @ x, a.T @ X, y @ a.T, Y @ a.T
+
+    def rebuilt_product(a, x):
+        return a.T.with_data(2 * a.T.data) @ x
+
+    program = jax.jit(products).lower(matrix, x, X, y, Y).compile().as_text()
+    assert "transpose_data" not in program
+    rebuilt = jax.jit(rebuilt_product).lower(matrix, x).compile().as_text()
+    assert "transpose_data" in rebuilt
+    dense = twin.toarray()
+    expected = (dense.T @ x, dense.T @ X, y @ dense.T, Y @ dense.T)
+    for got, want in zip(jax.jit(products)(matrix, x, X, y, Y), expected, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(jax.jit(rebuilt_product)(matrix, x), 2 * dense.T @ x, rtol=1e-12)
+
+
 @pytest.mark.parametrize("jit", [False, True])
 @pytest.mark.parametrize("shape", [(6, 4), (3, 7), (5, 0)], ids=str)
 def test_csr_transpose_is_csr(shape, jit):
