@@ -13,6 +13,7 @@ from helpers import (
     random_dia,
     random_values,
 )
+from jax.test_util import check_grads
 
 import jaxsparse as js
 
@@ -149,6 +150,8 @@ def test_dia_products_with_a_traced_transpose_shift_no_diagonals(shape, offsets)
     for got, want in zip(jax.jit(products)(matrix, x, X, y, Y), expected, strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(jax.jit(rebuilt_product)(matrix, x), 2 * dense.T @ x, rtol=1e-12)
+    transposed_product = jax.jit(lambda d, x: matrix.with_data(d).T @ x)
+    check_grads(transposed_product, (matrix.data, jnp.asarray(x)), order=2, modes=("fwd", "rev"))
 
 
 @pytest.mark.parametrize("jit", [False, True])
