@@ -1,8 +1,8 @@
 """The CSR transpose (float64): `A.T` and `A.T @ x`, eagerly and jitted, and `A[:, cols]`
-(100 columns, built from two transposes on the host), against scipy's `A.T.tocsr()`,
-`A.T @ x` and `A[:, cols]`, on random matrices with 5 entries a row; and the DIA
-transpose's `A.T` and `A.T @ x` (against scipy's DIA `A.T` and `A.T @ x`) on the 2-D
-5-point and 3-D 27-point stencils of about as many rows.
+(100 columns), against scipy's `A.T.tocsr()`, `A.T @ x` and `A[:, cols]`, on random
+matrices with 5 entries a row; and the DIA transpose's `A.T` and `A.T @ x` (against
+scipy's DIA `A.T` and `A.T @ x`) on the 2-D 5-point and 3-D 27-point stencils of about as
+many rows.
 
 Each jaxsparse result is checked against scipy's before it is timed; medians in ms, the
 first call (compilation included) apart. `--compare-with DIR` runs the same cases in a

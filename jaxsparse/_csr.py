@@ -10,6 +10,7 @@ import scipy.sparse
 from jaxtyping import Array, Inexact, Integer
 
 from ._arrays import device_array
+from ._backend import resolve_backend
 from ._base import (
     SparseMatrix,
     as_value_array,
@@ -38,6 +39,7 @@ from ._interop import (
 )
 from ._matmul import mark_transpose, sparse_times_dense, transpose_source
 from ._operators import SparseOperators
+from .kernels import native_csr
 
 INDEX_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
 
@@ -346,13 +348,17 @@ def _scipy_style_arguments(arguments: tuple, shape):
 
 
 def _transpose_on_host(matrix: CSRMatrix) -> CSRMatrix:
-    """`CSRMatrix.transpose` with the structure computed on the host (known index arrays):
-    the only traced work is one gather of the values, so a first call compiles next to
-    nothing. scipy's CSR to CSC conversion of the entries' positions is the stable counting
-    sort; it trusts the structure, so that is checked first."""
+    """`CSRMatrix.transpose` with known index arrays, checked on the host first. Eagerly,
+    where the native counting sort takes them: the jitted transpose (that sort in pieces
+    over the threads, and the gather of the values), one program. Otherwise the structure
+    is computed on the host, so that under `jit` it is a constant and the only traced work
+    is the gather: scipy's CSR to CSC conversion of the entries' positions, the same
+    stable counting sort, which trusts the structure."""
     m, n = matrix.shape
     indices, indptr = np.asarray(matrix.indices), np.asarray(matrix.indptr)
     check_structure_on_host(indices, indptr, matrix.shape)
+    if _native_sort_takes(matrix):
+        return _transpose_eagerly(matrix)
     positions = scipy.sparse.csr_array((np.arange(len(indices)), indices, indptr), shape=(m, n))
     by_column = positions.tocsc()
     return CSRMatrix(
@@ -368,12 +374,24 @@ def _gather(values, order):
     return values[order]
 
 
+def _native_sort_takes(matrix: CSRMatrix) -> bool:
+    """Whether `matrix`'s values are known and its transpose would run the native sort."""
+    if not (is_concrete(matrix.data) and isinstance(matrix.data, jax.Array)):
+        return False
+    platform = next(iter(matrix.data.devices())).platform
+    auto = resolve_backend(None) == "auto"
+    return auto and native_csr.takes_indices(matrix.indices.dtype, platform)
+
+
 def _transpose(matrix: CSRMatrix) -> CSRMatrix:
     """`CSRMatrix.transpose` for traced index arrays: one primitive for the structure (which
     reads `JAXSPARSE_BACKEND` where it is traced) and a gather of the values."""
     m, n = matrix.shape
     order, indices, indptr = transposed_structure(matrix.indices, matrix.indptr, n)
     return CSRMatrix(matrix.data[order], indices, indptr, (n, m))
+
+
+_transpose_eagerly = jax.jit(_transpose)
 
 
 @functools.partial(jax.jit, static_argnums=0)

@@ -44,12 +44,16 @@ def _transposed(matrix):
     return matrix.T
 
 
-@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+@pytest.mark.parametrize(
+    ("jit", "backend"), [(False, "auto"), (False, "xla"), (True, "auto")], ids=str
+)
 @pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
 @pytest.mark.parametrize("name", list(STRUCTURES))
-def test_transpose_is_scipys_in_entry_order(name, index_dtype, jit):
+def test_transpose_is_scipys_in_entry_order(name, index_dtype, jit, backend, monkeypatch):
     """The structure, entry order (a stable sort: scipy's CSR to CSC conversion) and index
-    dtype of `A.T` are scipy's, eagerly and under `jit`."""
+    dtype of `A.T` are scipy's, eagerly (by the native sort, or on the host under
+    `JAXSPARSE_BACKEND=xla`) and under `jit`."""
+    monkeypatch.setenv("JAXSPARSE_BACKEND", backend)
     shape, indices, indptr = structure_arrays(name, index_dtype)
     data = np.arange(1.0, len(indices) + 1)
     matrix = js.CSRMatrix(data, indices, indptr, shape)
