@@ -15,6 +15,7 @@ from lowering import KERNEL_CALLS, NEEDS_CROSS_LOWERING, lower
 
 from jaxsparse.kernels import mosaic_tpu_csr, triton_csr, xla_csr
 from jaxsparse.kernels._bounds_check import out_of_bounds_reports
+from jaxsparse.kernels._csr_common import nan_unless
 
 # Each family's kernels and its platform; small blocks so the tiny test matrices still
 # take several loop steps (and column blocks on Triton), and on Triton rows of more than 4
@@ -1007,3 +1008,25 @@ def test_long_and_short_rows_on_the_default_device(k):
     np.testing.assert_allclose(d_x, twin.T @ g, rtol=tol, atol=tol * 10)
     rows = np.repeat(np.arange(m), lengths)
     np.testing.assert_allclose(d_data, np.sum(g[rows] * x[indices], 1), rtol=tol, atol=tol * 10)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16, jnp.float64, jnp.complex64])
+def test_nan_unless_keeps_values_bit_for_bit_and_poisons_every_part(dtype):
+    """`nan_unless` (the answer to an invalid structure) leaves a valid result's bits alone,
+    signed zeros and infinities included, and makes every element NaN, both parts of a
+    complex one, under `jit` too."""
+    real = np.array([0.0, -0.0, np.inf, -np.inf, 1.5, -3.25, np.nan])
+    both = np.empty(real.shape, np.complex128)
+    both.real, both.imag = real, real[::-1]
+    values = jnp.asarray(both if dtype == jnp.complex64 else real, dtype)
+    function = jax.jit(nan_unless)
+    for kept in (nan_unless(True, values), function(True, values)):
+        assert kept.dtype == values.dtype
+        np.testing.assert_array_equal(
+            np.asarray(kept).view(np.uint8), np.asarray(values).view(np.uint8)
+        )
+    for poisoned in (nan_unless(False, values), function(jnp.asarray(False), values)):
+        parts = (poisoned.real, poisoned.imag) if dtype == jnp.complex64 else (poisoned,)
+        assert all(np.isnan(np.asarray(part, np.float64)).all() for part in parts)
+    booleans = jnp.asarray([True, False])
+    np.testing.assert_array_equal(nan_unless(True, booleans), booleans)

@@ -24,8 +24,13 @@ def check_structure(values, indices, indptr, shape) -> None:
 
 def nan_unless(valid, out) -> jax.Array:
     """`out` where the boolean scalar `valid` holds, NaN throughout where it does not: a
-    product's answer to an invalid structure."""
-    return jnp.where(valid, out, jnp.full_like(out, jnp.nan))
+    product's answer to an invalid structure (complex: NaN in both parts)."""
+    if not jnp.issubdtype(out.dtype, jnp.inexact):
+        return jnp.where(valid, out, jnp.full_like(out, jnp.nan))
+    # `out - 0` is `out`, bit for bit. XLA fuses a subtracted scalar into what reads the
+    # result, where a select of whole arrays is written out first (on a CPU).
+    nan = jnp.full((), complex(jnp.nan, jnp.nan) if jnp.iscomplexobj(out) else jnp.nan, out.dtype)
+    return out - jnp.where(valid, jnp.zeros((), out.dtype), nan)
 
 
 def nan_if_invalid(out, indices, indptr, num_cols: int) -> jax.Array:
