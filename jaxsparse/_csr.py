@@ -37,7 +37,7 @@ from ._interop import (
     sort_indices,
     sum_duplicates,
 )
-from ._matmul import mark_transpose, sparse_times_dense, transpose_source
+from ._matmul import mark_transpose, sparse_times_dense
 from ._operators import SparseOperators
 from .kernels import native_csr
 
@@ -157,12 +157,10 @@ class CSRMatrix(SparseMatrix, SparseOperators):
 
         Entries keep their relative order within each new row. Where the structure is
         traced (under `jit`), dense products with the returned matrix (`A.T @ x`,
-        `x @ A.T`, unless it holds a batch) are `A`'s transposed products and its `.T` is
-        `A`, so no sort runs when `A.T` serves only these; a matrix rebuilt from it (a tree
-        map, `with_data`) is an ordinary `A^T`.
+        `x @ A.T`, unless it holds a batch) are `A`'s transposed products, so no sort runs
+        when `A.T` serves only these; a matrix rebuilt from it (a tree map, `with_data`) is
+        an ordinary `A^T`.
         """
-        if (source := transpose_source(self)) is not None:
-            return source
         if is_concrete(self.indices, self.indptr):
             return _transpose_on_host(self)
         return mark_transpose(_transpose(self), self)
@@ -348,25 +346,26 @@ def _scipy_style_arguments(arguments: tuple, shape):
 
 
 def _transpose_on_host(matrix: CSRMatrix) -> CSRMatrix:
-    """`CSRMatrix.transpose` with known index arrays, checked on the host first. Eagerly,
-    where the native counting sort takes them: the jitted transpose (that sort in pieces
-    over the threads, and the gather of the values), one program. Otherwise the structure
-    is computed on the host, so that under `jit` it is a constant and the only traced work
-    is the gather: scipy's CSR to CSC conversion of the entries' positions, the same
-    stable counting sort, which trusts the structure."""
+    """`CSRMatrix.transpose` with known index arrays, checked on the host first: the
+    structure is computed now (a constant under `jit`), so the only traced work is one
+    gather of the values. By the native counting sort (in pieces over the threads) where it
+    takes the index arrays, else by scipy's CSR to CSC conversion of the entries'
+    positions, the same stable counting sort, which trusts the structure."""
     m, n = matrix.shape
     indices, indptr = np.asarray(matrix.indices), np.asarray(matrix.indptr)
     check_structure_on_host(indices, indptr, matrix.shape)
     if _native_sort_takes(matrix):
-        return _transpose_eagerly(matrix)
-    positions = scipy.sparse.csr_array((np.arange(len(indices)), indices, indptr), shape=(m, n))
-    by_column = positions.tocsc()
-    return CSRMatrix(
-        _gather(matrix.data, by_column.data),
-        by_column.indices.astype(indices.dtype, copy=False),
-        by_column.indptr.astype(indices.dtype, copy=False),
-        (n, m),
-    )
+        # Run now even under a trace, where a jitted call would be staged instead.
+        with jax.ensure_compile_time_eval():
+            structure = _native_transposed_structure(matrix.indices, matrix.indptr, n)
+        order, indices_t, indptr_t = map(np.asarray, structure)
+    else:
+        positions = scipy.sparse.csr_array((np.arange(len(indices)), indices, indptr), shape=(m, n))
+        by_column = positions.tocsc()
+        order = by_column.data
+        indices_t = by_column.indices.astype(indices.dtype, copy=False)
+        indptr_t = by_column.indptr.astype(indices.dtype, copy=False)
+    return CSRMatrix(_gather(matrix.data, order), indices_t, indptr_t, (n, m))
 
 
 @jax.jit
@@ -375,12 +374,18 @@ def _gather(values, order):
 
 
 def _native_sort_takes(matrix: CSRMatrix) -> bool:
-    """Whether `matrix`'s values are known and its transpose would run the native sort."""
-    if not (is_concrete(matrix.data) and isinstance(matrix.data, jax.Array)):
+    """Whether the native counting sort takes `matrix`'s known index arrays: both on one
+    CPU device where the kernels are built, and no `JAXSPARSE_BACKEND` asking otherwise."""
+    arrays = (matrix.indices, matrix.indptr)
+    if not all(isinstance(array, jax.Array) for array in arrays):
         return False
-    platform = next(iter(matrix.data.devices())).platform
+    devices = matrix.indices.devices() | matrix.indptr.devices()
+    platform = next(iter(devices)).platform
     auto = resolve_backend(None) == "auto"
-    return auto and native_csr.takes_indices(matrix.indices.dtype, platform)
+    return len(devices) == 1 and auto and native_csr.takes_indices(matrix.indices.dtype, platform)
+
+
+_native_transposed_structure = jax.jit(transposed_structure, static_argnums=2)
 
 
 def _transpose(matrix: CSRMatrix) -> CSRMatrix:
@@ -389,9 +394,6 @@ def _transpose(matrix: CSRMatrix) -> CSRMatrix:
     m, n = matrix.shape
     order, indices, indptr = transposed_structure(matrix.indices, matrix.indptr, n)
     return CSRMatrix(matrix.data[order], indices, indptr, (n, m))
-
-
-_transpose_eagerly = jax.jit(_transpose)
 
 
 @functools.partial(jax.jit, static_argnums=0)

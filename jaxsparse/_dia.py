@@ -33,7 +33,7 @@ from ._dia_layout import (
     transpose_data,
 )
 from ._dia_ops import dia_matmul_p, dia_matmul_t_p
-from ._matmul import mark_transpose, sparse_times_dense, transpose_source
+from ._matmul import mark_transpose, sparse_times_dense
 from ._operators import SparseOperators
 
 
@@ -109,12 +109,10 @@ class DIAMatrix(SparseMatrix, SparseOperators):
         """`A^T` as a DIA matrix: offsets negated, each diagonal shifted (jit-able).
 
         Where the values are traced (under `jit`), dense products with the returned matrix
-        (`A.T @ x`, `x @ A.T`, unless it holds a batch) are `A`'s transposed products and
-        its `.T` is `A`, so the diagonals are not shifted when `A.T` serves only these; a
-        matrix rebuilt from it (a tree map, `with_data`) is an ordinary `A^T`.
+        (`A.T @ x`, `x @ A.T`, unless it holds a batch) are `A`'s transposed products, so
+        the diagonals are not shifted when `A.T` serves only these; a matrix rebuilt from it
+        (a tree map, `with_data`) is an ordinary `A^T`.
         """
-        if (source := transpose_source(self)) is not None:
-            return source
         transposed = DIAMatrix(
             transpose_data(self.data, self.offsets, self.shape),
             negate_offsets(self.offsets),

@@ -85,8 +85,8 @@ _TRANSPOSE_SOURCES: dict[int, tuple[weakref.ref, object]] = {}
 
 def mark_transpose(transposed, source):
     """`transposed` (the matrix `source.T` built), registered so that products with it run
-    as `source`'s transposed products and `transposed.T` is `source`: under `jit` the work
-    building its arrays then has no use, and XLA drops it."""
+    as `source`'s transposed products: under `jit` the work building its arrays then has no
+    use, and XLA drops it."""
     key = id(transposed)
     _TRANSPOSE_SOURCES[key] = (weakref.ref(transposed), source)
     weakref.finalize(transposed, _TRANSPOSE_SOURCES.pop, key, None)
