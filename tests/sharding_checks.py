@@ -511,6 +511,21 @@ def check_matrices_with_no_entries() -> None:
     print("ok   matrices with no entries")
 
 
+def check_transpose_of_arrays_on_two_devices(rng) -> None:
+    """An unsharded CSR matrix whose values and index arrays sit on different devices (or
+    whose two index arrays do) transposes as scipy does: the native sort takes index
+    arrays on one device only, and the values stay on theirs."""
+    twin = scipy.sparse.random_array((9, 7), density=0.4, format="csr", rng=rng)
+    A = js.CSRMatrix.from_scipy(twin)
+    first, second = jax.devices()[:2]
+    for placement in ((second, first, first), (first, second, first)):
+        placed = map(jax.device_put, (A.data, A.indices, A.indptr), placement)
+        transposed = js.CSRMatrix(*placed, A.shape).T
+        assert np.array_equal(np.asarray(transposed.todense()), twin.T.toarray())
+        assert transposed.data.devices() == {placement[0]}
+    print("ok   CSR transpose of values and index arrays on different devices")
+
+
 # The checks in parts, each run in its own process, so that test workers share them.
 SURFACES = tuple(
     f"surface-{axis}-{format}" for axis in ("explicit", "auto") for format in ("dia", "csr")
@@ -536,6 +551,7 @@ def main(argv: list[str]) -> None:
         check_forward_mode_complex(rng)
         check_shard_from_rows(rng)
         check_errors()
+        check_transpose_of_arrays_on_two_devices(rng)
     else:
         _, axis, format = part.split("-")
         check_sharded_matrix_surface(rng, getattr(jax.sharding.AxisType, axis.capitalize()), format)
