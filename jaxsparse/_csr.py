@@ -162,7 +162,7 @@ class CSRMatrix(SparseMatrix, SparseOperators):
         an ordinary `A^T`.
         """
         if is_concrete(self.indices, self.indptr):
-            return _transpose_on_host(self)
+            return _transpose_known_structure(self)
         return mark_transpose(_transpose(self), self)
 
     @over_batch
@@ -345,7 +345,7 @@ def _scipy_style_arguments(arguments: tuple, shape):
     )
 
 
-def _transpose_on_host(matrix: CSRMatrix) -> CSRMatrix:
+def _transpose_known_structure(matrix: CSRMatrix) -> CSRMatrix:
     """`CSRMatrix.transpose` with known index arrays, checked on the host first: the
     structure is computed now (a constant under `jit`), so the only traced work is one
     gather of the values. By the native counting sort (in pieces over the threads) where it
