@@ -46,6 +46,9 @@ def cases(n: int):
     A, B = js.CSRMatrix.from_scipy(S), js.CSRMatrix.from_scipy(T)
     coo = S.tocoo()
     rows, cols, data = coo.row, coo.col, jnp.asarray(coo.data)
+    # The same list in a random order, as an assembly loop might produce it.
+    shuffle = np.random.default_rng(5).permutation(S.nnz)
+    shuffled = (coo.data[shuffle], rows[shuffle], cols[shuffle])
     picked = np.random.default_rng(3).integers(0, n, 100)
     i = n // 2  # and `j` a stored column of row `i`
     j = int(S.indices[S.indptr[i]]) if S.indptr[i + 1] > S.indptr[i] else 0
@@ -61,8 +64,14 @@ def cases(n: int):
         "from_coo": (
             lambda: sp.coo_array((coo.data, (rows, cols)), shape=S.shape).tocsr(),
             lambda: js.CSRMatrix.from_coo(data, rows, cols, S.shape),
-            None,
-            (),
+            jax.jit(lambda d, r, c: js.CSRMatrix.from_coo(d, r, c, S.shape, nnz=S.nnz)),
+            (data, jnp.asarray(rows), jnp.asarray(cols)),
+        ),
+        "from_coo shuffled": (
+            lambda: sp.coo_array((shuffled[0], shuffled[1:]), shape=S.shape).tocsr(),
+            lambda: js.CSRMatrix.from_coo(jnp.asarray(shuffled[0]), *shuffled[1:], S.shape),
+            jax.jit(lambda d, r, c: js.CSRMatrix.from_coo(d, r, c, S.shape, nnz=S.nnz)),
+            tuple(map(jnp.asarray, shuffled)),
         ),
         "A.multiply(B)": (
             lambda: S.multiply(T),

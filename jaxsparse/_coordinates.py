@@ -18,8 +18,10 @@ import numpy as np
 
 from ._arrays import take_at
 from ._base import format_class, index_dtype_for, is_concrete, register_for_format
-from ._csr_layout import dropped_outside, indptr_from_counts, row_ids, structure_valid
+from ._csr_layout import dropped_outside, row_ids, structure_valid
+from ._csr_positions import positions_structure
 from ._dia_layout import stored_positions
+from ._structure_primitive import runs_natively
 from .kernels._csr_common import nan_unless
 from .kernels._precision import accumulation_dtype
 
@@ -177,9 +179,11 @@ def sorted_distinct(rows, cols, size: int, fill: tuple[int, int]):
 def csr_from_entries(rows, cols, values, shape: tuple[int, int], nnz: int, *, structure=None):
     """The CSR matrix of the listed entries, repeats summed, rows and columns sorted.
 
-    Concrete positions (numpy, or known arrays) get their structure on the host in int64
-    (`structure`: their `unique_positions(host_keys(...))`, if the caller has it already);
-    traced ones by `sorted_distinct`. With fewer than `nnz` distinct positions, the result
+    Concrete positions (numpy, or known arrays) get their structure eagerly, even under
+    `jit`: from the native sort where an eager call runs it (`_csr_positions`), else on the
+    host in int64 (`structure`: their `unique_positions(host_keys(...))`, if the caller has
+    it already); traced ones from `_csr_positions` in the program. With fewer than `nnz`
+    distinct positions, the result
     is padded with explicit zeros at the last position `(m - 1, n - 1)`; with more, a
     ValueError on the host, and under `jit` using the result raises at run time
     (`eqx.error_if`), so a wrong `nnz` never gives a wrong matrix silently. `nnz`=0 with
@@ -190,10 +194,11 @@ def csr_from_entries(rows, cols, values, shape: tuple[int, int], nnz: int, *, st
     if nnz == 0 or m * n == 0:
         return _empty_csr(rows, cols, values, shape, nnz, index_dtype)
     if structure is None:
-        keys = host_keys(rows, cols, shape)
-        if keys is None:
+        if not is_concrete(rows, cols):
             return _csr_from_traced_entries(rows, cols, values, shape, nnz)
-        structure = unique_positions(keys)
+        if _lists_natively(rows, shape, nnz):
+            return _csr_from_listed(rows, cols, values, shape, nnz)
+        structure = unique_positions(host_keys(rows, cols, shape))
     unique, inverse = structure
     if unique.size > nnz:
         raise ValueError(f"`nnz`={nnz} is smaller than the result's {unique.size} entries.")
@@ -258,23 +263,89 @@ def _empty_csr(rows, cols, values, shape, nnz, index_dtype):
     return format_class("csr")(data, jnp.zeros((nnz,), index_dtype), pointers, shape)
 
 
+def _listing_dtype(shape: tuple[int, int], length: int, nnz: int | None):
+    """The index dtype `_csr_positions` sorts a list of `length` positions in: one that
+    counts the list and the slots as well as the rows and columns."""
+    return index_dtype_for(shape, max(length, nnz or 0))
+
+
+def _lists_natively(rows, shape: tuple[int, int], nnz: int | None) -> bool:
+    """Whether the native sort (`_csr_positions`) finds the structure of these concrete
+    positions: an eager call runs it, and the list, the matrix and `nnz` are not empty."""
+    length = np.shape(rows)[0]
+    dtype = _listing_dtype(shape, length, nnz)
+    # int64 indices need 64-bit types in JAX, which numpy has always.
+    wide_without_x64 = dtype == np.int64 and not jax.config.jax_enable_x64
+    return bool(length and shape[0] * shape[1] and nnz != 0) and (
+        runs_natively(dtype) and not wide_without_x64
+    )
+
+
+def _csr_from_listed(rows, cols, values, shape: tuple[int, int], nnz: int | None):
+    """`csr_from_entries` for concrete positions inside the matrix, their structure from the
+    native sort, found eagerly even under `jit` (a structure known on the host stays
+    known); `nnz` checked, or taken from the count when None."""
+    m, n = shape
+    length = np.shape(rows)[0]
+    dtype = _listing_dtype(shape, length, nnz)
+    with jax.ensure_compile_time_eval():
+        slots, indices, indptr = positions_structure(
+            *(_as_index(index, dtype) for index in (rows, cols)),
+            num_rows=m,
+            num_cols=n,
+            nnz=length if nnz is None else nnz,
+        )
+        found = int(indptr[m])
+    if nnz is not None and found > nnz:
+        raise ValueError(f"`nnz`={nnz} is smaller than the result's {found} entries.")
+    nnz = found if nnz is None else nnz
+    index_dtype = index_dtype_for(shape, nnz)
+    # numpy, as the host path's: the structure stays concrete under an outer `jit`.
+    indptr = np.array(indptr, index_dtype)
+    indptr[m] = nnz  # padding entries, if any, belong to the last row
+    return format_class("csr")(
+        summed_values(values, slots, nnz),
+        np.asarray(indices)[:nnz].astype(index_dtype, copy=False),
+        indptr,
+        shape,
+    )
+
+
+def _as_index(index, dtype) -> jax.Array:
+    """A host or device index array as a JAX array of `dtype` (cast on the host first, so
+    that int64 values never pass through JAX without 64-bit types)."""
+    if isinstance(index, np.ndarray):
+        return jnp.asarray(index.astype(dtype, copy=False))
+    return jnp.asarray(index).astype(dtype)
+
+
 @functools.partial(jax.jit, static_argnames=("shape", "nnz"))
 def _csr_from_traced_entries(rows, cols, values, shape: tuple[int, int], nnz: int):
     m, n = shape
-    index_dtype = index_dtype_for(shape, nnz)
-    unique_rows, unique_cols, inverse, found = sorted_distinct(
-        rows.astype(index_dtype), cols.astype(index_dtype), nnz, (m - 1, n - 1)
+    dtype = _listing_dtype(shape, rows.shape[0], nnz)
+    slots, indices, indptr = positions_structure(
+        rows.astype(dtype), cols.astype(dtype), num_rows=m, num_cols=n, nnz=nnz
     )
-    summed = segment_total(values, inverse, num_segments=nnz)
+    summed = segment_total(values, slots, num_segments=nnz)
     summed = eqx.error_if(
-        summed, found > nnz, f"`nnz`={nnz} is smaller than the number of entries of the result"
+        summed,
+        indptr[m] > nnz,
+        f"`nnz`={nnz} is smaller than the number of entries of the result",
     )
-    counts = jnp.zeros((m,), index_dtype).at[unique_rows].add(1)
-    return format_class("csr")(summed, unique_cols, indptr_from_counts(counts), shape)
+    # Padding entries belong to the last row; the index dtype is the one for `nnz` entries.
+    index_dtype = index_dtype_for(shape, nnz)
+    indptr = indptr.at[m].set(nnz)
+    return format_class("csr")(
+        summed, indices.astype(index_dtype), indptr.astype(index_dtype), shape
+    )
 
 
 def entries_to_csr(rows, cols, values, shape, *, nnz: int | None, operation: str):
     """`csr_from_entries` with `nnz` counted on the host when it is not given."""
+    if nnz is not None:
+        nnz = static_nnz(None, nnz, operation)
+    if is_concrete(rows, cols) and _lists_natively(rows, shape, nnz):
+        return _csr_from_listed(rows, cols, values, shape, nnz)
     keys = host_keys(rows, cols, shape)
     structure = None if keys is None else unique_positions(keys)
     nnz = static_nnz(None if structure is None else structure[0], nnz, operation)

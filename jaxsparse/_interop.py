@@ -139,7 +139,7 @@ def from_coordinates(data, row, col, shape, nnz):
     """The CSR matrix of `data[p]` at `(row[p], col[p])`, repeats summed (`from_coo`)."""
     values = jnp.asarray(data)
     values = values.astype(storable_dtype(values.dtype))
-    positions = []
+    positions, outside = [], {}
     for name, index, size in (("row", row, shape[0]), ("col", col, shape[1])):
         index = index if isinstance(index, np.ndarray) else jnp.asarray(index)
         if not jnp.issubdtype(index.dtype, jnp.integer):
@@ -157,10 +157,16 @@ def from_coordinates(data, row, col, shape, nnz):
                     f"got values in [{host.min()}, {host.max()}]."
                 )
         else:
-            values = eqx.error_if(
-                values, jnp.any((index < 0) | (index >= size)), f"`{name}` out of range"
-            )
+            outside[name] = jnp.any((index < 0) | (index >= size))
         positions.append(index)
+    if outside:  # one run-time check for both: each `error_if` may copy the values
+        flags = list(outside.values())
+        values = eqx.branched_error_if(
+            values,
+            functools.reduce(jnp.logical_or, flags),
+            jnp.argmax(jnp.stack(flags)),
+            [f"`{name}` out of range" for name in outside],
+        )
     return entries_to_csr(*positions, values, shape, nnz=nnz, operation="`from_coo`")
 
 

@@ -108,6 +108,18 @@ def test_matching_buffers_give_scipys_product():
     np.testing.assert_array_equal(indptr, summed.indptr)
     np.testing.assert_array_equal(indices, summed.indices)
     np.testing.assert_allclose(values, summed.data, rtol=1e-6)
+    listed = (MATRIX + OTHER).tocoo()  # then the sum's entries listed twice, repeats
+    rows = jnp.asarray(np.tile(listed.row, 2), jnp.int32)
+    cols = jnp.asarray(np.tile(listed.col, 2), jnp.int32)
+    structure = tuple(result(size, dtype=jnp.int32) for size in (2 * SUM_NNZ, SUM_NNZ, M + 1))
+    slots, indices, indptr = map(
+        np.asarray, call("jaxsparse_csr_positions", structure, rows, cols, num_cols=N)
+    )
+    values = np.zeros(SUM_NNZ, np.float32)
+    np.add.at(values, slots, np.tile(listed.data, 2))
+    np.testing.assert_array_equal(indptr, summed.indptr)
+    np.testing.assert_array_equal(indices, summed.indices)
+    np.testing.assert_allclose(values, 2 * summed.data, rtol=1e-6)
     counts = call(
         "jaxsparse_csr_product_counts",
         (result(M + 1, dtype=jnp.int32),) * 2,
@@ -305,6 +317,52 @@ MISMATCHES = {
         (INDICES, INDPTR, *OTHER_STRUCTURE),
         {"num_cols": N},
         "the slots must have the batch axis of the first indices",
+    ),
+    "positions from float rows": (
+        "jaxsparse_csr_positions",
+        tuple(result(size, dtype=jnp.int32) for size in (NNZ, NNZ, M + 1)),
+        (INDPTR[:NNZ].astype(jnp.float32), INDICES),
+        {"num_cols": N},
+        "rows must be int32 or int64, got float32",
+    ),
+    "positions with fewer columns than rows": (
+        "jaxsparse_csr_positions",
+        tuple(result(size, dtype=jnp.int32) for size in (NNZ, NNZ, M + 1)),
+        (jnp.zeros(NNZ, jnp.int32), INDICES[:-1]),
+        {"num_cols": N},
+        f"cols has {NNZ - 1} along axis 0, expected {NNZ}",
+    ),
+    "slots fewer than the listed positions": (
+        "jaxsparse_csr_positions",
+        tuple(result(size, dtype=jnp.int32) for size in (NNZ - 1, NNZ, M + 1)),
+        (jnp.zeros(NNZ, jnp.int32), INDICES),
+        {"num_cols": N},
+        f"the slots has {NNZ - 1} along axis 0, expected {NNZ}",
+    ),
+    "positions of a matrix without rows": (
+        "jaxsparse_csr_positions",
+        tuple(result(size, dtype=jnp.int32) for size in (NNZ, NNZ, 1)),
+        (jnp.zeros(NNZ, jnp.int32), INDICES),
+        {"num_cols": N},
+        "the indptr must hold m \\+ 1 >= 2 values",
+    ),
+    "positions of a matrix without columns": (
+        "jaxsparse_csr_positions",
+        tuple(result(size, dtype=jnp.int32) for size in (NNZ, NNZ, M + 1)),
+        (jnp.zeros(NNZ, jnp.int32), INDICES),
+        {"num_cols": 0},
+        "num_cols must be positive",
+    ),
+    "batched slots for one list": (
+        "jaxsparse_csr_positions",
+        (
+            result(2, NNZ, dtype=jnp.int32),
+            result(NNZ, dtype=jnp.int32),
+            result(M + 1, dtype=jnp.int32),
+        ),
+        (jnp.zeros(NNZ, jnp.int32), INDICES),
+        {"num_cols": N},
+        "the slots must have the batch axis of rows",
     ),
     "a product's structure of two index types": (
         "jaxsparse_csr_product_counts",

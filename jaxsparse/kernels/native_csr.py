@@ -35,7 +35,9 @@ columns increase (`csr_union_native`, `native/csr_union.cc`) merges each pair of
 same arrays as `_csr_union._union_by_search` for valid structures; an invalid one fails
 the call. The structure of `A @ B` (`csr_product_counts_native`, `csr_product_fill_native`,
 `native/csr_product.cc`) gives the arrays `_spgemm` finds with numpy; an invalid structure
-fails the call.
+fails the call. The structure of a list of positions (`csr_positions_native`,
+`native/csr_positions.cc`) sorts them by row, then each row's columns, the same arrays as
+`_csr_positions._by_sort`; a position outside the matrix fails the call.
 """
 
 import jax
@@ -114,6 +116,19 @@ def csr_union_native(a_indices, a_indptr, b_indices, b_indptr, *, num_cols: int,
     )
     call = jax.ffi.ffi_call("jaxsparse_csr_union", out)
     return tuple(call(a_indices, a_indptr, b_indices, b_indptr, num_cols=np.int64(num_cols)))
+
+
+def csr_positions_native(rows, cols, *, num_rows: int, num_cols: int, nnz: int):
+    """`(slots, indices, indptr)`, the CSR structure of the listed positions `(rows[p],
+    cols[p])` of an `num_rows x num_cols` matrix, repeats merged (see `_csr_positions`), in
+    the index dtype; `rows` and `cols` may carry one leading batch axis, which the results
+    then have."""
+    batch, length = rows.shape[:-1], rows.shape[-1]
+    out = tuple(
+        jax.ShapeDtypeStruct((*batch, size), rows.dtype) for size in (length, nnz, num_rows + 1)
+    )
+    call = jax.ffi.ffi_call("jaxsparse_csr_positions", out)
+    return tuple(call(rows, cols, num_cols=np.int64(num_cols)))
 
 
 def csr_product_counts_native(a_indices, a_indptr, b_indices, b_indptr, *, num_cols: int):

@@ -141,7 +141,8 @@ template <size_t N>
 ffi::Error CheckIndexBuffers(const NamedBuffer (&named)[N]) {
   const ffi::DataType type = named[0].buffer.element_type();
   if (type != ffi::DataType::S32 && type != ffi::DataType::S64) {
-    return ffi::Error::InvalidArgument("indices must be int32 or int64, got " + TypeName(type));
+    return ffi::Error::InvalidArgument(std::string(named[0].name) +
+                                       " must be int32 or int64, got " + TypeName(type));
   }
   for (const NamedBuffer& buffer : named) {
     JAXSPARSE_RETURN_IF_ERROR(CheckBuffer(buffer, type, /*may_batch=*/true));

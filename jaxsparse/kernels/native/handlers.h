@@ -22,6 +22,9 @@ XLA_FFI_Error* JaxsparseCsrTranspose(XLA_FFI_CallFrame* call_frame);
 // (a_indices, a_indptr, b_indices, b_indptr; num_cols) -> (slots, indices, indptr): the
 // structure of A + B, rows merged
 XLA_FFI_Error* JaxsparseCsrUnion(XLA_FFI_CallFrame* call_frame);
+// (rows, cols; num_cols) -> (slots, indices, indptr): the structure of a list of positions,
+// repeats merged
+XLA_FFI_Error* JaxsparseCsrPositions(XLA_FFI_CallFrame* call_frame);
 // (a_indices, a_indptr, b_indices, b_indptr; num_cols) -> (indptr, pair_indptr): the row
 // pointers of A @ B and of its pairs of entries A[i, j] B[j, c]
 XLA_FFI_Error* JaxsparseCsrProductCounts(XLA_FFI_CallFrame* call_frame);

@@ -30,6 +30,7 @@ constexpr Target kTargets[] = {
     {"jaxsparse_csr_matmul_pullback", JaxsparseCsrMatmulPullback},
     {"jaxsparse_csr_transpose", JaxsparseCsrTranspose},
     {"jaxsparse_csr_union", JaxsparseCsrUnion},
+    {"jaxsparse_csr_positions", JaxsparseCsrPositions},
     {"jaxsparse_csr_product_counts", JaxsparseCsrProductCounts},
     {"jaxsparse_csr_product_fill", JaxsparseCsrProductFill},
     {"jaxsparse_dia_matmul", JaxsparseDiaMatmul},
