@@ -21,6 +21,7 @@ from ._base import format_class, index_dtype_for, is_concrete, register_for_form
 from ._csr_layout import dropped_outside, row_ids, structure_valid
 from ._csr_positions import positions_structure
 from ._dia_layout import stored_positions
+from ._structure_facts import remembered
 from ._structure_primitive import runs_natively
 from .kernels._csr_common import nan_unless
 from .kernels._precision import accumulation_dtype
@@ -323,6 +324,10 @@ def _as_index(index, dtype) -> jax.Array:
 def _csr_from_traced_entries(rows, cols, values, shape: tuple[int, int], nnz: int):
     m, n = shape
     dtype = _listing_dtype(shape, rows.shape[0], nnz)
+    # Positions outside the matrix (an invalid structure's entries, whose values are NaN,
+    # or `from_coo`'s, which its check refuses) are moved into it: the result is then NaN
+    # or refused on every backend, and the native sort never fails.
+    rows, cols = jnp.clip(rows, 0, m - 1), jnp.clip(cols, 0, n - 1)
     slots, indices, indptr = positions_structure(
         rows.astype(dtype), cols.astype(dtype), num_rows=m, num_cols=n, nnz=nnz
     )
@@ -545,6 +550,10 @@ def may_repeat(matrix) -> bool | None:
     for a traced one."""
     if not is_concrete(matrix.indices, matrix.indptr) or matrix.indices.ndim != 1:
         return None
+    return remembered(matrix.indices, matrix.indptr, "may_repeat", lambda: _repeats_on_host(matrix))
+
+
+def _repeats_on_host(matrix) -> bool:
     indices, indptr = np.asarray(matrix.indices), np.asarray(matrix.indptr)
     rises = indices[1:] > indices[:-1]
     starts = indptr[1:-1]

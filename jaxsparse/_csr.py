@@ -39,6 +39,7 @@ from ._interop import (
 )
 from ._matmul import mark_transpose, sparse_times_dense
 from ._operators import SparseOperators
+from ._structure_facts import remembered
 from .kernels import native_csr
 
 INDEX_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
@@ -121,10 +122,7 @@ class CSRMatrix(SparseMatrix, SparseOperators):
                 f"and {indptr.dtype}."
             )
         if is_concrete(indices, indptr):
-            host_indptr = np.asarray(indptr).reshape(-1, shape[0] + 1)
-            host_indices = np.asarray(indices).reshape(host_indptr.shape[0], indices.shape[-1])
-            for member_indices, member_indptr in zip(host_indices, host_indptr, strict=True):
-                check_structure_on_host(member_indices, member_indptr, shape)
+            check_known_structure(indices, indptr, shape)
         self.data = data
         self.indices = indices
         self.indptr = indptr
@@ -346,26 +344,35 @@ def _scipy_style_arguments(arguments: tuple, shape):
 
 
 def _transpose_known_structure(matrix: CSRMatrix) -> CSRMatrix:
-    """`CSRMatrix.transpose` with known index arrays, checked on the host first: the
-    structure is computed now (a constant under `jit`), so the only traced work is one
-    gather of the values. By the native counting sort (in pieces over the threads) where it
-    takes the index arrays, else by scipy's CSR to CSC conversion of the entries'
-    positions, the same stable counting sort, which trusts the structure."""
+    """`CSRMatrix.transpose` with known index arrays: the structure is computed now (a
+    constant under `jit`), once per pair of index arrays (`_structure_facts`), so the only
+    traced work is one gather of the values."""
     m, n = matrix.shape
-    indices, indptr = np.asarray(matrix.indices), np.asarray(matrix.indptr)
-    check_structure_on_host(indices, indptr, matrix.shape)
-    if _native_sort_takes(matrix):
-        # Run now even under a trace, where a jitted call would be staged instead.
-        with jax.ensure_compile_time_eval():
-            structure = _native_transposed_structure(matrix.indices, matrix.indptr, n)
-        order, indices_t, indptr_t = map(np.asarray, structure)
-    else:
+    order, indices_t, indptr_t = remembered(
+        matrix.indices, matrix.indptr, ("transpose", n), lambda: _transposed_structure(matrix)
+    )
+    return CSRMatrix(_gather(matrix.data, order), indices_t, indptr_t, (n, m))
+
+
+def _transposed_structure(matrix: CSRMatrix):
+    """`(order, indices_t, indptr_t)` of known index arrays as JAX arrays, checked on the
+    host first. By the native counting sort (in pieces over the threads) where it takes the
+    index arrays, else by scipy's CSR to CSC conversion of the entries' positions, the same
+    stable counting sort, which trusts the structure."""
+    m, n = matrix.shape
+    check_known_structure(matrix.indices, matrix.indptr, matrix.shape)
+    # Computed now even under a trace, where the arrays would be staged instead.
+    with jax.ensure_compile_time_eval():
+        if _native_sort_takes(matrix):
+            return _native_transposed_structure(matrix.indices, matrix.indptr, n)
+        indices, indptr = np.asarray(matrix.indices), np.asarray(matrix.indptr)
         positions = scipy.sparse.csr_array((np.arange(len(indices)), indices, indptr), shape=(m, n))
         by_column = positions.tocsc()
-        order = by_column.data
-        indices_t = by_column.indices.astype(indices.dtype, copy=False)
-        indptr_t = by_column.indptr.astype(indices.dtype, copy=False)
-    return CSRMatrix(_gather(matrix.data, order), indices_t, indptr_t, (n, m))
+        return (
+            device_array(by_column.data),
+            device_array(by_column.indices, indices.dtype),
+            device_array(by_column.indptr, indices.dtype),
+        )
 
 
 @jax.jit
@@ -451,6 +458,20 @@ def _as_index_array(values, name: str) -> jax.Array:
     if array.ndim < 1:
         raise ValueError(f"`{name}` must be 1-D, got shape {array.shape}.")
     return array
+
+
+def check_known_structure(indices, indptr, shape) -> None:
+    """`check_structure_on_host` on every member of known index arrays (a batch shares the
+    shape), once per pair of arrays (`_structure_facts`)."""
+
+    def check() -> bool:
+        host_indptr = np.asarray(indptr).reshape(-1, shape[0] + 1)
+        host_indices = np.asarray(indices).reshape(host_indptr.shape[0], indices.shape[-1])
+        for member_indices, member_indptr in zip(host_indices, host_indptr, strict=True):
+            check_structure_on_host(member_indices, member_indptr, shape)
+        return True
+
+    remembered(indices, indptr, ("valid", shape), check)
 
 
 def check_structure_on_host(indices: np.ndarray, indptr: np.ndarray, shape) -> None:

@@ -202,11 +202,58 @@ def test_sum_of_unsorted_structures_under_jit_matches_scipy():
 
 @pytest.mark.parametrize("backend", ["auto", "xla"])
 def test_from_coo_under_jit_refuses_a_position_outside_the_matrix(backend, monkeypatch):
-    """Traced positions outside the matrix raise at run time: the native sort's error
-    naming the position, or the portable path's check naming the argument."""
+    """Traced positions outside the matrix raise at run time with the check naming the
+    argument, on every backend: the native sort gets them moved into the matrix and never
+    fails first."""
     monkeypatch.setenv("JAXSPARSE_BACKEND", backend)
     shape = (5, 4) if backend == "auto" else (4, 5)  # a program of its own per backend
     build = jax.jit(lambda d, r, c: js.CSRMatrix.from_coo(d, r, c, shape, nnz=3))
-    for rows, cols in (([0, shape[0]], [0, 1]), ([0, 1], [-1, 0])):
-        with pytest.raises(Exception, match="out of range"):
+    for rows, cols, name in (([0, shape[0]], [0, 1], "row"), ([0, 1], [-1, 0], "col")):
+        with pytest.raises(Exception, match=f"`{name}` out of range"):
             build(jnp.ones(2), jnp.asarray(rows), jnp.asarray(cols)).data.block_until_ready()
+
+
+@pytest.mark.parametrize("backend", ["auto", "xla"])
+def test_an_invalid_structure_summed_under_jit_is_nan(backend, monkeypatch):
+    """`sum_duplicates` of an invalid traced structure (a column outside the matrix) reads
+    its values as NaN on every backend, as docs/backends.md says, rather than failing in
+    the native sort."""
+    monkeypatch.setenv("JAXSPARSE_BACKEND", backend)
+    shape = (3, 4) if backend == "auto" else (4, 3)
+    summed = jax.jit(lambda d, i, p: js.CSRMatrix(d, i, p, shape).sum_duplicates(nnz=3).data)
+    indices = jnp.asarray([0, 9, 1], jnp.int32)
+    indptr = jnp.asarray([0, 2, 2, 3] + [3] * (shape[0] - 3), jnp.int32)
+    values = summed(jnp.ones(3), indices, indptr)
+    assert np.isnan(np.asarray(values)).all()
+
+
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+def test_long_rows_and_pieces_over_the_threads_give_the_portable_sorts_arrays(index_dtype):
+    """Rows far longer than an insertion sort takes (a merge sort each), lists long enough
+    to be cut into pieces over XLA's threads, and a batch of them run side by side: the
+    same arrays as XLA's sort."""
+    rng = np.random.default_rng(6)
+    shape, length = (40, 3000), 150_000
+    lists = [
+        [jnp.asarray(rng.integers(0, size, length), index_dtype) for size in shape]
+        for _ in range(3)
+    ]
+    found = max(
+        scipy.sparse.coo_array((np.ones(length), tuple(map(np.asarray, pair))), shape).tocsr().nnz
+        for pair in lists
+    )
+    native, sorted_ = _both(*lists[0], shape=shape, nnz=found)
+    for got, want in zip(native, sorted_, strict=True):
+        np.testing.assert_array_equal(got, want)
+    batched = jax.jit(
+        jax.vmap(
+            functools.partial(
+                _csr_positions.positions_structure, num_rows=40, num_cols=3000, nnz=found
+            )
+        )
+    )
+    stacked = [jnp.stack([pair[axis] for pair in lists]) for axis in (0, 1)]
+    for member, pair in enumerate(lists):
+        want = _both(*pair, shape=shape, nnz=found)[1]
+        for got, expected in zip(batched(*stacked), want, strict=True):
+            np.testing.assert_array_equal(got[member], expected)
