@@ -16,7 +16,14 @@ import numpy as np
 
 from ._base import SparseMatrix, is_concrete, register_for_format
 from ._batching import over_batch, refuse_batch
-from ._coordinates import distinct_entries, entries, may_repeat, reduce_distinct, scatter_total
+from ._coordinates import (
+    distinct_entries,
+    entries,
+    lookup,
+    may_repeat,
+    reduce_distinct,
+    scatter_total,
+)
 from ._csr_layout import dropped_outside
 from .kernels._precision import accumulation_dtype
 
@@ -28,7 +35,6 @@ def diagonal_length(shape: tuple[int, int], k: int) -> int:
 
 
 @over_batch
-@functools.partial(jax.jit, static_argnames="k")
 def diagonal(matrix, k: int = 0) -> jax.Array:
     """The `k`-th diagonal of `matrix` as a dense 1-D array, as scipy's `diagonal(k)`.
 
@@ -38,20 +44,28 @@ def diagonal(matrix, k: int = 0) -> jax.Array:
 
     **Returns:** a `(length,)` array in the matrix's dtype (empty when `k` misses it).
     """
-    k = _static_int(k, "k")
-    return _diagonal(matrix, k, diagonal_length(matrix.shape, k))
+    return _diagonal_of(matrix, k=_static_int(k, "k"), repeats=may_repeat(matrix))
+
+
+@functools.partial(jax.jit, static_argnames=("k", "repeats"))
+def _diagonal_of(matrix, k: int, repeats) -> jax.Array:
+    return _diagonal(matrix, k, diagonal_length(matrix.shape, k), repeats)
 
 
 @functools.singledispatch
-def _diagonal(matrix, k: int, length: int) -> jax.Array:
+def _diagonal(matrix, k: int, length: int, repeats) -> jax.Array:
+    start = max(-k, 0)
+    if repeats is False:  # a known canonical structure: each row searched for its entry
+        rows = jnp.arange(start, start + length, dtype=matrix.indptr.dtype)
+        return lookup(matrix, rows, rows + k, repeats=False)[0]
     rows, cols, values = entries(matrix)
     on_diagonal = (cols - rows) == k
-    position = jnp.where(on_diagonal, rows - max(-k, 0), length)
+    position = jnp.where(on_diagonal, rows - start, length)
     return scatter_total(length, position, values)
 
 
 @register_for_format("dia", _diagonal)
-def _dia_diagonal(matrix, k: int, length: int) -> jax.Array:
+def _dia_diagonal(matrix, k: int, length: int, repeats) -> jax.Array:
     if k not in matrix.offsets or length == 0:
         return jnp.zeros((length,), matrix.dtype)
     start = max(k, 0)

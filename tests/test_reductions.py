@@ -11,6 +11,7 @@ from helpers import MATRICES, assert_close, cases, random_csr, random_dia, rando
 from jax.test_util import check_grads
 
 import jaxsparse as js
+from jaxsparse._coordinates import may_repeat
 
 REDUCTION_CASES = [
     case
@@ -92,6 +93,24 @@ def test_reductions_match_scipy(case, dtype):
         assert_close(got[name], value, dtype)
     assert got["sum"].dtype == jnp.dtype(dtype)
     assert got["norm(fro)"].dtype == jnp.real(matrix.data).dtype
+
+
+@pytest.mark.parametrize("case", cases(REDUCTION_CASES))
+def test_eager_diagonals_match_scipy(case):
+    """Eagerly a canonical CSR structure has each row searched for its diagonal entry, and
+    a repeating one its entries summed: both give scipy's diagonals, as DIA does."""
+    matrix, twin = case.make(np.random.default_rng(1), jnp.float64)
+    m, n = matrix.shape
+    csr = scipy.sparse.csr_array(twin, copy=True)
+    csr.sum_duplicates()
+    matrices = [matrix]
+    if isinstance(matrix, js.CSRMatrix):  # the cases' CSR columns do not rise within rows
+        matrices.append(js.CSRMatrix.from_scipy(csr))
+        assert may_repeat(matrices[-1]) is False
+    for each in matrices:
+        for k in (0, 1, -2, n - 1, -(m - 1), n + 3):
+            np.testing.assert_allclose(each.diagonal(k), csr.diagonal(k), rtol=1e-12, err_msg=k)
+        np.testing.assert_allclose(each.trace(), csr.trace(), rtol=1e-12)
 
 
 def test_max_min_on_stored_entries_unless_positions_repeat():
