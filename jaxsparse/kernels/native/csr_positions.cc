@@ -11,8 +11,8 @@
 // finds them from indptr and refuses the result. These are the arrays of the XLA path
 // (`_csr_positions._by_sort`), bit for bit.
 //
-// A position outside the matrix fails the call with an error naming it, before anything is
-// written.
+// A position outside the matrix fails the call with an error naming it, before anything of
+// its list's structure is written.
 
 #include <algorithm>
 #include <cstdint>
