@@ -218,23 +218,10 @@ ffi::Error CsrPositionsImpl(ffi::ThreadPool pool, ffi::AnyBuffer rows, ffi::AnyB
                        Data<I>(indptr) + b * (sizes.m + 1)};
     };
     const int64_t work = sizes.length + sizes.m;
-    // One list is cut into pieces of rows; a batch sorts whole lists side by side.
-    std::vector<std::string> problems(1);
-    if (batch == 1) {
-      problems[0] = Build(pool, NumParts(pool, work), member(0), sizes);
-    } else {
-      const int64_t parts = std::min(batch, NumParts(pool, batch * work));
-      problems.resize(parts);
-      ParallelFor(pool, parts, [&](int64_t part) {
-        for (int64_t b = PieceStart(batch, parts, part);
-             b < PieceStart(batch, parts, part + 1) && problems[part].empty(); ++b) {
-          problems[part] = Build(pool, 1, member(b), sizes);
-        }
-      });
-    }
-    for (const std::string& problem : problems) {
-      if (!problem.empty()) return ffi::Error::InvalidArgument("CSR from positions: " + problem);
-    }
+    const std::string problem = BuildMembers(pool, batch, work, [&](int64_t parts, int64_t b) {
+      return Build(pool, parts, member(b), sizes);
+    });
+    if (!problem.empty()) return ffi::Error::InvalidArgument("CSR from positions: " + problem);
     return ffi::Error::Success();
   });
 }

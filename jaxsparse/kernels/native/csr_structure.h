@@ -1,14 +1,17 @@
-// Checks of a CSR structure's index values that the structure kernels (csr_union.cc,
-// csr_product.cc) share: they name the first problem, so a call fails with it instead of
-// reading out of bounds.
+// What the structure kernels (csr_union.cc, csr_product.cc, csr_positions.cc) share: checks
+// of a structure's index values, which name the first problem, so a call fails with it
+// instead of reading out of bounds, and the loop over a batch's members.
 
 #ifndef JAXSPARSE_NATIVE_CSR_STRUCTURE_H_
 #define JAXSPARSE_NATIVE_CSR_STRUCTURE_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "arrays.h"
+#include "parallel.h"
 
 namespace jaxsparse {
 
@@ -37,6 +40,26 @@ std::string IndptrProblem(const I* indptr, int64_t m, int64_t entries, const cha
 template <typename I>
 JAXSPARSE_INLINE bool Inside(I column, int64_t n) {
   return static_cast<uint64_t>(static_cast<int64_t>(column)) < static_cast<uint64_t>(n);
+}
+
+// Runs `build(parts, b)` for every member b of a batch of `batch`, each `work` long, and
+// returns the first problem it names, or "" if none: one member is cut into pieces over the
+// pool; a batch runs whole members side by side, and a piece stops at its first problem.
+template <typename F>
+std::string BuildMembers(xla::ffi::ThreadPool& pool, int64_t batch, int64_t work, const F& build) {
+  if (batch == 1) return build(NumParts(pool, work), int64_t{0});
+  const int64_t parts = std::min(batch, NumParts(pool, batch * work));
+  std::vector<std::string> problems(parts);
+  ParallelFor(pool, parts, [&](int64_t part) {
+    for (int64_t b = PieceStart(batch, parts, part);
+         b < PieceStart(batch, parts, part + 1) && problems[part].empty(); ++b) {
+      problems[part] = build(int64_t{1}, b);
+    }
+  });
+  for (const std::string& problem : problems) {
+    if (!problem.empty()) return problem;
+  }
+  return "";
 }
 
 }  // namespace jaxsparse

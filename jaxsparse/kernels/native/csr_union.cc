@@ -228,23 +228,10 @@ ffi::Error CsrUnionImpl(ffi::ThreadPool pool, ffi::AnyBuffer a_indices, ffi::Any
                      Data<I>(indptr) + b * rows};
     };
     const int64_t work = sizes.nnz_a + sizes.nnz_b + sizes.m;
-    // One pair is cut into pieces of rows; a batch merges whole pairs side by side.
-    std::vector<std::string> problems(1);
-    if (batch == 1) {
-      problems[0] = MergePair(pool, NumParts(pool, work), pair(0), sizes);
-    } else {
-      const int64_t parts = std::min(batch, NumParts(pool, batch * work));
-      problems.resize(parts);
-      ParallelFor(pool, parts, [&](int64_t part) {
-        for (int64_t b = PieceStart(batch, parts, part);
-             b < PieceStart(batch, parts, part + 1) && problems[part].empty(); ++b) {
-          problems[part] = MergePair(pool, 1, pair(b), sizes);
-        }
-      });
-    }
-    for (const std::string& problem : problems) {
-      if (!problem.empty()) return ffi::Error::InvalidArgument("CSR sum: " + problem);
-    }
+    const std::string problem = BuildMembers(pool, batch, work, [&](int64_t parts, int64_t b) {
+      return MergePair(pool, parts, pair(b), sizes);
+    });
+    if (!problem.empty()) return ffi::Error::InvalidArgument("CSR sum: " + problem);
     return ffi::Error::Success();
   });
 }
