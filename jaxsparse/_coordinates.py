@@ -270,14 +270,20 @@ def _listing_dtype(shape: tuple[int, int], length: int, nnz: int | None):
     return index_dtype_for(shape, max(length, nnz or 0))
 
 
+# Shorter lists of known positions sort on the host: numpy takes microseconds there, less
+# than compiling the native call for each new length.
+NATIVE_LIST_MIN = 1 << 14
+
+
 def _lists_natively(rows, shape: tuple[int, int], nnz: int | None) -> bool:
     """Whether the native sort (`_csr_positions`) finds the structure of these concrete
-    positions: an eager call runs it, and the list, the matrix and `nnz` are not empty."""
+    positions: an eager call runs it, the list holds `NATIVE_LIST_MIN` positions or more,
+    and the matrix and `nnz` are not empty."""
     length = np.shape(rows)[0]
     dtype = _listing_dtype(shape, length, nnz)
     # int64 indices need 64-bit types in JAX, which numpy has always.
     wide_without_x64 = dtype == np.int64 and not jax.config.jax_enable_x64
-    return bool(length and shape[0] * shape[1] and nnz != 0) and (
+    return bool(length >= NATIVE_LIST_MIN and shape[0] * shape[1] and nnz != 0) and (
         runs_natively(dtype) and not wide_without_x64
     )
 

@@ -136,9 +136,12 @@ def _assert_same_matrix(got, want):
 
 @pytest.mark.parametrize("nnz", [None, "found", "more"])
 def test_from_coo_eagerly_is_the_host_paths_matrix(nnz, monkeypatch):
-    """Eager `from_coo` takes the native sort and builds the matrix numpy's host path
-    builds, bit for bit; too small an `nnz` is refused."""
+    """Eager `from_coo` of a long list takes the native sort and builds the matrix numpy's
+    host path builds, bit for bit; too small an `nnz` is refused. A short list sorts on
+    the host."""
     rows, cols = listed(3)
+    assert not _coordinates._lists_natively(rows, (9, 7), None)
+    monkeypatch.setattr(_coordinates, "NATIVE_LIST_MIN", rows.size)
     values = jnp.asarray(np.random.default_rng(3).standard_normal(rows.size), jnp.float32)
     found = scipy.sparse.coo_array((np.ones(rows.size), (rows, cols)), shape=(9, 7)).tocsr().nnz
     nnz = {None: None, "found": found, "more": found + 4}[nnz]
