@@ -157,7 +157,8 @@ class CSRMatrix(SparseMatrix, SparseOperators):
         traced (under `jit`), dense products with the returned matrix (`A.T @ x`,
         `x @ A.T`, unless it holds a batch) are `A`'s transposed products, so no sort runs
         when `A.T` serves only these; a matrix rebuilt from it (a tree map, `with_data`) is
-        an ordinary `A^T`.
+        an ordinary `A^T`. Where the structure is known, its transpose's structure is
+        computed once and kept while `A`'s index arrays live, and every `A.T` shares it.
         """
         if is_concrete(self.indices, self.indptr):
             return _transpose_known_structure(self)
@@ -346,7 +347,8 @@ def _scipy_style_arguments(arguments: tuple, shape):
 def _transpose_known_structure(matrix: CSRMatrix) -> CSRMatrix:
     """`CSRMatrix.transpose` with known index arrays: the structure is computed now (a
     constant under `jit`), once per pair of index arrays (`_structure_facts`), so the only
-    traced work is one gather of the values."""
+    traced work is one gather of the values. Every eager transpose of one structure shares
+    its index arrays, as `with_data` shares them."""
     m, n = matrix.shape
     order, indices_t, indptr_t = remembered(
         matrix.indices, matrix.indptr, ("transpose", n), lambda: _transposed_structure(matrix)
@@ -355,24 +357,29 @@ def _transpose_known_structure(matrix: CSRMatrix) -> CSRMatrix:
 
 
 def _transposed_structure(matrix: CSRMatrix):
-    """`(order, indices_t, indptr_t)` of known index arrays as JAX arrays, checked on the
-    host first. By the native counting sort (in pieces over the threads) where it takes the
-    index arrays, else by scipy's CSR to CSC conversion of the entries' positions, the same
-    stable counting sort, which trusts the structure."""
+    """`(order, indices_t, indptr_t)` of known index arrays, checked on the host first:
+    `order` a numpy array, which the gather takes to the values' device, and the index
+    arrays JAX arrays on no device in particular (uncommitted), which a computation takes
+    to its own, as the values' may differ from `matrix`'s index arrays'. By the native
+    counting sort (in pieces over the threads) where it takes the index arrays, else by
+    scipy's CSR to CSC conversion of the entries' positions, the same stable counting sort,
+    which trusts the structure."""
     m, n = matrix.shape
     check_known_structure(matrix.indices, matrix.indptr, matrix.shape)
-    # Computed now even under a trace, where the arrays would be staged instead.
-    with jax.ensure_compile_time_eval():
-        if _native_sort_takes(matrix):
-            return _native_transposed_structure(matrix.indices, matrix.indptr, n)
+    if _native_sort_takes(matrix):
+        # Run now even under a trace, where a jitted call would be staged instead.
+        with jax.ensure_compile_time_eval():
+            structure = _native_transposed_structure(matrix.indices, matrix.indptr, n)
+        order, indices_t, indptr_t = map(np.asarray, structure)
+    else:
         indices, indptr = np.asarray(matrix.indices), np.asarray(matrix.indptr)
         positions = scipy.sparse.csr_array((np.arange(len(indices)), indices, indptr), shape=(m, n))
         by_column = positions.tocsc()
-        return (
-            device_array(by_column.data),
-            device_array(by_column.indices, indices.dtype),
-            device_array(by_column.indptr, indices.dtype),
-        )
+        order = by_column.data
+        indices_t = by_column.indices.astype(indices.dtype, copy=False)
+        indptr_t = by_column.indptr.astype(indices.dtype, copy=False)
+    with jax.ensure_compile_time_eval():
+        return order, device_array(indices_t), device_array(indptr_t)
 
 
 @jax.jit

@@ -23,6 +23,7 @@ from ._coordinates import (
     may_repeat,
     reduce_distinct,
     scatter_total,
+    stored_values,
 )
 from ._csr_layout import dropped_outside
 from .kernels._precision import accumulation_dtype
@@ -57,6 +58,8 @@ def _diagonal(matrix, k: int, length: int, repeats) -> jax.Array:
     start = max(-k, 0)
     if repeats is False:  # a known canonical structure: each row searched for its entry
         rows = jnp.arange(start, start + length, dtype=matrix.indptr.dtype)
+        # The values as every other operation reads them (NaN for an invalid structure).
+        matrix = matrix.with_data(stored_values(matrix))
         return lookup(matrix, rows, rows + k, repeats=False)[0]
     rows, cols, values = entries(matrix)
     on_diagonal = (cols - rows) == k

@@ -8,7 +8,9 @@ the arrays, keyed by their ids, and leave it when either array is collected
 (`weakref.finalize`), before its id can be reused. Host (numpy) arrays can change, traced
 ones have no values, and deleted ones (donated) no longer hold theirs: their facts are
 computed every time. A fact holding a traced array is not kept, and one holding an array
-deleted since (a donated transpose) is computed anew.
+deleted since (a donated transpose) is computed anew. Nor is a fact holding arrays about
+arrays the table itself holds: the transpose of a kept transpose would keep a third pair,
+and `M = M.T` in a loop a chain as long as the loop while the first pair lives.
 """
 
 import weakref
@@ -26,6 +28,8 @@ class _Entry(NamedTuple):
 
 
 _FACTS: dict[tuple[int, int], _Entry] = {}
+# The ids of the arrays the kept facts hold, which live while held.
+_HELD: set[int] = set()
 
 
 def remembered(indices, indptr, fact: Hashable, compute: Callable[[], object]):
@@ -46,17 +50,28 @@ def remembered(indices, indptr, fact: Hashable, compute: Callable[[], object]):
     if fact in entry.facts and not _holds_deleted(entry.facts[fact]):
         return entry.facts[fact]
     value = compute()
-    if is_concrete(*jax.tree.leaves(value)):
+    held = _held_arrays(value)
+    if is_concrete(*held) and not (held and _HELD.intersection(key)):
+        _HELD.difference_update(map(id, _held_arrays(entry.facts.get(fact))))
         entry.facts[fact] = value
+        _HELD.update(map(id, held))
     return value
 
 
 def _forget(key: tuple[int, int]) -> None:
     """Drops a pair's facts, and the finalizer on its other array, which may live on."""
     entry = _FACTS.pop(key, None)
-    for finalizer in entry.finalizers if entry else ():
+    if entry is None:
+        return
+    for value in entry.facts.values():
+        _HELD.difference_update(map(id, _held_arrays(value)))
+    for finalizer in entry.finalizers:
         finalizer.detach()
 
 
+def _held_arrays(value) -> list:
+    return [leaf for leaf in jax.tree.leaves(value) if isinstance(leaf, jax.Array)]
+
+
 def _holds_deleted(value) -> bool:
-    return any(isinstance(leaf, jax.Array) and leaf.is_deleted() for leaf in jax.tree.leaves(value))
+    return any(leaf.is_deleted() for leaf in _held_arrays(value))

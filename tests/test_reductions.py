@@ -1,6 +1,7 @@
 """Reductions (`diagonal`, `trace`, `sum`, `max`, `min`, `js.linalg.norm`) and indexing
 (`A[i]`, `A[:, j]`, `A[i, j]`, slices) against scipy.sparse, in and out of `jit`."""
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -111,6 +112,16 @@ def test_eager_diagonals_match_scipy(case):
         for k in (0, 1, -2, n - 1, -(m - 1), n + 3):
             np.testing.assert_allclose(each.diagonal(k), csr.diagonal(k), rtol=1e-12, err_msg=k)
         np.testing.assert_allclose(each.trace(), csr.trace(), rtol=1e-12)
+
+
+def test_the_diagonal_of_an_invalid_known_structure_is_nan():
+    """A structure put in without the constructor's checks (`eqx.tree_at`), columns
+    rising but outside the matrix: the diagonal's search reads the values as NaN, as every
+    operation other than the products does."""
+    matrix = js.CSRMatrix.from_scipy(scipy.sparse.eye_array(4, format="csr"))
+    invalid = eqx.tree_at(lambda m: m.indices, matrix, jnp.asarray([0, 4, 2, 6], jnp.int32))
+    assert may_repeat(invalid) is False  # the search path
+    assert np.isnan(np.asarray(invalid.diagonal())).any()
 
 
 def test_max_min_on_stored_entries_unless_positions_repeat():

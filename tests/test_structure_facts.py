@@ -126,3 +126,21 @@ def test_a_pairs_finalizers_leave_with_it():
     del indices
     gc.collect()
     assert not any(finalizer.alive for finalizer in entry.finalizers)
+
+
+def test_transposes_of_kept_transposes_are_not_kept():
+    """`M = M.T` in a loop keeps `A`'s transpose alone, not a chain of every level that
+    would live as long as `A`."""
+    matrix = scipy.sparse.random_array((7, 5), density=0.4, format="csr", rng=3)
+    a = js.CSRMatrix.from_scipy(matrix)
+    before = sum("transpose" in str(list(e.facts)) for e in _structure_facts._FACTS.values())
+    m = a
+    for level in range(6):
+        m = m.T
+        np.testing.assert_array_equal(
+            m.todense(), (matrix.T if level % 2 == 0 else matrix).toarray()
+        )
+    del m
+    gc.collect()
+    kept = sum("transpose" in str(list(e.facts)) for e in _structure_facts._FACTS.values())
+    assert kept == before + 1
