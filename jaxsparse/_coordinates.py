@@ -280,12 +280,8 @@ def _lists_natively(rows, shape: tuple[int, int], nnz: int | None) -> bool:
     positions: an eager call runs it, the list holds `NATIVE_LIST_MIN` positions or more,
     and the matrix and `nnz` are not empty."""
     length = np.shape(rows)[0]
-    dtype = _listing_dtype(shape, length, nnz)
-    # int64 indices need 64-bit types in JAX, which numpy has always.
-    wide_without_x64 = dtype == np.int64 and not jax.config.jax_enable_x64
-    return bool(length >= NATIVE_LIST_MIN and shape[0] * shape[1] and nnz != 0) and (
-        runs_natively(dtype) and not wide_without_x64
-    )
+    enough = length >= NATIVE_LIST_MIN and shape[0] * shape[1] and nnz != 0
+    return bool(enough) and runs_natively(_listing_dtype(shape, length, nnz))
 
 
 def _csr_from_listed(rows, cols, values, shape: tuple[int, int], nnz: int | None):

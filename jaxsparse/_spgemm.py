@@ -136,9 +136,7 @@ def _csr_times_csr_on_host(a, b, nnz):
     lengths = b_indptr[a_indices + 1] - starts
     pairs = int(lengths.sum())
     index_dtype = index_dtype_for((max(a.shape), k), max(a.nnz, b.nnz, pairs))
-    # int64 indices need 64-bit types in JAX, which numpy has always.
-    wide_without_x64 = index_dtype == np.int64 and not jax.config.jax_enable_x64
-    if pairs and runs_natively(index_dtype) and not wide_without_x64:
+    if pairs and runs_natively(index_dtype):
         return _csr_times_csr_natively(a, b, nnz, index_dtype, pairs)
     a_rows = np.asarray(entries(a)[0], np.int64)
     left = np.repeat(np.arange(a.nnz), lengths)

@@ -27,11 +27,14 @@ from .kernels import native_csr
 
 def runs_natively(index_dtype) -> bool:
     """Whether an eager call with indices of `index_dtype` runs the native kernel: the
-    default device a CPU where it is built, and no `JAXSPARSE_BACKEND=xla`."""
+    default device a CPU where it is built, no `JAXSPARSE_BACKEND=xla`, and JAX holds the
+    dtype (int64 needs 64-bit types, which numpy has always)."""
+    wide_without_x64 = np.dtype(index_dtype) == np.int64 and not jax.config.jax_enable_x64
     return (
         jax.default_backend() == "cpu"
         and resolve_backend(None) != "xla"
         and native_csr.takes_indices(index_dtype, "cpu")
+        and not wide_without_x64
     )
 
 
