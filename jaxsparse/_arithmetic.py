@@ -21,7 +21,6 @@
 import functools
 import numbers
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -51,16 +50,16 @@ from ._coordinates import (
     at_distinct_positions,
     columns_rise,
     csr_from_entries,
+    csr_from_known_slots,
+    csr_from_traced_slots,
     entries,
     entries_to_csr,
     lookup,
     may_repeat,
-    segment_total,
     select_entries,
     static_nnz,
     stored_on_host,
     stored_values,
-    summed_values,
 )
 from ._csr_union import union_structure
 from ._dia_layout import inside_mask
@@ -208,21 +207,9 @@ def _add_canonical(a, b, *, sign: int, dtype, nnz: int | None):
     taken from their count."""
     size = a.nnz + b.nnz if nnz is None else max(nnz, a.nnz + b.nnz)
     with jax.ensure_compile_time_eval():
-        slots, indices, indptr = _union_of(a, b, size)
-        found = int(indptr[a.shape[0]])
-    if nnz is not None and found > nnz:
-        raise ValueError(f"`nnz`={nnz} is smaller than the result's {found} entries.")
-    nnz = found if nnz is None else nnz
-    index_dtype = index_dtype_for(a.shape, nnz)
+        structure = _union_of(a, b, size)
     values = _concatenated_values(a, b, sign=sign, dtype=dtype)
-    if nnz > found:  # padding entries belong to the last row
-        indptr = indptr.at[a.shape[0]].set(nnz)
-    return type(a)(
-        summed_values(values, slots, nnz),
-        indices[:nnz].astype(index_dtype),
-        indptr.astype(index_dtype),
-        a.shape,
-    )
+    return csr_from_known_slots(values, *structure, a.shape, nnz)
 
 
 def _union_of(a, b, nnz: int):
@@ -265,17 +252,7 @@ def _merged_rows(a, b, values, nnz: int):
     """`csr_from_entries` of `a`'s entries then `b`'s (`values`), for structures whose
     columns strictly increase within rows: the rows merged (`_csr_union`). The same slots,
     sums and padding as the sort, without sorting."""
-    slots, indices, indptr = _union_of(a, b, nnz)
-    found = indptr[a.shape[0]]
-    summed = segment_total(values, slots, num_segments=nnz)
-    summed = eqx.error_if(
-        summed, found > nnz, f"`nnz`={nnz} is smaller than the number of entries of the result"
-    )
-    # Padding entries sit at the last position, and the index dtype is the one
-    # `csr_from_entries` gives (the slots may need a wider one).
-    index_dtype = index_dtype_for(a.shape, nnz)
-    indptr = indptr.at[a.shape[0]].set(nnz)
-    return type(a)(summed, indices.astype(index_dtype), indptr.astype(index_dtype), a.shape)
+    return csr_from_traced_slots(values, *_union_of(a, b, nnz), a.shape, nnz)
 
 
 def _add_entries(a, b, *, sign: int, dtype, nnz, operator: str):

@@ -286,31 +286,54 @@ def _lists_natively(rows, shape: tuple[int, int], nnz: int | None) -> bool:
 
 def _csr_from_listed(rows, cols, values, shape: tuple[int, int], nnz: int | None):
     """`csr_from_entries` for concrete positions inside the matrix, their structure from the
-    native sort, found eagerly even under `jit` (a structure known on the host stays
-    known); `nnz` checked, or taken from the count when None."""
-    m, n = shape
+    native sort, found eagerly even under `jit`; `nnz` checked, or taken from the count
+    when None."""
     length = np.shape(rows)[0]
     dtype = _listing_dtype(shape, length, nnz)
     with jax.ensure_compile_time_eval():
-        slots, indices, indptr = positions_structure(
+        structure = positions_structure(
             *(_as_index(index, dtype) for index in (rows, cols)),
-            num_rows=m,
-            num_cols=n,
+            num_rows=shape[0],
+            num_cols=shape[1],
             nnz=length if nnz is None else nnz,
         )
-        found = int(indptr[m])
+    return csr_from_known_slots(values, *structure, shape, nnz)
+
+
+def csr_from_known_slots(values, slots, indices, indptr, shape: tuple[int, int], nnz):
+    """The CSR matrix of `values` summed into the slots of a known structure from a
+    structure kernel (`_csr_positions`, `_csr_union`: `indptr[m]` the distinct positions
+    found, `indices` padded with column `n - 1` past them): `nnz` checked, or that count
+    when None; padding entries at the end of the last row. The structure in numpy, as the
+    host path's, so it stays known under an outer `jit`."""
+    m = shape[0]
+    found = int(np.asarray(indptr)[m])
     if nnz is not None and found > nnz:
         raise ValueError(f"`nnz`={nnz} is smaller than the result's {found} entries.")
     nnz = found if nnz is None else nnz
     index_dtype = index_dtype_for(shape, nnz)
-    # numpy, as the host path's: the structure stays concrete under an outer `jit`.
     indptr = np.array(indptr, index_dtype)
-    indptr[m] = nnz  # padding entries, if any, belong to the last row
+    indptr[m] = nnz
     return format_class("csr")(
         summed_values(values, slots, nnz),
         np.asarray(indices)[:nnz].astype(index_dtype, copy=False),
         indptr,
         shape,
+    )
+
+
+def csr_from_traced_slots(values, slots, indices, indptr, shape: tuple[int, int], nnz: int):
+    """`csr_from_known_slots` for a traced structure and a static `nnz`: more distinct
+    positions than `nnz` raise at run time (`eqx.error_if`)."""
+    m = shape[0]
+    summed = segment_total(values, slots, num_segments=nnz)
+    summed = eqx.error_if(
+        summed, indptr[m] > nnz, f"`nnz`={nnz} is smaller than the number of entries of the result"
+    )
+    index_dtype = index_dtype_for(shape, nnz)
+    indptr = indptr.at[m].set(nnz)
+    return format_class("csr")(
+        summed, indices.astype(index_dtype), indptr.astype(index_dtype), shape
     )
 
 
@@ -330,21 +353,10 @@ def _csr_from_traced_entries(rows, cols, values, shape: tuple[int, int], nnz: in
     # or `from_coo`'s, which its check refuses) are moved into it: the result is then NaN
     # or refused on every backend, and the native sort never fails.
     rows, cols = jnp.clip(rows, 0, m - 1), jnp.clip(cols, 0, n - 1)
-    slots, indices, indptr = positions_structure(
+    structure = positions_structure(
         rows.astype(dtype), cols.astype(dtype), num_rows=m, num_cols=n, nnz=nnz
     )
-    summed = segment_total(values, slots, num_segments=nnz)
-    summed = eqx.error_if(
-        summed,
-        indptr[m] > nnz,
-        f"`nnz`={nnz} is smaller than the number of entries of the result",
-    )
-    # Padding entries belong to the last row; the index dtype is the one for `nnz` entries.
-    index_dtype = index_dtype_for(shape, nnz)
-    indptr = indptr.at[m].set(nnz)
-    return format_class("csr")(
-        summed, indices.astype(index_dtype), indptr.astype(index_dtype), shape
-    )
+    return csr_from_traced_slots(values, *structure, shape, nnz)
 
 
 def entries_to_csr(rows, cols, values, shape, *, nnz: int | None, operation: str):
