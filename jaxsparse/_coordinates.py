@@ -19,7 +19,7 @@ import numpy as np
 from ._arrays import take_at
 from ._base import format_class, index_dtype_for, is_concrete, register_for_format
 from ._csr_layout import dropped_outside, row_ids, structure_valid
-from ._csr_positions import positions_structure
+from ._csr_positions import positions_structure, sorted_positions
 from ._dia_layout import stored_positions
 from ._structure_facts import remembered
 from ._structure_primitive import runs_natively
@@ -152,10 +152,8 @@ def static_nnz(unique_keys: np.ndarray | None, nnz: int | None, operation: str) 
 
 
 def sorted_distinct(rows, cols, size: int, fill: tuple[int, int]):
-    """The distinct positions among traced `(rows, cols)`, sorted by row then column.
-
-    Two sort keys instead of one `row * n + col`, so no key overflows int32 for matrices
-    up to 2^31 - 1 rows and columns without 64-bit types.
+    """The distinct positions among traced `(rows, cols)`, sorted by row then column
+    (`_csr_positions.sorted_positions`).
 
     **Returns:** `(unique_rows, unique_cols, inverse, count)`: the first `count` of `size`
     slots hold the positions (the rest `fill`), and entry `p` is at slot `inverse[p]`
@@ -167,11 +165,7 @@ def sorted_distinct(rows, cols, size: int, fill: tuple[int, int]):
         empty = jnp.zeros((0,), jnp.int32)
         fill_rows = jnp.full((size,), fill[0], rows.dtype)
         return fill_rows, jnp.full((size,), fill[1], cols.dtype), empty, jnp.zeros((), jnp.int32)
-    order = jnp.lexsort((cols, rows))
-    sorted_rows, sorted_cols = rows[order], cols[order]
-    starts = (sorted_rows[1:] != sorted_rows[:-1]) | (sorted_cols[1:] != sorted_cols[:-1])
-    slot = jnp.concatenate([jnp.zeros((1,), jnp.int32), jnp.cumsum(starts, dtype=jnp.int32)])
-    inverse = jnp.zeros((length,), jnp.int32).at[order].set(slot)
+    sorted_rows, sorted_cols, _, slot, inverse = sorted_positions(rows, cols, jnp.int32)
     unique_rows = jnp.full((size,), fill[0], rows.dtype).at[slot].set(sorted_rows, mode="drop")
     unique_cols = jnp.full((size,), fill[1], cols.dtype).at[slot].set(sorted_cols, mode="drop")
     return unique_rows, unique_cols, inverse, slot[-1] + 1

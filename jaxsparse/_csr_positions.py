@@ -56,25 +56,32 @@ def _abstract_eval(rows, cols, *, num_rows, num_cols, nnz, backend):
     ]
 
 
+def sorted_positions(rows, cols, slot_dtype):
+    """A non-empty list of positions sorted by row, then column (two sort keys, so no
+    `row * n + col` overflows): `(sorted_rows, sorted_cols, starts, slot, inverse)`,
+    whether each sorted position differs from the one before, its slot among the distinct
+    positions, and listed position `p`'s slot `inverse[p]`, slots in `slot_dtype`."""
+    order = jnp.lexsort((cols, rows))
+    sorted_rows, sorted_cols = rows[order], cols[order]
+    differs = (sorted_rows[1:] != sorted_rows[:-1]) | (sorted_cols[1:] != sorted_cols[:-1])
+    starts = jnp.concatenate([jnp.ones((1,), bool), differs])
+    slot = jnp.cumsum(starts, dtype=slot_dtype) - 1
+    inverse = jnp.zeros(rows.shape, slot_dtype).at[order].set(slot)
+    return sorted_rows, sorted_cols, starts, slot, inverse
+
+
 def _by_sort(rows, cols, *, num_rows, num_cols, nnz):
-    """The portable implementation: the positions sorted by row, then column, and a slot
-    counted at each one that differs from the one before."""
+    """The portable implementation: `sorted_positions`, and the slots' columns and rows."""
 
     def one(rows, cols):
         dtype, length = rows.dtype, rows.shape[0]
         indices = jnp.full((nnz,), num_cols - 1, dtype)
         if length == 0:
             return jnp.zeros((0,), dtype), indices, jnp.zeros((num_rows + 1,), dtype)
-        order = jnp.lexsort((cols, rows))
-        sorted_rows, sorted_cols = rows[order], cols[order]
-        differs = (sorted_rows[1:] != sorted_rows[:-1]) | (sorted_cols[1:] != sorted_cols[:-1])
-        starts = jnp.concatenate([jnp.ones((1,), bool), differs])
-        slot = jnp.cumsum(starts, dtype=dtype) - 1
-        slots = jnp.zeros((length,), dtype).at[order].set(slot)
+        sorted_rows, sorted_cols, starts, slot, slots = sorted_positions(rows, cols, dtype)
         indices = indices.at[slot].set(sorted_cols, mode="drop")
-        counts = (
-            jnp.zeros((num_rows,), dtype).at[sorted_rows].add(starts.astype(dtype), mode="drop")
-        )
+        counts = jnp.zeros((num_rows,), dtype).at[sorted_rows]
+        counts = counts.add(starts.astype(dtype), mode="drop")
         return slots, indices, indptr_from_counts(counts)
 
     return over_batch(one, (rows, cols), (1, 1))
