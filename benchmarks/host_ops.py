@@ -101,6 +101,36 @@ def cases(n: int):
             (A,),
         ),
         "A[:, cols] (100)": (lambda: S[:, picked], lambda: A[:, picked], None, ()),
+        **{
+            name: (lambda f=f: f(S), lambda f=f: f(A), jax.jit(f), (A,))
+            for name, f in reductions().items()
+        },
+    }
+
+
+def reductions():
+    """Calls spelled alike on a scipy and a jaxsparse matrix: `{name: function}`."""
+    import jax.numpy as jnp
+    import scipy.sparse.linalg
+
+    import jaxsparse as js
+
+    def norm(matrix, ord=None):
+        module = js.linalg if isinstance(matrix, js.CSRMatrix) else scipy.sparse.linalg
+        return module.norm(matrix, ord)
+
+    return {
+        "A.sum()": lambda a: a.sum(),
+        "A.sum(axis=0)": lambda a: a.sum(axis=0),
+        "A.sum(axis=1)": lambda a: a.sum(axis=1),
+        "A.mean(axis=1)": lambda a: a.mean(axis=1),
+        "A.count_nonzero()": lambda a: a.count_nonzero(),
+        "norm(A)": norm,
+        "norm(A, 1)": lambda a: norm(a, 1),
+        "norm(A, inf)": lambda a: norm(a, jnp.inf),
+        "abs(A)": abs,
+        "A * 2": lambda a: a * 2,
+        "A.power(3)": lambda a: a.power(3),
     }
 
 

@@ -18,6 +18,7 @@ import numpy as np
 
 from ._arrays import take_at
 from ._base import format_class, index_dtype_for, is_concrete, register_for_format
+from ._csr_checks import known_valid
 from ._csr_layout import dropped_outside, row_ids, structure_valid
 from ._csr_positions import positions_structure, sorted_positions
 from ._dia_layout import stored_positions
@@ -39,16 +40,24 @@ def entries(matrix):
     if is_concrete(matrix.indices, matrix.indptr):
         indptr = np.asarray(matrix.indptr)
         rows = np.repeat(np.arange(matrix.shape[0], dtype=indptr.dtype), np.diff(indptr))
-        return rows, np.asarray(matrix.indices), matrix.data
+        return rows, np.asarray(matrix.indices), stored_values(matrix)
     return row_ids(matrix.indptr, matrix.nnz), matrix.indices, stored_values(matrix)
+
+
+@functools.singledispatch
+def checked_entries(matrix):
+    """`entries` of a matrix whose structure the host checked (`may_repeat` is not None)
+    before `jit` traced it: CSR values as they are, without the run-time check."""
+    rows, cols, _ = entries(matrix)
+    return rows, cols, matrix.data
 
 
 def stored_values(matrix) -> jax.Array:
     """A CSR matrix's `data`, as every operation other than the products reads it: where
-    the structure is traced (unchecked by the constructor) and invalid, NaN throughout, as
-    the products answer (an error for booleans, which hold no NaN). One pass over the
-    structure, under `jit` only: a concrete structure was checked at construction."""
-    if is_concrete(matrix.indices, matrix.indptr):
+    the structure is invalid, NaN throughout, as the products answer (an error for
+    booleans, which hold no NaN). One pass over the structure, under `jit`; a known
+    structure is checked on the host once (`known_valid`)."""
+    if known_valid(matrix.indices, matrix.indptr, matrix.shape):
         return matrix.data
     return unless_invalid(
         structure_valid(matrix.indices, matrix.indptr, matrix.shape[1]), matrix.data
@@ -63,6 +72,7 @@ def unless_invalid(valid, out) -> jax.Array:
     return nan_unless(valid, out)
 
 
+@register_for_format("dia", checked_entries)
 @register_for_format("dia", entries)
 def _dia_entries(matrix):
     diagonals, rows, cols = stored_positions(matrix.offsets, matrix.shape)
@@ -553,10 +563,13 @@ def _repeats(matrix, repeats: bool | None) -> bool | None:
 
 @functools.singledispatch
 def may_repeat(matrix) -> bool | None:
-    """Whether a stored position may repeat: False when the columns of every row strictly
-    increase (the canonical CSR form), checked on the host for a concrete structure; None
-    for a traced one."""
-    if not is_concrete(matrix.indices, matrix.indptr) or matrix.indices.ndim != 1:
+    """Whether a stored position may repeat, as the host knows it: None for a traced or an
+    invalid structure (run-time checks decide), else False when the columns of every row
+    strictly increase (the canonical CSR form), True when not. So a value other than None
+    also says that the structure passed the host's checks (`known_valid`): inside `jit`,
+    where the structure is traced, its values are then read as they are
+    (`checked_entries`)."""
+    if matrix.indices.ndim != 1 or not known_valid(matrix.indices, matrix.indptr, matrix.shape):
         return None
     return remembered(matrix.indices, matrix.indptr, "may_repeat", lambda: _repeats_on_host(matrix))
 
@@ -577,14 +590,16 @@ def _dia_may_repeat(matrix) -> bool:
 
 @functools.singledispatch
 def _reduce_distinct(matrix, reduce, repeats: bool | None):
-    if matrix.nnz < 2 or repeats is False:
-        return reduce(*_all_valid(*entries(matrix)))
+    if repeats is False:
+        return reduce(*_all_valid(*checked_entries(matrix)))
     if repeats:
-        return reduce(*_summed_distinct_entries(matrix))
+        return reduce(*_summed_distinct_entries(matrix, *checked_entries(matrix)))
+    if matrix.nnz < 2:
+        return reduce(*_all_valid(*entries(matrix)))
     return jax.lax.cond(
         columns_rise(matrix.indices, matrix.indptr),
         lambda matrix: reduce(*_all_valid(*entries(matrix))),
-        lambda matrix: reduce(*_summed_distinct_entries(matrix)),
+        lambda matrix: reduce(*_summed_distinct_entries(matrix, *entries(matrix))),
         matrix,
     )
 
@@ -598,14 +613,21 @@ def columns_rise(indices, indptr) -> jax.Array:
     return jnp.all(rises.at[lifted].set(True, mode="drop"))
 
 
-def at_distinct_positions(matrix, function) -> jax.Array:
+def count_dtype(size: int):
+    """The narrowest integer dtype that counts up to `size`: XLA sums int32 several times
+    faster than int64 on a CPU."""
+    return jnp.int32 if size < 2**31 else jnp.int64
+
+
+def at_distinct_positions(matrix, function, repeats: bool | None = None) -> jax.Array:
     """Values in `matrix.data`'s layout, on the same structure, whose sum at each position
     is `function` of the position's total, for a `function` that does not distribute over
     sums (`abs`, a power): the first entry of a position holds `function(total)`, any
     repeat of it 0, as scipy applies such functions to its summed (`_deduped_data`)
     values. A structure that stores each position once (known on the host, or found so at
-    run time under `jit`) takes `function(data)` as it is."""
-    repeats = may_repeat(matrix)
+    run time under `jit`) takes `function(data)` as it is. `repeats`: as in
+    `distinct_entries`."""
+    repeats = _repeats(matrix, repeats)
     if repeats is False:
         return function(matrix.data)
     of_totals = functools.partial(_function_of_totals, matrix, function)
@@ -633,8 +655,7 @@ def _function_of_totals(matrix, function, values) -> jax.Array:
     return jnp.where(first, result, jnp.zeros((), result.dtype))
 
 
-def _summed_distinct_entries(matrix):
-    rows, cols, values = entries(matrix)
+def _summed_distinct_entries(matrix, rows, cols, values):
     m = matrix.shape[0]
     unique_rows, unique_cols, inverse, found = sorted_distinct(rows, cols, matrix.nnz, (m, 0))
     summed = segment_total(values, inverse, num_segments=matrix.nnz)

@@ -26,6 +26,7 @@ from ._base import (
 )
 from ._batching import over_batch, refuse_batch
 from ._coordinates import entries, scatter_total, stored_values
+from ._csr_checks import check_known_structure
 from ._csr_layout import indptr_from_counts, row_ids, structure_faults
 from ._csr_ops import csr_matmul_p, csr_matmul_t_p
 from ._csr_transpose import transposed_structure
@@ -465,38 +466,6 @@ def _as_index_array(values, name: str) -> jax.Array:
     if array.ndim < 1:
         raise ValueError(f"`{name}` must be 1-D, got shape {array.shape}.")
     return array
-
-
-def check_known_structure(indices, indptr, shape) -> None:
-    """`check_structure_on_host` on every member of known index arrays (a batch shares the
-    shape), once per pair of arrays (`_structure_facts`)."""
-
-    def check() -> bool:
-        host_indptr = np.asarray(indptr).reshape(-1, shape[0] + 1)
-        host_indices = np.asarray(indices).reshape(host_indptr.shape[0], indices.shape[-1])
-        for member_indices, member_indptr in zip(host_indices, host_indptr, strict=True):
-            check_structure_on_host(member_indices, member_indptr, shape)
-        return True
-
-    remembered(indices, indptr, ("valid", shape), check)
-
-
-def check_structure_on_host(indices: np.ndarray, indptr: np.ndarray, shape) -> None:
-    """scipy's structure checks on concrete index arrays, as ValueErrors."""
-    m, n = shape
-    if indptr[0] != 0:
-        raise ValueError(f"`indptr` should start with 0, got indptr[0]={indptr[0]}.")
-    if np.any(np.diff(indptr) < 0):
-        raise ValueError("`indptr` must be a non-decreasing sequence.")
-    if indptr[m] != len(indices):
-        raise ValueError(
-            f"last value of `indptr` should be nnz={len(indices)}, got indptr[-1]={indptr[m]}."
-        )
-    if len(indices) and (indices.min() < 0 or indices.max() >= n):
-        raise ValueError(
-            f"`indices` out of range: column indices must lie in [0, {n}) for shape={shape}, "
-            f"got values in [{indices.min()}, {indices.max()}]."
-        )
 
 
 @sparse_times_dense.register(CSRMatrix)

@@ -2,7 +2,8 @@
 `max`, `min`, and the norms behind `jaxsparse.linalg.norm`.
 
 All are jit-able (and jitted, so that an eager call compiles one program): they read the
-stored entries (`_coordinates.entries`) and never build the dense matrix. `max`, `min` and
+stored entries (`_coordinates.entries`) and never build the dense matrix; sums along an
+axis, and the norms 1 and inf, are products with ones (`_line_sums`). `max`, `min` and
 the norms first sum repeated CSR entries, as scipy does; the implicit zeros take part in
 `max` and `min` wherever a row, a column or the matrix has a position that is not stored.
 A batched matrix gives one result per member, the batch axes first.
@@ -17,15 +18,18 @@ import numpy as np
 from ._base import SparseMatrix, is_concrete, register_for_format
 from ._batching import over_batch, refuse_batch
 from ._coordinates import (
+    at_distinct_positions,
+    checked_entries,
+    count_dtype,
     distinct_entries,
     entries,
     lookup,
     may_repeat,
     reduce_distinct,
     scatter_total,
-    stored_values,
+    unless_invalid,
 )
-from ._csr_layout import dropped_outside
+from ._csr_layout import dropped_outside, structure_valid
 from .kernels._precision import accumulation_dtype
 
 
@@ -56,12 +60,15 @@ def _diagonal_of(matrix, k: int, repeats) -> jax.Array:
 @functools.singledispatch
 def _diagonal(matrix, k: int, length: int, repeats) -> jax.Array:
     start = max(-k, 0)
-    if repeats is False:  # a known canonical structure: each row searched for its entry
+    if not repeats:  # each row searched for its entry, if no position repeats
         rows = jnp.arange(start, start + length, dtype=matrix.indptr.dtype)
-        # The values as every other operation reads them (NaN for an invalid structure).
-        matrix = matrix.with_data(stored_values(matrix))
-        return lookup(matrix, rows, rows + k, repeats=False)[0]
-    rows, cols, values = entries(matrix)
+        found = lookup(matrix, rows, rows + k, repeats=repeats)[0]
+        if repeats is False:
+            return found
+        # Traced: NaN throughout for an invalid structure, as `stored_values` reads it.
+        valid = structure_valid(matrix.indices, matrix.indptr, matrix.shape[1])
+        return unless_invalid(valid, found)
+    rows, cols, values = checked_entries(matrix)
     on_diagonal = (cols - rows) == k
     position = jnp.where(on_diagonal, rows - start, length)
     return scatter_total(length, position, values)
@@ -81,7 +88,6 @@ def trace(matrix, offset: int = 0) -> jax.Array:
 
 
 @over_batch
-@functools.partial(jax.jit, static_argnames="axis")
 def total(matrix, axis=None) -> jax.Array:
     """`matrix.sum(axis)`: a scalar for `axis=None`, else a dense 1-D array (sparse arrays'
     convention): `(n,)` for `axis=0` (column sums), `(m,)` for `axis=1` (row sums).
@@ -89,23 +95,31 @@ def total(matrix, axis=None) -> jax.Array:
     In the matrix's dtype, added up in its `accumulation_dtype` (half precision in float32,
     as `jnp.sum`); booleans (comparison results) sum to counts in the default integer, as in
     numpy."""
-    sums = _accumulated_total(matrix, _axis(axis))
+    return _total(matrix, _axis(axis), checked=may_repeat(matrix) is not None)
+
+
+@functools.partial(jax.jit, static_argnames=("axis", "checked"))
+def _total(matrix, axis, checked: bool) -> jax.Array:
+    sums = _accumulated_total(matrix, axis, checked)
     if matrix.dtype == jnp.bool_:
         return sums
     return sums.astype(matrix.dtype)
 
 
 @over_batch
-@functools.partial(jax.jit, static_argnames="axis")
 def mean(matrix, axis=None) -> jax.Array:
     """`matrix.mean(axis)`: `sum(axis)` over the number of entries it sums, implicit zeros
     included (as scipy), divided before rounding to the matrix's dtype (as `jnp.mean`: a
     float16 count overflows past 65504); integer and boolean sums divide into the default
     float."""
-    axis = _axis(axis)
+    return _mean(matrix, _axis(axis), checked=may_repeat(matrix) is not None)
+
+
+@functools.partial(jax.jit, static_argnames=("axis", "checked"))
+def _mean(matrix, axis, checked: bool) -> jax.Array:
     m, n = matrix.shape
     count = m * n if axis is None else (m if axis == 0 else n)
-    sums = _accumulated_total(matrix, axis)
+    sums = _accumulated_total(matrix, axis, checked)
     dtype = matrix.dtype
     if not jnp.issubdtype(sums.dtype, jnp.inexact):
         dtype = jax.dtypes.canonicalize_dtype(np.float64)
@@ -113,9 +127,12 @@ def mean(matrix, axis=None) -> jax.Array:
     return (sums / np.asarray(count, jnp.finfo(sums.dtype).dtype)).astype(dtype)
 
 
-def _accumulated_total(matrix, axis) -> jax.Array:
-    """`total`, left in the accumulation dtype (booleans as integer counts)."""
-    rows, cols, values = entries(matrix)
+def _accumulated_total(matrix, axis, checked: bool) -> jax.Array:
+    """`total`, left in the accumulation dtype (booleans as integer counts). `checked`: the
+    host checked the structure before `jit` (`may_repeat` is not None)."""
+    if axis is not None and matrix.dtype != jnp.bool_:
+        return _line_sums(matrix.astype(accumulation_dtype(matrix.dtype)), axis)
+    rows, cols, values = checked_entries(matrix) if checked else entries(matrix)
     if values.dtype == jnp.bool_:
         values = values.astype(jax.dtypes.canonicalize_dtype(np.int64))
     values = values.astype(accumulation_dtype(values.dtype))
@@ -123,6 +140,17 @@ def _accumulated_total(matrix, axis) -> jax.Array:
         return jnp.sum(values)
     index, size = (cols, matrix.shape[1]) if axis == 0 else (rows, matrix.shape[0])
     return jnp.zeros((size,), values.dtype).at[index].add(values)
+
+
+def _line_sums(matrix, axis: int) -> jax.Array:
+    """The column (`axis=0`) or row (`axis=1`) sums of a matrix of numbers, as products
+    with ones, in the matrix's dtype: the product kernels read each row or column once,
+    where a scatter by entry writes at random (repeats add up, an invalid structure gives
+    NaN, as in the products)."""
+    m, n = matrix.shape
+    if axis == 0:
+        return jnp.ones((m,), matrix.dtype) @ matrix
+    return matrix @ jnp.ones((n,), matrix.dtype)
 
 
 @over_batch
@@ -136,7 +164,8 @@ def count_nonzero(matrix) -> jax.Array:
 def _count_nonzero(matrix, repeats) -> jax.Array:
     def count(rows, cols, values, valid):
         nonzero = valid & (values != jnp.zeros((), values.dtype))
-        return jnp.sum(nonzero, dtype=jax.dtypes.canonicalize_dtype(np.int64))
+        counted = jnp.sum(nonzero, dtype=count_dtype(values.shape[0]))
+        return counted.astype(jax.dtypes.canonicalize_dtype(np.int64))
 
     return reduce_distinct(matrix, count, repeats)
 
@@ -225,14 +254,16 @@ def _norm_of(matrix, ord, repeats) -> jax.Array:
     if ord not in (None, "fro", 1, -1, np.inf, -np.inf):
         raise ValueError(f"`ord` must be None, 'fro', 1, -1, inf or -inf, got {ord!r}.")
 
-    def reduce(rows, cols, values, valid):
-        wide = values.astype(accumulation_dtype(values.dtype))
-        real_dtype = jnp.finfo(values.dtype).dtype
-        if ord is None or ord == "fro":
-            return jnp.sqrt(jnp.sum(_squared_magnitudes(wide))).astype(real_dtype)
-        return _extreme_line_sum(jnp.abs(wide), rows, cols, ord, matrix.shape).astype(real_dtype)
+    wide_dtype = accumulation_dtype(matrix.dtype)
+    real_dtype = jnp.finfo(matrix.dtype).dtype
+    if ord is None or ord == "fro":
 
-    return reduce_distinct(matrix, reduce, repeats)
+        def reduce(rows, cols, values, valid):
+            squares = _squared_magnitudes(values.astype(wide_dtype))
+            return jnp.sqrt(jnp.sum(squares)).astype(real_dtype)
+
+        return reduce_distinct(matrix, reduce, repeats)
+    return _extreme_line_sum(matrix, ord, repeats).astype(real_dtype)
 
 
 def _squared_magnitudes(values) -> jax.Array:
@@ -243,17 +274,24 @@ def _squared_magnitudes(values) -> jax.Array:
     return values * values
 
 
-def _extreme_line_sum(magnitude, rows, cols, ord, shape) -> jax.Array:
-    """The largest (`ord` 1, inf) or smallest (-1, -inf) sum of the entries' absolute values
-    `magnitude` at `(rows, cols)` over columns (1, -1) or rows (inf, -inf)."""
-    index, size = (cols, shape[1]) if ord in (1, -1) else (rows, shape[0])
+def _extreme_line_sum(matrix, ord, repeats) -> jax.Array:
+    """The largest (`ord` 1, inf) or smallest (-1, -inf) sum of the absolute values of the
+    matrix's entries (repeats summed first) over columns (1, -1) or rows (inf, -inf)."""
+    axis, size = (0, matrix.shape[1]) if ord in (1, -1) else (1, matrix.shape[0])
     if size == 0:
         # The largest or smallest of no sums is no number: scipy and numpy raise too.
         what = "columns" if ord in (1, -1) else "rows"
         raise ValueError(
-            f"norm: `ord`={ord} picks among sums over {what}, an empty axis for shape={shape}."
+            f"norm: `ord`={ord} picks among sums over {what}, an empty axis for "
+            f"shape={matrix.shape}."
         )
-    sums = jax.ops.segment_sum(magnitude, dropped_outside(index, size), num_segments=size)
+    wide_dtype = accumulation_dtype(matrix.dtype)
+
+    def magnitude(values):
+        return jnp.abs(values.astype(wide_dtype))
+
+    magnitudes = matrix.with_data(at_distinct_positions(matrix, magnitude, repeats))
+    sums = _line_sums(magnitudes, axis)
     return jnp.max(sums) if ord > 0 else jnp.min(sums)
 
 

@@ -197,12 +197,12 @@ def _every_operation(data, indices, indptr):
         "entry": A[1, 0],
         "column": A[:, 1],
         "todense": A.todense(),
-        "sum": A.sum(axis=0),
+        "sum": A.sum(),
         "diagonal": A.diagonal(),
         "A + A": (A + A).todense(),
         "abs": abs(A).todense(),
         "max": A.max(axis=1),
-        "norm": js.linalg.norm(A, 1),
+        "norm": js.linalg.norm(A),
         "sort_indices": A.sort_indices().todense(),
         "A.T": A.T.todense(),
     }
@@ -247,5 +247,40 @@ def test_operations_on_an_invalid_traced_structure_give_nan(index_dtype):
         for name, value in results.items():
             value = np.asarray(value)
             assert np.isnan(value).any(), (fault, name, value)
-            if name in ("row", "entry", "norm"):
+            if name in ("row", "entry", "sum", "norm"):
                 assert np.isnan(value).all(), (fault, name, value)
+
+
+def _line_sums(data, indices, indptr):
+    """The reductions that are products with ones, on a CSR matrix whose structure is
+    traced."""
+    A = js.CSRMatrix(data, indices, indptr, (3, 3))
+    return {
+        "sum(axis=0)": A.sum(axis=0),
+        "sum(axis=1)": A.sum(axis=1),
+        "mean(axis=1)": A.mean(axis=1),
+        "norm 1": js.linalg.norm(A, 1),
+        "norm inf": js.linalg.norm(A, np.inf),
+    }
+
+
+@pytest.mark.parametrize("backend", ["xla", "auto"])
+def test_line_sums_of_an_invalid_traced_structure_answer_as_the_products(backend, monkeypatch):
+    """Sums along an axis and the norms 1 and inf run the products with ones: on an invalid
+    structure, NaN where the XLA products put it, the native kernels' error on the CPU."""
+    monkeypatch.setenv("JAXSPARSE_BACKEND", backend)
+    # A dtype, so a program, of its own per backend, which is read while tracing.
+    data = np.array([1.0, -2.0, 3.0], np.float32 if backend == "xla" else np.float64)
+    line_sums = jax.jit(_line_sums)
+    good = line_sums(data, CSR["indices"], CSR["indptr"])
+    expected = _line_sums(data, CSR["indices"], CSR["indptr"])
+    for name, value in good.items():
+        np.testing.assert_allclose(value, expected[name], rtol=1e-6, err_msg=name)
+    for fault, indices, indptr in INVALID_TRACED:
+        arrays = (data, np.array(indices, np.int32), np.array(indptr, np.int32))
+        if backend == "auto" and jax.default_backend() == "cpu":
+            with pytest.raises(Exception, match="INVALID_ARGUMENT: CSR"):
+                jax.block_until_ready(line_sums(*arrays))
+            continue
+        for name, value in line_sums(*arrays).items():
+            assert np.isnan(np.asarray(value)).any(), (fault, name, value)

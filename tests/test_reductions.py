@@ -114,14 +114,22 @@ def test_eager_diagonals_match_scipy(case):
         np.testing.assert_allclose(each.trace(), csr.trace(), rtol=1e-12)
 
 
-def test_the_diagonal_of_an_invalid_known_structure_is_nan():
+def test_eager_reductions_of_an_invalid_known_structure_are_nan():
     """A structure put in without the constructor's checks (`eqx.tree_at`), columns
-    rising but outside the matrix: the diagonal's search reads the values as NaN, as every
-    operation other than the products does."""
+    rising but outside the matrix: the host finds it invalid (`may_repeat` is None), so
+    eager reductions read its values as NaN, as under `jit`, rather than as checked."""
     matrix = js.CSRMatrix.from_scipy(scipy.sparse.eye_array(4, format="csr"))
+    assert may_repeat(matrix) is False
     invalid = eqx.tree_at(lambda m: m.indices, matrix, jnp.asarray([0, 4, 2, 6], jnp.int32))
-    assert may_repeat(invalid) is False  # the search path
-    assert np.isnan(np.asarray(invalid.diagonal())).any()
+    assert may_repeat(invalid) is None
+    for name, value in {
+        "diagonal": invalid.diagonal(),
+        "max": invalid.max(),
+        "sum": invalid.sum(),
+        "mean": invalid.mean(),
+        "norm": js.linalg.norm(invalid),
+    }.items():
+        assert np.isnan(np.asarray(value)).any(), name
 
 
 def test_max_min_on_stored_entries_unless_positions_repeat():

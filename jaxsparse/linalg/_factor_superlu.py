@@ -28,7 +28,8 @@ import scipy.sparse
 import scipy.sparse.linalg
 from jaxtyping import Array, Int
 
-from .._csr import CSRMatrix, check_structure_on_host
+from .._csr import CSRMatrix
+from .._csr_checks import check_structure_on_host
 from ._factor import Factorization
 
 # The cache keeps the most recently used factors, at most CACHE_ENTRIES of them and
