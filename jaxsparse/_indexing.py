@@ -52,12 +52,12 @@ def getitem(matrix, key):
         cols_range = _static_range(cols_key, n, "columns")
         return _submatrix(matrix, rows_range, cols_range)
     if not rows_slice and not cols_slice:
-        i, j = _index(rows_key, m, "row"), _index(cols_key, n, "column")
-        return _entry(matrix, jnp.asarray(i), jnp.asarray(j))
+        # Python ints go to the jitted call as they are: a conversion would cost a dispatch.
+        return _entry(matrix, _index(rows_key, m, "row"), _index(cols_key, n, "column"))
     if cols_slice:
         if cols_key != slice(None):
             raise IndexError("a row of a sparse matrix takes only `:` for its columns.")
-        return _row(matrix, jnp.asarray(_index(rows_key, m, "row")))
+        return _row(matrix, _index(rows_key, m, "row"))
     if rows_key != slice(None):
         raise IndexError("a column of a sparse matrix takes only `:` for its rows.")
     j = _index(cols_key, n, "column")
