@@ -36,7 +36,7 @@ from ._batching import (
     pair_dense_with_batch,
     refuse_batch,
 )
-from ._coordinates import entries, entries_to_csr, lookup
+from ._coordinates import entries, entries_to_csr, lookup, unless_invalid_structure
 
 OPERATORS = {
     "==": operator.eq,
@@ -78,11 +78,13 @@ def compare(matrix, other, op: str):
         raise TypeError(
             f"`{op}` between a sparse matrix and {type(other).__name__} is not supported."
         ) from None
+    # Booleans hold no NaN: where the structure is invalid, the comparison fails instead.
     if dense.ndim == 0 and _zero_compares_false(other, dense, function):
         summed = _distinct(matrix)
-        return summed.with_data(function(summed.data, dense).astype(bool))
+        compared = function(summed.data, dense).astype(bool)
+        return summed.with_data(unless_invalid_structure(matrix, compared))
     check_broadcasts(op, matrix.shape, dense.shape)
-    return function(matrix.todense(), dense)
+    return unless_invalid_structure(matrix, function(matrix.todense(), dense))
 
 
 def _zero_compares_false(other, dense, function) -> bool:
@@ -108,7 +110,7 @@ def _compare_sparse(a, b, op: str, function):
     if a.shape != b.shape:
         raise ValueError(f"inconsistent shapes for `{op}`: {a.shape} and {b.shape}.")
     if function(0, 0):
-        return function(a.todense(), b.todense())
+        return _unless_either_invalid(a, b, function(a.todense(), b.todense()))
     if type(a) is type(b):
         return _compare_same_format(a, b, op, function)
     return _compare_entries(a, b, op, function)
@@ -150,7 +152,13 @@ def _compare_entries(a, b, op: str, function):
     union_rows, union_cols, _ = entries(union)
     a_at, _ = lookup(a, union_rows, union_cols)
     b_at, _ = lookup(b, union_rows, union_cols)
-    return union.with_data(function(a_at, b_at).astype(bool))
+    return union.with_data(_unless_either_invalid(a, b, function(a_at, b_at).astype(bool)))
+
+
+def _unless_either_invalid(a, b, compared) -> jax.Array:
+    """`compared`, failing where either operand's structure is invalid (booleans hold no
+    NaN)."""
+    return unless_invalid_structure(a, unless_invalid_structure(b, compared))
 
 
 def _host(a, b) -> bool:

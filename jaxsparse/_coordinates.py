@@ -55,21 +55,35 @@ def checked_entries(matrix):
 def stored_values(matrix) -> jax.Array:
     """A CSR matrix's `data`, as every operation other than the products reads it: where
     the structure is invalid, NaN throughout, as the products answer (an error for
-    booleans, which hold no NaN). One pass over the structure, under `jit`; a known
-    structure is checked on the host once (`known_valid`)."""
-    if known_valid(matrix.indices, matrix.indptr, matrix.shape):
-        return matrix.data
-    return unless_invalid(
-        structure_valid(matrix.indices, matrix.indptr, matrix.shape[1]), matrix.data
-    )
+    booleans, which hold no NaN; `unless_invalid_structure`)."""
+    return unless_invalid_structure(matrix, matrix.data)
+
+
+@functools.singledispatch
+def unless_invalid_structure(matrix, out, checked: bool = False) -> jax.Array:
+    """`out`, computed from a CSR matrix's values, where its structure is valid; where it is
+    not, NaN throughout, or a run-time error for a result that holds no NaN (booleans and
+    integers: comparisons, `argmax`, `count_nonzero`), which NaN values would otherwise
+    turn into finite answers. One pass over the structure, under `jit`; `checked`: the host
+    checked it before `jit` (`may_repeat` is not None), and a known one is checked on the
+    host once (`known_valid`)."""
+    if checked or known_valid(matrix.indices, matrix.indptr, matrix.shape):
+        return out
+    return unless_invalid(structure_valid(matrix.indices, matrix.indptr, matrix.shape[1]), out)
 
 
 def unless_invalid(valid, out) -> jax.Array:
     """`out` where the boolean scalar `valid` holds; where it does not, NaN throughout
-    (`nan_unless`), or for booleans an error at run time."""
-    if out.dtype == jnp.bool_:
+    (`nan_unless`), or for booleans and integers an error at run time."""
+    if not jnp.issubdtype(out.dtype, jnp.inexact):
         return eqx.error_if(out, ~valid, "invalid CSR structure: `A.check()` names the fault")
     return nan_unless(valid, out)
+
+
+@register_for_format("dia", unless_invalid_structure)
+def _dia_unless_invalid_structure(matrix, out, checked: bool = False) -> jax.Array:
+    """A DIA structure is static: always valid."""
+    return out
 
 
 @register_for_format("dia", checked_entries)

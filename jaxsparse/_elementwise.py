@@ -36,7 +36,14 @@ from ._batching import (
     refuse_batch,
 )
 from ._comparisons import _dia_rows, _host, _zero_compares_false, compare
-from ._coordinates import at_distinct_positions, entries, lookup, may_repeat, reduce_distinct
+from ._coordinates import (
+    at_distinct_positions,
+    entries,
+    lookup,
+    may_repeat,
+    reduce_distinct,
+    unless_invalid_structure,
+)
 from ._dia_layout import inside_slots
 from ._reductions import _axis, extreme
 
@@ -212,11 +219,14 @@ def _argextreme(matrix, *, whole: bool, largest: bool, explicit: bool, repeats):
     best, column, present = reduce_distinct(
         matrix, functools.partial(_row_extremes, matrix.shape, largest, explicit), repeats
     )
-    if not whole:
-        return column
-    overall = (jnp.max if largest else jnp.min)(jnp.where(present, best, _neutral(best, largest)))
-    row = jnp.argmax(present & _same(best, overall))
-    return row * matrix.shape[1] + column[row]
+    if whole:
+        overall = (jnp.max if largest else jnp.min)(
+            jnp.where(present, best, _neutral(best, largest))
+        )
+        row = jnp.argmax(present & _same(best, overall))
+        column = row * matrix.shape[1] + column[row]
+    # Indices hold no NaN: an invalid structure fails instead.
+    return unless_invalid_structure(matrix, column, checked=repeats is not None)
 
 
 def _row_extremes(shape, largest: bool, explicit: bool, rows, cols, values, valid):

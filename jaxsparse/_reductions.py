@@ -27,9 +27,9 @@ from ._coordinates import (
     may_repeat,
     reduce_distinct,
     scatter_total,
-    unless_invalid,
+    unless_invalid_structure,
 )
-from ._csr_layout import dropped_outside, structure_valid
+from ._csr_layout import dropped_outside
 from .kernels._precision import accumulation_dtype
 
 
@@ -66,8 +66,7 @@ def _diagonal(matrix, k: int, length: int, repeats) -> jax.Array:
         if repeats is False:
             return found
         # Traced: NaN throughout for an invalid structure, as `stored_values` reads it.
-        valid = structure_valid(matrix.indices, matrix.indptr, matrix.shape[1])
-        return unless_invalid(valid, found)
+        return unless_invalid_structure(matrix, found)
     rows, cols, values = checked_entries(matrix)
     on_diagonal = (cols - rows) == k
     position = jnp.where(on_diagonal, rows - start, length)
@@ -167,7 +166,8 @@ def _count_nonzero(matrix, repeats) -> jax.Array:
         counted = jnp.sum(nonzero, dtype=count_dtype(values.shape[0]))
         return counted.astype(jax.dtypes.canonicalize_dtype(np.int64))
 
-    return reduce_distinct(matrix, count, repeats)
+    counted = reduce_distinct(matrix, count, repeats)
+    return unless_invalid_structure(matrix, counted, checked=repeats is not None)
 
 
 def nonzero(matrix) -> tuple[np.ndarray, np.ndarray]:
@@ -180,7 +180,8 @@ def nonzero(matrix) -> tuple[np.ndarray, np.ndarray]:
             "`jit`, on concrete values."
         )
     rows, cols, values, valid = (np.asarray(x) for x in distinct_entries(matrix))
-    keep = valid & (values != 0)
+    # NaN values of an invalid structure would count as nonzero: it fails instead.
+    keep = np.asarray(unless_invalid_structure(matrix, jnp.asarray(valid & (values != 0))))
     rows, cols = rows[keep].astype(np.int64), cols[keep].astype(np.int64)
     order = np.lexsort((cols, rows))
     return rows[order], cols[order]

@@ -3,6 +3,7 @@
 import io
 import operator
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -249,6 +250,51 @@ def test_operations_on_an_invalid_traced_structure_give_nan(index_dtype):
             assert np.isnan(value).any(), (fault, name, value)
             if name in ("row", "entry", "sum", "norm"):
                 assert np.isnan(value).all(), (fault, name, value)
+
+
+# Results that hold no NaN (indices, counts, booleans), which NaN values would turn into
+# finite answers: on an invalid traced structure they fail at run time instead.
+_RESULTS_WITHOUT_NAN = {
+    "argmax": lambda A: A.argmax(),
+    "argmin(axis=0)": lambda A: A.argmin(axis=0),
+    "argmax(axis=1)": lambda A: A.argmax(axis=1),
+    "count_nonzero": lambda A: A.count_nonzero(),
+    "A > 0": lambda A: (A > 0).todense(),
+    "A <= 0": lambda A: A <= 0,
+    "A != dense": lambda A: A != jnp.ones((3, 3)),
+}
+
+
+@pytest.mark.parametrize("name", list(_RESULTS_WITHOUT_NAN))
+def test_results_without_nan_fail_on_an_invalid_traced_structure(name):
+    operation = _RESULTS_WITHOUT_NAN[name]
+    run = jax.jit(lambda d, i, p: operation(js.CSRMatrix(d, i, p, (3, 3))))
+    data = np.array([1.0, -2.0, 3.0])
+    good = run(data, CSR["indices"], CSR["indptr"])
+    expected = operation(js.CSRMatrix(data, CSR["indices"], CSR["indptr"], (3, 3)))
+    np.testing.assert_array_equal(good, expected)
+    for fault, indices, indptr in INVALID_TRACED:
+        arrays = (data, np.array(indices, np.int32), np.array(indptr, np.int32))
+        with pytest.raises(Exception, match="invalid CSR structure"):
+            jax.block_until_ready(run(*arrays))
+
+
+def test_results_without_nan_fail_on_an_invalid_known_structure():
+    """A known structure put in without the constructor's checks (`eqx.tree_at`) fails too,
+    eagerly, comparisons with another matrix and `nonzero()` included (the eager transpose
+    of `argmin(axis=0)` with the host check's message)."""
+    matrix = js.CSRMatrix(np.array([1.0, -2.0, 3.0]), CSR["indices"], CSR["indptr"], (3, 3))
+    invalid = eqx.tree_at(lambda m: m.indices, matrix, jnp.asarray([0, 3, 1], jnp.int32))
+    operations = {
+        **_RESULTS_WITHOUT_NAN,
+        "nonzero": lambda A: A.nonzero(),
+        "A != B": lambda A: A != matrix,
+        "A == B": lambda A: A == matrix,
+    }
+    for name, operation in operations.items():
+        with pytest.raises(Exception, match="invalid CSR structure|`indices` out of range"):
+            jax.block_until_ready(operation(invalid))
+        jax.block_until_ready(operation(matrix))
 
 
 def _line_sums(data, indices, indptr):

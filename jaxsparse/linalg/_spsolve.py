@@ -47,7 +47,7 @@ solve_once.register(DIAMatrix, solve_dia)
 def _check_matrix(A) -> None:
     if factorize.dispatch(type(A)) is _UNSUPPORTED:
         factorize(A)
-    refuse_batch("`spsolve` and `factorized`", A)
+    refuse_batch("A direct solve (`spsolve`, `factorized`)", A)
     m, n = A.shape
     if m != n:
         raise ValueError(f"`A` must be square, got shape {A.shape}.")
