@@ -633,27 +633,29 @@ def count_dtype(size: int):
     return jnp.int32 if size < 2**31 else jnp.int64
 
 
-def at_distinct_positions(matrix, function, repeats: bool | None = None) -> jax.Array:
+def at_distinct_positions(matrix, function, repeats: bool | None = None, others=()) -> jax.Array:
     """Values in `matrix.data`'s layout, on the same structure, whose sum at each position
     is `function` of the position's total, for a `function` that does not distribute over
     sums (`abs`, a power): the first entry of a position holds `function(total)`, any
     repeat of it 0, as scipy applies such functions to its summed (`_deduped_data`)
     values. A structure that stores each position once (known on the host, or found so at
     run time under `jit`) takes `function(data)` as it is. `repeats`: as in
-    `distinct_entries`."""
+    `distinct_entries`; `others`: more values in the same layout (another matrix on the
+    same structure), whose totals `function` takes after `data`'s."""
     repeats = _repeats(matrix, repeats)
+    values = (matrix.data, *others)
     if repeats is False:
-        return function(matrix.data)
+        return function(*values)
     of_totals = functools.partial(_function_of_totals, matrix, function)
     if repeats is None:
         canonical = columns_rise(matrix.indices, matrix.indptr)
-        return jax.lax.cond(canonical, function, of_totals, matrix.data)
-    return of_totals(matrix.data)
+        return jax.lax.cond(canonical, function, of_totals, *values)
+    return of_totals(*values)
 
 
-def _function_of_totals(matrix, function, values) -> jax.Array:
+def _function_of_totals(matrix, function, *values) -> jax.Array:
     rows, cols, _ = entries(matrix)
-    nnz = values.shape[0]
+    nnz = matrix.nnz
     keys = host_keys(rows, cols, matrix.shape)
     if keys is not None:
         _, inverse = unique_positions(keys)
@@ -665,7 +667,7 @@ def _function_of_totals(matrix, function, values) -> jax.Array:
         entry = jnp.arange(nnz, dtype=jnp.int32)
         first_entry = jnp.full((nnz,), nnz, jnp.int32).at[inverse].min(entry)
         first = first_entry[inverse] == entry
-    result = function(segment_total(values, inverse, num_segments=nnz)[inverse])
+    result = function(*(segment_total(each, inverse, num_segments=nnz)[inverse] for each in values))
     return jnp.where(first, result, jnp.zeros((), result.dtype))
 
 

@@ -159,13 +159,18 @@ def _fills(function, zero, scalar) -> bool:
 def _on_union(a, b, name: str, function):
     if a.shape != b.shape:
         raise ValueError(f"inconsistent shapes for `{name}`: {a.shape} and {b.shape}.")
+    dtype = jnp.promote_types(a.dtype, b.dtype)
+    if a.format == b.format == "csr" and a.indices is b.indices and a.indptr is b.indptr:
+        # One structure (as `with_data` keeps it): the result on it, under `jit` too.
+        wide = a.with_data(a.data.astype(dtype))
+        return a.with_data(at_distinct_positions(wide, function, others=(b.data.astype(dtype),)))
     if not _host(a, b):
         raise TypeError(
             f"`{name}` with a CSR operand: the result's structure (the union of both) "
             "depends on index values traced under `jax.jit`; call it outside `jit`, or "
-            "on dense arrays (`todense()`)."
+            "on dense arrays (`todense()`). Two matrices sharing one structure (the same "
+            "index arrays, as `A.with_data(...)` keeps them) are taken under `jit` too."
         )
-    dtype = jnp.promote_types(a.dtype, b.dtype)
     union = compare(a, b, "!=")
     return union.with_data(
         function(_values_on(union, a).astype(dtype), _values_on(union, b).astype(dtype))

@@ -166,6 +166,30 @@ def test_maximum_refuses_complex_and_traced_csr_unions():
         jax.jit(lambda x, y: x.maximum(y))(a.real, d)
 
 
+def test_maximum_minimum_of_one_traced_structure_match_scipy():
+    """Two matrices on one structure (the same index arrays, as `with_data` keeps them),
+    unsorted with a repeated position: under `jit` too, where a union of traced structures
+    is refused, the result stays on that structure with each position's totals compared."""
+    indptr = np.array([0, 3, 5, 5, 8])
+    indices = np.array([2, 0, 2, 1, 1, 3, 0, 3])  # row 0 holds column 2 twice
+    rng = np.random.default_rng(3)
+    first, second = rng.standard_normal(8), rng.standard_normal(8)
+
+    def both(first, second, indices, indptr):
+        a = js.CSRMatrix(first, indices, indptr, (4, 4))
+        b = a.with_data(second)
+        return a.maximum(b).todense(), a.minimum(b).todense()
+
+    twins = [scipy.sparse.csr_array((v, indices, indptr), shape=(4, 4)) for v in (first, second)]
+    expected = (twins[0].maximum(twins[1]).toarray(), twins[0].minimum(twins[1]).toarray())
+    for results in (
+        both(first, second, indices, indptr),
+        jax.jit(both)(first, second, indices, indptr),
+    ):
+        for result, reference in zip(results, expected, strict=True):
+            assert_close(result, reference, jnp.float64)
+
+
 def arg_matrix():
     """A CSR matrix with every kind of row: empty, an implicit zero before a stored zero,
     full and negative, repeats that sum to zero, and a NaN; with its stored-position mask."""
