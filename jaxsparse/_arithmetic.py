@@ -294,6 +294,8 @@ def _placed_rows(matrix, offsets: tuple[int, ...], dtype) -> jax.Array:
     data = matrix.data.astype(dtype)
     if matrix.offsets == offsets:
         return data
+    if not matrix.offsets:  # no rows to take from (`take` refuses an empty axis)
+        return jnp.zeros((len(offsets), *data.shape[1:]), dtype)
     missing = len(matrix.offsets)  # out of range: `take` fills the row with zeros
     index = np.asarray(
         [matrix.offsets.index(off) if off in matrix.offsets else missing for off in offsets]

@@ -554,13 +554,16 @@ def _kron_dia(A: DIAMatrix, B: DIAMatrix) -> DIAMatrix:
         placed.append((columns_a, columns_a * (s - r) + off_a * r + off_b, row_a, row_b))
     offsets = tuple(sorted({int(off) for _, offs, _, _ in placed for off in offs}))
     position = {off: d for d, off in enumerate(offsets)}
-    data = jnp.zeros((len(offsets), q * s), dtype)
+    # Blocks overlap in slots outside the matrix, where they hold zeros: added, booleans
+    # as numbers (they have no add).
+    summed = jnp.float32 if dtype == jnp.bool_ else dtype
+    data = jnp.zeros((len(offsets), q * s), summed)
     for columns_a, offs, row_a, row_b in placed:
         diagonal = np.asarray([position[int(off)] for off in offs])
         columns = columns_a[:, None] * s + np.arange(s)[None, :]
         block = row_a[columns_a][:, None] * row_b[None, :]
-        data = data.at[diagonal[:, None], columns].add(block)
-    return DIAMatrix(data, offsets, shape)
+        data = data.at[diagonal[:, None], columns].add(block.astype(summed))
+    return DIAMatrix(data.astype(dtype), offsets, shape)
 
 
 def _kron_dia_square(A: DIAMatrix, B: DIAMatrix, dtype) -> DIAMatrix:

@@ -122,6 +122,22 @@ def test_dia_power_keeps_the_slots_outside_the_matrix_zero(exponent):
     np.testing.assert_allclose(gradient, expected, rtol=1e-6)
 
 
+def test_sums_with_a_dia_matrix_of_no_diagonals_are_the_other_term():
+    """A DIA matrix that stores no diagonal (`fromdense` of zeros, values that cancel and
+    `eliminate_zeros`) adds and subtracts as zero, eagerly and under `jit`."""
+    empty = js.DIAMatrix.fromdense(np.zeros((3, 4)))
+    assert empty.offsets == ()
+    other = js.DIAMatrix(np.arange(8.0).reshape(2, 4), (0, 1), (3, 4))
+    dense = np.asarray(other.todense())
+    for result, expected in (
+        (empty + other, dense),
+        (other - empty, dense),
+        (empty - other, -dense),
+        (jax.jit(js.add)(empty, other), dense),
+    ):
+        np.testing.assert_array_equal(result.todense(), expected)
+
+
 @pytest.mark.parametrize("dtype", FEW_DTYPES, ids=dtype_id)
 @pytest.mark.parametrize("fmts", [("dia", "dia"), ("csr", "dia"), ("csr", "csr")])
 def test_sum_under_jit_with_static_nnz(fmts, dtype):

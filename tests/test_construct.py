@@ -463,8 +463,12 @@ def test_random_errors(kwargs, error, message):
         js.random(4, 4, **{"key": jax.random.key(0), **kwargs})
 
 
-def test_kron_of_boolean_dia_matches_numpy():
+@pytest.mark.parametrize("shape", [(3, 3), (2, 3), (3, 2)])
+def test_kron_of_boolean_dia_matches_numpy(shape):
+    """Square factors take the broadcast product; others place blocks one column of the
+    first factor at a time, which booleans (no add) once failed."""
     values = np.array([[1.0, -2.0, 0.0], [0.0, 3.0, 4.0], [5.0, 0.0, -1.0]], np.float32)
+    values = values[: shape[0], : shape[1]]
     booleans = js.DIAMatrix.fromdense(jnp.asarray(values)) > 0
     result = js.kron(booleans, booleans)
     assert result.dtype == np.bool_
