@@ -435,6 +435,7 @@ def _as_index_array(values, name: str) -> jax.Array:
     """`values` as an int32 or int64 JAX array (1-D, or with batch axes in front); plain
     sequences of integers become int32."""
     dtype = None
+    given = getattr(values, "dtype", None)  # before JAX narrows 64-bit types without x64
     if not isinstance(values, (jax.Array, np.ndarray)):
         dtype = np.int32
         if not any(isinstance(leaf, jax.Array) for leaf in jax.tree.leaves(values)):
@@ -462,7 +463,7 @@ def _as_index_array(values, name: str) -> jax.Array:
     if not jnp.issubdtype(array.dtype, jnp.integer):
         raise TypeError(f"`{name}` must have an integer dtype, got {array.dtype}.")
     if np.dtype(array.dtype) not in INDEX_DTYPES:
-        raise TypeError(f"`{name}` must be int32 or int64, got {array.dtype}.")
+        raise TypeError(f"`{name}` must be int32 or int64, got {given or array.dtype}.")
     if array.ndim < 1:
         raise ValueError(f"`{name}` must be 1-D, got shape {array.shape}.")
     return array

@@ -40,9 +40,11 @@ def getitem(matrix, key):
             "`A[...]` (a member of the batch, or rows of every member?)",
             matrix,
         )
-    rows_key, cols_key = key if isinstance(key, tuple) else (key, slice(None))
     if isinstance(key, tuple) and len(key) != 2:
         raise IndexError(f"a sparse matrix takes at most two indices, got {len(key)}.")
+    rows_key, cols_key = key if isinstance(key, tuple) else (key, slice(None))
+    if rows_key is Ellipsis or cols_key is Ellipsis:
+        raise IndexError("a sparse matrix takes no `...`: index its rows and columns.")
     m, n = matrix.shape
     if _selects_rows(rows_key, m) or _selects_rows(cols_key, n):
         return _select(matrix, rows_key, cols_key)

@@ -183,6 +183,30 @@ def test_from_scipy_and_fromdense_errors():
         js.DIAMatrix(DATA, (-1, 0, 1), (4, 4)) + js.DIAMatrix(DATA, (-1, 0, 1), (5, 4))
 
 
+@pytest.mark.parametrize(
+    ("key", "message"),
+    [
+        ((0, 1, 2), "at most two indices, got 3"),
+        ((Ellipsis, 0), "takes no `...`"),
+        ((0, Ellipsis), "takes no `...`"),
+        (Ellipsis, "takes no `...`"),
+    ],
+)
+def test_indexing_with_too_many_indices_or_an_ellipsis_is_an_index_error(key, message):
+    for matrix in (js.eye(3), js.CSRMatrix.from_scipy(scipy.sparse.eye_array(3, format="csr"))):
+        with pytest.raises(IndexError, match=message):
+            matrix[key]
+
+
+def test_unsigned_indices_are_refused_naming_the_dtype_given():
+    """Without x64 JAX narrows uint64 to uint32 on the way in: the message names uint64."""
+    for x64 in (True, False):
+        for dtype in (np.uint32, np.uint64):
+            message = f"must be int32 or int64, got {np.dtype(dtype)}"
+            with jax.enable_x64(x64), pytest.raises(TypeError, match=message):
+                js.CSRMatrix(np.ones(1), np.zeros(1, dtype), np.array([0, 1], dtype), (1, 1))
+
+
 def test_environment_backend_is_validated(monkeypatch):
     matrix = js.DIAMatrix(DATA, (-1, 0, 1), (4, 4))
     monkeypatch.setenv("JAXSPARSE_BACKEND", "cuda")
@@ -273,7 +297,7 @@ def test_results_without_nan_fail_on_an_invalid_traced_structure(name):
     good = run(data, CSR["indices"], CSR["indptr"])
     expected = operation(js.CSRMatrix(data, CSR["indices"], CSR["indptr"], (3, 3)))
     np.testing.assert_array_equal(good, expected)
-    for fault, indices, indptr in INVALID_TRACED:
+    for _, indices, indptr in INVALID_TRACED:
         arrays = (data, np.array(indices, np.int32), np.array(indptr, np.int32))
         with pytest.raises(Exception, match="invalid CSR structure"):
             jax.block_until_ready(run(*arrays))
@@ -291,7 +315,7 @@ def test_results_without_nan_fail_on_an_invalid_known_structure():
         "A != B": lambda A: A != matrix,
         "A == B": lambda A: A == matrix,
     }
-    for name, operation in operations.items():
+    for operation in operations.values():
         with pytest.raises(Exception, match="invalid CSR structure|`indices` out of range"):
             jax.block_until_ready(operation(invalid))
         jax.block_until_ready(operation(matrix))
