@@ -127,10 +127,11 @@ class SparseOperators:
         along `axis` (0 or 1)."""
         return _reductions.mean(self, axis)
 
-    def count_nonzero(self):
-        """The number of nonzero entries (repeats summed first; stored zeros not counted),
-        a 0-d integer array (jit-able)."""
-        return _reductions.count_nonzero(self)
+    def count_nonzero(self, axis=None):
+        """The number of nonzero entries (repeats summed first; stored zeros not counted):
+        a 0-d integer array for `axis=None`, else one count per column (`axis=0`) or row
+        (`axis=1`), as scipy's (jit-able)."""
+        return _reductions.count_nonzero(self, axis)
 
     def nonzero(self):
         """`(row, col)`: the positions of the nonzero entries in row-major order, as numpy

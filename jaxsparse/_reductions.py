@@ -153,17 +153,24 @@ def _line_sums(matrix, axis: int) -> jax.Array:
 
 
 @over_batch
-def count_nonzero(matrix) -> jax.Array:
+def count_nonzero(matrix, axis=None) -> jax.Array:
     """The number of nonzero entries, repeated CSR entries summed first, in the default
-    integer dtype (int64 with `jax_enable_x64`, as scipy's count)."""
-    return _count_nonzero(matrix, repeats=may_repeat(matrix))
+    integer dtype (int64 with `jax_enable_x64`, as scipy's count): in the whole matrix
+    (`axis=None`), or per column (`axis=0`) or row (`axis=1`)."""
+    return _count_nonzero(matrix, _axis(axis), repeats=may_repeat(matrix))
 
 
-@functools.partial(jax.jit, static_argnames="repeats")
-def _count_nonzero(matrix, repeats) -> jax.Array:
+@functools.partial(jax.jit, static_argnames=("axis", "repeats"))
+def _count_nonzero(matrix, axis, repeats) -> jax.Array:
     def count(rows, cols, values, valid):
         nonzero = valid & (values != jnp.zeros((), values.dtype))
-        counted = jnp.sum(nonzero, dtype=count_dtype(values.shape[0]))
+        dtype = count_dtype(values.shape[0])
+        if axis is None:
+            counted = jnp.sum(nonzero, dtype=dtype)
+        else:
+            index, size = (cols, matrix.shape[1]) if axis == 0 else (rows, matrix.shape[0])
+            index = jnp.where(nonzero, dropped_outside(index, size), size)
+            counted = jax.ops.segment_sum(nonzero.astype(dtype), index, num_segments=size)
         return counted.astype(jax.dtypes.canonicalize_dtype(np.int64))
 
     counted = reduce_distinct(matrix, count, repeats)

@@ -43,6 +43,8 @@ def reductions(matrix):
         "sum(1)": matrix.sum(axis=1),
         "sum(-1)": matrix.sum(axis=-1),
     }
+    for axis in (None, 0, 1):
+        result[f"count_nonzero({axis})"] = matrix.count_nonzero(axis=axis)
     if not jnp.issubdtype(matrix.dtype, jnp.complexfloating):
         for axis in (None, 0, 1):
             result[f"max({axis})"] = matrix.max(axis=axis)
@@ -67,6 +69,8 @@ def expected_reductions(twin):
         "sum(1)": np.asarray(twin.sum(axis=1)).ravel(),
         "sum(-1)": np.asarray(twin.sum(axis=1)).ravel(),
     }
+    for axis in (None, 0, 1):
+        result[f"count_nonzero({axis})"] = twin.count_nonzero(axis=axis)
     if not np.iscomplexobj(twin.data):
         for axis in (None, 0, 1):
             maximum, minimum = csr.max(axis=axis), csr.min(axis=axis)
