@@ -60,6 +60,7 @@ from ._coordinates import (
     static_nnz,
     stored_on_host,
     stored_values,
+    unless_invalid_structure,
 )
 from ._csr_union import union_structure
 from ._dia_layout import inside_mask
@@ -407,6 +408,8 @@ def _multiply_on(structure, other):
     dtype = jnp.result_type(structure.dtype, other.dtype)
     rows, cols, values = entries(structure)
     other_values, found = lookup(other, rows, cols)
+    # The search reads `other`'s values as they are: NaN where its structure is invalid.
+    other_values = unless_invalid_structure(other, other_values)
     product = structure.with_data(values.astype(dtype) * other_values.astype(dtype))
     if not isinstance(rows, np.ndarray):
         return product

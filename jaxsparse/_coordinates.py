@@ -437,12 +437,15 @@ def search_rows(indices, indptr, rows, cols):
     """
     rows = rows.astype(indptr.dtype)
     cols = cols.astype(indices.dtype)
-    last = max(indices.shape[0] - 1, 0)
-    end = indptr[rows + 1]
+    nnz = indices.shape[0]
+    last = max(nnz - 1, 0)
+    # Bounds clamped into `[0, nnz]`, which an invalid `indptr` may leave: the search
+    # then ends within `log2(nnz)` steps, and no midpoint overflows.
+    start, end = jnp.clip(indptr[rows], 0, nnz), jnp.clip(indptr[rows + 1], 0, nnz)
 
     def halve(bounds):
         low, high = bounds
-        middle = (low + high) >> 1  # both non-negative: no floor division needed
+        middle = low + ((high - low) >> 1)  # low <= high where it is used
         before = indices[jnp.clip(middle, 0, last)] < cols
         searching = low < high
         return (
@@ -450,9 +453,7 @@ def search_rows(indices, indptr, rows, cols):
             jnp.where(searching & ~before, middle, high),
         )
 
-    low, _ = jax.lax.while_loop(
-        lambda bounds: jnp.any(bounds[0] < bounds[1]), halve, (indptr[rows], end)
-    )
+    low, _ = jax.lax.while_loop(lambda bounds: jnp.any(bounds[0] < bounds[1]), halve, (start, end))
     stored = (low < end) & (indices[jnp.clip(low, 0, last)] == cols)
     return low, stored
 
@@ -499,7 +500,7 @@ def _search_pairs(sorted_rows, sorted_cols, rows, cols):
 
     def halve(_, bounds):
         low, high = bounds
-        middle = (low + high) // 2
+        middle = low + (high - low) // 2  # no overflow past 2**30 pairs
         probe = jnp.clip(middle, 0, size - 1)
         before = (sorted_rows[probe] < rows) | (
             (sorted_rows[probe] == rows) & (sorted_cols[probe] < cols)

@@ -169,7 +169,8 @@ def _on_union(a, b, name: str, function):
             f"`{name}` with a CSR operand: the result's structure (the union of both) "
             "depends on index values traced under `jax.jit`; call it outside `jit`, or "
             "on dense arrays (`todense()`). Two matrices sharing one structure (the same "
-            "index arrays, as `A.with_data(...)` keeps them) are taken under `jit` too."
+            "index arrays, as `A.with_data(...)` inside the jitted function keeps them) are "
+            "taken under `jit` too."
         )
     union = compare(a, b, "!=")
     return union.with_data(

@@ -20,6 +20,7 @@ from ._batching import over_batch, refuse_batch
 from ._coordinates import (
     at_distinct_positions,
     checked_entries,
+    columns_rise,
     count_dtype,
     distinct_entries,
     entries,
@@ -60,17 +61,25 @@ def _diagonal_of(matrix, k: int, repeats) -> jax.Array:
 @functools.singledispatch
 def _diagonal(matrix, k: int, length: int, repeats) -> jax.Array:
     start = max(-k, 0)
-    if not repeats:  # each row searched for its entry, if no position repeats
+
+    def searched(matrix):  # each row searched for its entry: no position repeats
         rows = jnp.arange(start, start + length, dtype=matrix.indptr.dtype)
-        found = lookup(matrix, rows, rows + k, repeats=repeats)[0]
-        if repeats is False:
-            return found
-        # Traced: NaN throughout for an invalid structure, as `stored_values` reads it.
-        return unless_invalid_structure(matrix, found)
-    rows, cols, values = checked_entries(matrix)
-    on_diagonal = (cols - rows) == k
-    position = jnp.where(on_diagonal, rows - start, length)
-    return scatter_total(length, position, values)
+        return lookup(matrix, rows, rows + k, repeats=False)[0]
+
+    def scattered(matrix):  # every entry on the diagonal added into its place
+        rows, cols, values = checked_entries(matrix)
+        position = jnp.where((cols - rows) == k, rows - start, length)
+        return scatter_total(length, position, values)
+
+    if repeats is not None:
+        return scattered(matrix) if repeats else searched(matrix)
+    # Traced or invalid: the search where columns rise (checked at run time; the scatter
+    # compiles faster than the sort of the summed lookup), NaN for an invalid structure.
+    canonical = columns_rise(matrix.indices, matrix.indptr)
+    found = (
+        jax.lax.cond(canonical, searched, scattered, matrix) if matrix.nnz else scattered(matrix)
+    )
+    return unless_invalid_structure(matrix, found)
 
 
 @register_for_format("dia", _diagonal)
@@ -206,7 +215,9 @@ def _extreme(matrix, axis, *, largest: bool, repeats) -> jax.Array:
         raise TypeError("`max` and `min` are not defined for complex values.")
     if matrix.dtype == jnp.bool_:
         numbers = matrix.with_data(matrix.data.astype(jnp.float32))
-        return _extreme(numbers, axis, largest=largest, repeats=repeats).astype(bool)
+        extremes = _extreme(numbers, axis, largest=largest, repeats=repeats).astype(bool)
+        # Booleans hold no NaN: an invalid structure fails instead.
+        return unless_invalid_structure(matrix, extremes, checked=repeats is not None)
     m, n = matrix.shape
     axis = _axis(axis)
     reduced = {None: m * n, 0: m, 1: n}[axis]

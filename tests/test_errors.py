@@ -279,6 +279,8 @@ def test_operations_on_an_invalid_traced_structure_give_nan(index_dtype):
 # Results that hold no NaN (indices, counts, booleans), which NaN values would turn into
 # finite answers: on an invalid traced structure they fail at run time instead.
 _RESULTS_WITHOUT_NAN = {
+    "bool max": lambda A: A.astype(bool).max(),
+    "bool min(axis=1)": lambda A: A.astype(bool).min(axis=1),
     "argmax": lambda A: A.argmax(),
     "argmin(axis=0)": lambda A: A.argmin(axis=0),
     "argmax(axis=1)": lambda A: A.argmax(axis=1),
@@ -319,6 +321,18 @@ def test_results_without_nan_fail_on_an_invalid_known_structure():
         with pytest.raises(Exception, match="invalid CSR structure|`indices` out of range"):
             jax.block_until_ready(operation(invalid))
         jax.block_until_ready(operation(matrix))
+
+
+def test_multiply_by_an_invalid_traced_structure_is_nan():
+    """`A.multiply(B)` keeps `A`'s valid structure and reads `B`'s values by a search in its
+    rows, which must not take an invalid `B`'s values as they are."""
+    indices, indptr = np.tile([0, 1, 2], 3).astype(np.int32), np.arange(0, 10, 3, dtype=np.int32)
+    valid = js.CSRMatrix(np.arange(1.0, 10.0), indices, indptr, (3, 3))
+    product = jax.jit(lambda a, d, i, p: a.multiply(js.CSRMatrix(d, i, p, (3, 3))).todense())
+    data = np.array([1.0, -2.0, 3.0])
+    for fault, indices, indptr in INVALID_TRACED:
+        arrays = (data, np.array(indices, np.int32), np.array(indptr, np.int32))
+        assert np.isnan(np.asarray(product(valid, *arrays))).any(), fault
 
 
 def _line_sums(data, indices, indptr):
