@@ -628,12 +628,6 @@ def columns_rise(indices, indptr) -> jax.Array:
     return jnp.all(rises.at[lifted].set(True, mode="drop"))
 
 
-def count_dtype(size: int):
-    """The narrowest integer dtype that counts up to `size`: XLA sums int32 several times
-    faster than int64 on a CPU."""
-    return jnp.int32 if size < 2**31 else jnp.int64
-
-
 def at_distinct_positions(matrix, function, repeats: bool | None = None, others=()) -> jax.Array:
     """Values in `matrix.data`'s layout, on the same structure, whose sum at each position
     is `function` of the position's total, for a `function` that does not distribute over
