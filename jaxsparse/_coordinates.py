@@ -37,19 +37,23 @@ def entries(matrix):
     known on the host (DIA always, CSR with concrete index arrays, even inside `jit`), so
     that structure computations on them stay on the host.
     """
-    if is_concrete(matrix.indices, matrix.indptr):
-        indptr = np.asarray(matrix.indptr)
-        rows = np.repeat(np.arange(matrix.shape[0], dtype=indptr.dtype), np.diff(indptr))
-        return rows, np.asarray(matrix.indices), stored_values(matrix)
-    return row_ids(matrix.indptr, matrix.nnz), matrix.indices, stored_values(matrix)
+    return *_csr_positions(matrix), stored_values(matrix)
 
 
 @functools.singledispatch
 def checked_entries(matrix):
     """`entries` of a matrix whose structure the host checked (`may_repeat` is not None)
     before `jit` traced it: CSR values as they are, without the run-time check."""
-    rows, cols, _ = entries(matrix)
-    return rows, cols, matrix.data
+    return *_csr_positions(matrix), matrix.data
+
+
+def _csr_positions(matrix):
+    """The rows and columns of a CSR matrix's stored entries (see `entries`)."""
+    if is_concrete(matrix.indices, matrix.indptr):
+        indptr = np.asarray(matrix.indptr)
+        rows = np.repeat(np.arange(matrix.shape[0], dtype=indptr.dtype), np.diff(indptr))
+        return rows, np.asarray(matrix.indices)
+    return row_ids(matrix.indptr, matrix.nnz), matrix.indices
 
 
 def stored_values(matrix) -> jax.Array:

@@ -197,7 +197,7 @@ def nonzero(matrix) -> tuple[np.ndarray, np.ndarray]:
         )
     rows, cols, values, valid = (np.asarray(x) for x in distinct_entries(matrix))
     # NaN values of an invalid structure would count as nonzero: it fails instead.
-    keep = np.asarray(unless_invalid_structure(matrix, jnp.asarray(valid & (values != 0))))
+    keep = np.asarray(unless_invalid_structure(matrix, valid & (values != 0)))
     rows, cols = rows[keep].astype(np.int64), cols[keep].astype(np.int64)
     order = np.lexsort((cols, rows))
     return rows[order], cols[order]
