@@ -471,6 +471,8 @@ def _lookup_summed(matrix, rows, cols):
         stored_rows, stored_cols, matrix.nnz, (m, 0)
     )
     summed = segment_total(stored_values, inverse, num_segments=matrix.nnz)
+    # Positions inside the matrix fit its index dtype.
+    rows, cols = rows.astype(unique_rows.dtype), cols.astype(unique_cols.dtype)
     position = _search_pairs(unique_rows, unique_cols, rows, cols)
     position = jnp.clip(position, 0, matrix.nnz - 1)
     stored = (unique_rows[position] == rows) & (unique_cols[position] == cols)

@@ -2,20 +2,24 @@
 
 What comes back, and where it differs from scipy's sparse arrays:
 
-- `A[i]`, `A[i, :]` (row `i`) and `A[:, j]` (column `j`): a dense 1-D JAX array. scipy
-  returns a 1-D `coo_array`; jaxsparse has no 1-D format. Jit-able, `i` and `j` may be
-  traced integers; a traced index out of range is clamped into it, as `jnp` indexing is
-  (a Python int out of range is an IndexError).
+- One row or column with the other axis a slice or an index array (`A[i]`, `A[i, :]`,
+  `A[:, j]`, `A[i, 2:5]`, `A[[1, 3], j]`): a dense JAX array. scipy returns a 1-D
+  `coo_array`; jaxsparse has no 1-D format. Jit-able, `i` and `j` may be traced integers
+  and the index arrays traced integer arrays; a traced index out of range is clamped into
+  it, as `jnp` indexing is (a Python int out of range is an IndexError).
 - `A[i, j]`: the entry, a 0-d array (repeated CSR entries summed). Jit-able. It and `A[i]`
   read only row `i`'s entries of a CSR matrix (their derivatives read every entry).
+- Two index arrays, `A[[i, k], [j, l]]`: the entries at the pairs of positions, the
+  arrays broadcast together (numpy's rule), a dense array as scipy's; jit-able.
 - `A[i:j]`, `A[:, i:j]`, `A[i:j, k:l]` (steps of 1): the same format (scipy's CSR slices
   are CSR; its `dia_array` takes no index at all). DIA slices are jit-able (the offsets
   shift by the slice starts; `data` is a column slice). CSR slices change the number of
   entries, so they are computed on the host and need concrete indices (a TypeError under
   `jax.jit`).
-- `A[[i, j]]`, `A[::s]` (a list of rows, or a slice with a step) and `A[:, [k, l]]`: a
-  `CSRMatrix` of those rows (columns) in that order, as scipy's. Host-side: the indices must
-  be concrete, and so must a CSR matrix's structure.
+- Lists of rows or columns beside slices or lists (`A[[i, j]]`, `A[::s]`, `A[mask]` for a
+  boolean mask, `A[1:4, [k, l]]`, `A[np.ix_(rows, cols)]`): a `CSRMatrix` of those rows and
+  columns in that order, as scipy's. Host-side: the indices must be concrete, and so must
+  a CSR matrix's structure.
 - A batched matrix takes no index: `A[0]` could mean the first member or row 0 of each.
   `A.batch_member(b)` takes a member; `jax.vmap(lambda M: M[i])(A)` the rows.
 """
@@ -29,8 +33,17 @@ import numpy as np
 from ._arrays import take_at
 from ._base import format_class, is_concrete, register_for_format
 from ._batching import is_batched, refuse_batch
-from ._coordinates import entries, scatter_total, select_entries, unless_invalid
+from ._coordinates import (
+    entries,
+    lookup,
+    may_repeat,
+    scatter_total,
+    select_entries,
+    unless_invalid,
+    unless_invalid_structure,
+)
 from ._csr_layout import dropped_outside
+from ._index_keys import axis_key, host_positions, is_picks, is_point, span, split_key
 
 
 def getitem(matrix, key):
@@ -40,31 +53,77 @@ def getitem(matrix, key):
             "`A[...]` (a member of the batch, or rows of every member?)",
             matrix,
         )
-    if isinstance(key, tuple) and len(key) != 2:
-        raise IndexError(f"a sparse matrix takes at most two indices, got {len(key)}.")
-    rows_key, cols_key = key if isinstance(key, tuple) else (key, slice(None))
-    if rows_key is Ellipsis or cols_key is Ellipsis:
-        raise IndexError("a sparse matrix takes no `...`: index its rows and columns.")
+    rows_key, cols_key = split_key(key)
     m, n = matrix.shape
-    if _selects_rows(rows_key, m) or _selects_rows(cols_key, n):
-        return _select(matrix, rows_key, cols_key)
-    rows_slice, cols_slice = isinstance(rows_key, slice), isinstance(cols_key, slice)
-    if rows_slice and cols_slice:
-        rows_range = _static_range(rows_key, m, "rows")
-        cols_range = _static_range(cols_key, n, "columns")
-        return _submatrix(matrix, rows_range, cols_range)
-    if not rows_slice and not cols_slice:
-        # Python ints go to the jitted call as they are: a conversion would cost a dispatch.
-        return _entry(matrix, _index(rows_key, m, "row"), _index(cols_key, n, "column"))
-    if cols_slice:
-        if cols_key != slice(None):
-            raise IndexError("a row of a sparse matrix takes only `:` for its columns.")
-        return _row(matrix, _index(rows_key, m, "row"))
-    if rows_key != slice(None):
-        raise IndexError("a column of a sparse matrix takes only `:` for its rows.")
-    j = _index(cols_key, n, "column")
+    rows, cols = axis_key(rows_key, m, "row"), axis_key(cols_key, n, "column")
+    if is_point(rows) and is_point(cols):
+        return _entry(matrix, rows, cols)
+    if is_point(rows):
+        return _picked(_row(matrix, rows), cols)
+    if is_point(cols):
+        return _picked(_column(matrix, cols), rows)
+    if is_picks(rows) and is_picks(cols) and not _outer(rows, cols):
+        return _pairs(matrix, rows, cols)
+    return _select(matrix, rows, cols)
+
+
+def _picked(line, key):
+    """The part of a dense row or column that a `range` or picks select."""
+    if not isinstance(key, range):
+        return line[key]
+    if key == range(line.shape[0]):
+        return line
+    if key.step == 1:
+        return line[key.start : max(key.start, key.stop)]
+    return line[np.asarray(key, np.int64)]
+
+
+@jax.jit
+def _column(matrix, j):
+    """`matrix[:, j]` as a dense column, repeats summed."""
     rows, cols, values = entries(matrix)
-    return scatter_total(m, jnp.where(cols == j, rows, m), values)
+    return scatter_total(matrix.shape[0], jnp.where(cols == j, rows, matrix.shape[0]), values)
+
+
+def _outer(rows, cols) -> bool:
+    """Whether two index arrays select a submatrix, as `np.ix_`'s column and row do, rather
+    than pair up entry by entry."""
+    return rows.ndim == 2 and rows.shape[1] == 1 and (cols.ndim == 1 or cols.shape[0] == 1)
+
+
+def _pairs(matrix, rows, cols):
+    """The entries at `(rows[p], cols[p])`, the arrays broadcast together (numpy's rule),
+    as a dense array: jit-able, repeats summed."""
+    try:
+        shape = np.broadcast_shapes(rows.shape, cols.shape)
+    except ValueError as error:
+        raise IndexError(
+            f"row and column index arrays of shapes {rows.shape} and {cols.shape} do not "
+            "broadcast together."
+        ) from error
+    repeats = may_repeat(matrix)
+    values, _ = lookup(
+        matrix,
+        jnp.broadcast_to(rows, shape),
+        jnp.broadcast_to(cols, shape),
+        repeats=repeats,
+    )
+    return unless_invalid_structure(matrix, values, checked=repeats is not None)
+
+
+def _select(matrix, rows, cols):
+    """The submatrix of the rows and columns that two `range`s or picks select: the same
+    format for two ranges of step 1 (`_submatrix`), else a `CSRMatrix` holding them in the
+    order given (host-side: its entries depend on the index values)."""
+    row_positions = host_positions(rows, "row")
+    col_positions = host_positions(cols, "column")
+    m, n = matrix.shape
+    part = _submatrix(matrix, span(rows, m), span(cols, n))
+    if row_positions is not None:
+        part = _select_rows(part.tocsr(), row_positions)
+    if col_positions is not None:
+        part = _select_columns(part.tocsr(), col_positions)
+    return part
 
 
 # Entries of a CSR row read per step of `_fold_row`: one vector operation each, so that a
@@ -211,53 +270,6 @@ def _dia_offsets(matrix, i, j):
     return offsets, i.astype(dtype), j.astype(dtype)
 
 
-def _selects_rows(key, size: int) -> bool:
-    """Whether `key` picks a list of rows (or columns): a slice with a step, or a 1-D
-    sequence or array of integers."""
-    if isinstance(key, slice):
-        return key.indices(size)[2] != 1
-    if isinstance(key, (list, tuple)):
-        return True
-    return hasattr(key, "ndim") and key.ndim == 1
-
-
-def _select(matrix, rows_key, cols_key):
-    """`matrix[rows, :]` or `matrix[:, cols]` for a list of rows or columns: a `CSRMatrix`
-    holding them in the order given (host-side: the entries depend on the index values)."""
-    m, n = matrix.shape
-    if _selects_rows(rows_key, m) and _is_colon(cols_key):
-        return _select_rows(matrix.tocsr(), _host_list(rows_key, m, "row"))
-    if _is_colon(rows_key) and _selects_rows(cols_key, n):
-        return _select_columns(matrix.tocsr(), _host_list(cols_key, n, "column"))
-    raise IndexError(
-        "a list or stepped slice of rows takes `:` for the columns, and one of columns `:` "
-        "for the rows (`A[[i, j]]`, `A[::2]`, `A[:, [k, l]]`)."
-    )
-
-
-def _is_colon(key) -> bool:
-    # `==` on an array key would compare elementwise.
-    return isinstance(key, slice) and key == slice(None)
-
-
-def _host_list(key, size: int, what: str) -> np.ndarray:
-    if isinstance(key, slice):
-        return np.arange(size)[key]
-    if not is_concrete(key):
-        raise TypeError(
-            f"selecting a list of {what}s changes the number of entries, which depends on "
-            "index values traced under `jax.jit`: select outside `jit`, or take single "
-            f"{what}s (`A[i]`, dense and jit-able)."
-        )
-    picked = np.asarray(key)
-    if picked.size and not np.issubdtype(picked.dtype, np.integer):
-        raise IndexError(f"a list of {what}s must hold integers, got dtype {picked.dtype}.")
-    picked = picked.astype(np.int64)
-    if picked.size and (picked.min() < -size or picked.max() >= size):
-        raise IndexError(f"{what} index out of range for size {size}: {picked.tolist()}.")
-    return picked % max(size, 1)
-
-
 def _check_host_structure(matrix) -> None:
     if not is_concrete(matrix.indices, matrix.indptr):
         raise TypeError(
@@ -311,29 +323,6 @@ def _select_columns(matrix, cols: np.ndarray):
         new_indptr.astype(index_dtype),
         (m, size),
     )
-
-
-def _static_range(key: slice, size: int, what: str) -> tuple[int, int]:
-    start, stop, step = key.indices(size)
-    if step != 1:
-        raise IndexError(f"slices of {what} with a step other than 1 are not supported.")
-    return start, max(start, stop)
-
-
-def _index(value, size: int, what: str):
-    """A Python int made non-negative and checked, or a traced integer as it is."""
-    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
-        if not -size <= value < size:
-            raise IndexError(f"{what} index {value} is out of range for size {size}.")
-        return int(value) % size
-    array = jnp.asarray(value)
-    if array.ndim != 0 or not jnp.issubdtype(array.dtype, jnp.integer):
-        raise IndexError(f"a {what} index must be an integer, got {value!r}.")
-    # No value is in range of an empty axis, and its size is static: `jnp`'s IndexError now.
-    if size == 0:
-        raise IndexError(f"a {what} index is out of range for size 0, whatever its value.")
-    # Out of range under `jit` clamps to the nearest row or column, as `jnp` indexing does.
-    return jnp.clip(jnp.where(array < 0, array + size, array), 0, max(size - 1, 0))
 
 
 def _submatrix(matrix, rows_range, cols_range):

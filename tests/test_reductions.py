@@ -399,14 +399,6 @@ def test_columns_selected_through_a_column_map(monkeypatch):
 
 
 @pytest.mark.parametrize("fmt", ["dia", "csr"])
-def test_two_index_arrays_raise_index_error(fmt):
-    # Lists of rows take `:` for the columns (docs/scipy.md); pairs of arrays are refused.
-    matrix = (js.CSRMatrix if fmt == "csr" else js.DIAMatrix).fromdense(jnp.eye(4))
-    with pytest.raises(IndexError, match="takes `:` for the columns"):
-        matrix[np.array([0, 1]), np.array([2, 3])]
-
-
-@pytest.mark.parametrize("fmt", ["dia", "csr"])
 def test_boolean_rows_entries_and_diagonals_match_numpy(fmt):
     values = np.array([[1.0, -2.0, 0.0], [0.0, 3.0, 4.0], [5.0, 0.0, -1.0]], np.float32)
     matrix = (js.CSRMatrix if fmt == "csr" else js.DIAMatrix).fromdense(jnp.asarray(values))
