@@ -276,16 +276,19 @@ def _same(values, target) -> jax.Array:
 
 
 @over_batch
-def nanextreme(matrix, axis=None, *, largest: bool) -> jax.Array:
+def nanextreme(matrix, axis=None, *, largest: bool, explicit: bool = False) -> jax.Array:
     """`matrix.nanmax(axis)` (`largest`) or `matrix.nanmin(axis)`: `max`/`min` skipping
-    NaNs; NaN where a line holds nothing but NaNs (as numpy, without its warning)."""
+    NaNs; NaN where a line holds nothing but NaNs (as numpy, without its warning).
+    `explicit`: as `extreme`'s."""
     if not jnp.issubdtype(matrix.dtype, jnp.floating):
-        return extreme(matrix, axis, largest=largest)
+        return extreme(matrix, axis, largest=largest, explicit=explicit)
     # Repeats hold 0 beside their position's total, which `extreme` adds back up.
     values = _of_values(matrix, lambda values: values)
     is_nan = jnp.isnan(values)
     skipped = matrix.with_data(jnp.where(is_nan, _neutral(values, largest), values))
-    result = extreme(skipped, axis, largest=largest)
-    # The smallest NaN flag of a line is 1 only where every entry, implicit zeros too, is NaN.
-    only_nans = extreme(matrix.with_data(is_nan.astype(values.dtype)), axis, largest=False)
+    result = extreme(skipped, axis, largest=largest, explicit=explicit)
+    # The smallest NaN flag of a line is 1 only where every entry (implicit zeros too unless
+    # `explicit`) is NaN.
+    flags = matrix.with_data(is_nan.astype(values.dtype))
+    only_nans = extreme(flags, axis, largest=False, explicit=explicit)
     return jnp.where(only_nans > 0, jnp.asarray(jnp.nan, result.dtype), result)

@@ -118,14 +118,15 @@ class SparseOperators:
         """The sum of diagonal `offset`."""
         return _reductions.trace(self, offset)
 
-    def sum(self, axis=None):
-        """The sum of the entries: a scalar, or a dense 1-D array along `axis` (0 or 1)."""
-        return _reductions.total(self, axis)
+    def sum(self, axis=None, dtype=None):
+        """The sum of the entries: a scalar, or a dense 1-D array along `axis` (0 or 1); in
+        `dtype` if given (the values cast to it before they are added up)."""
+        return _reductions.total(self, axis, dtype)
 
-    def mean(self, axis=None):
+    def mean(self, axis=None, dtype=None):
         """The mean of the entries, implicit zeros included: a scalar, or a dense 1-D array
-        along `axis` (0 or 1)."""
-        return _reductions.mean(self, axis)
+        along `axis` (0 or 1); in `dtype` if given."""
+        return _reductions.mean(self, axis, dtype)
 
     def count_nonzero(self, axis=None):
         """The number of nonzero entries (repeats summed first; stored zeros not counted):
@@ -138,21 +139,23 @@ class SparseOperators:
         arrays on the host (their number depends on the values, so not under `jit`)."""
         return _reductions.nonzero(self)
 
-    def max(self, axis=None):
-        """The largest entry, implicit zeros included (scipy's semantics)."""
-        return _reductions.extreme(self, axis, largest=True)
+    def max(self, axis=None, *, explicit: bool = False):
+        """The largest entry, implicit zeros included (scipy's semantics): a scalar, or a
+        dense 1-D array along `axis`; `explicit=True` looks at the stored entries only (0
+        where there are none)."""
+        return _reductions.extreme(self, axis, largest=True, explicit=explicit)
 
-    def min(self, axis=None):
-        """The smallest entry, implicit zeros included (scipy's semantics)."""
-        return _reductions.extreme(self, axis, largest=False)
+    def min(self, axis=None, *, explicit: bool = False):
+        """The smallest entry; as `max`."""
+        return _reductions.extreme(self, axis, largest=False, explicit=explicit)
 
-    def nanmax(self, axis=None):
+    def nanmax(self, axis=None, *, explicit: bool = False):
         """`max`, NaNs skipped (NaN where a line holds only NaNs)."""
-        return _elementwise.nanextreme(self, axis, largest=True)
+        return _elementwise.nanextreme(self, axis, largest=True, explicit=explicit)
 
-    def nanmin(self, axis=None):
+    def nanmin(self, axis=None, *, explicit: bool = False):
         """`min`, NaNs skipped (NaN where a line holds only NaNs)."""
-        return _elementwise.nanextreme(self, axis, largest=False)
+        return _elementwise.nanextreme(self, axis, largest=False, explicit=explicit)
 
     def argmax(self, axis=None, *, explicit: bool = False):
         """The first position of the largest entry, implicit zeros included (numpy's

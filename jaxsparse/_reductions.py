@@ -1,10 +1,10 @@
 """Reductions of sparse matrices, with scipy.sparse's semantics: `diagonal`, `trace`, `sum`,
-`max`, `min`, and the norms behind `jaxsparse.linalg.norm`.
+`mean`, `count_nonzero`, `nonzero`, `max` and `min` (the norms: `_norms`).
 
 All are jit-able (and jitted, so that an eager call compiles one program): they read the
 stored entries (`_coordinates.entries`) and never build the dense matrix; sums along an
-axis, and the norms 1 and inf, are products with ones (`_line_sums`). `max`, `min` and
-the norms first sum repeated CSR entries, as scipy does; the implicit zeros take part in
+axis are products with ones (`line_sums`). `max`, `min` and `count_nonzero` first sum
+repeated CSR entries, as scipy does; the implicit zeros take part in
 `max` and `min` wherever a row, a column or the matrix has a position that is not stored.
 A batched matrix gives one result per member, the batch axes first.
 """
@@ -15,10 +15,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._base import SparseMatrix, is_concrete, register_for_format
+from ._base import is_concrete, register_for_format
 from ._batching import over_batch, refuse_batch
 from ._coordinates import (
-    at_distinct_positions,
     checked_entries,
     columns_rise,
     distinct_entries,
@@ -95,14 +94,20 @@ def trace(matrix, offset: int = 0) -> jax.Array:
 
 
 @over_batch
-def total(matrix, axis=None) -> jax.Array:
-    """`matrix.sum(axis)`: a scalar for `axis=None`, else a dense 1-D array (sparse arrays'
-    convention): `(n,)` for `axis=0` (column sums), `(m,)` for `axis=1` (row sums).
+def total(matrix, axis=None, dtype=None) -> jax.Array:
+    """`matrix.sum(axis, dtype)`: a scalar for `axis=None`, else a dense 1-D array (sparse
+    arrays' convention): `(n,)` for `axis=0` (column sums), `(m,)` for `axis=1` (row sums).
 
     In the matrix's dtype, added up in its `accumulation_dtype` (half precision in float32,
     as `jnp.sum`); booleans (comparison results) sum to counts in the default integer, as in
-    numpy."""
-    return _total(matrix, _axis(axis), checked=may_repeat(matrix) is not None)
+    numpy. A `dtype` given is the result's: a floating or complex one is also the values'
+    before they are added up (`A.astype(dtype).sum(axis)`); an integer one counts the
+    entries of a boolean matrix (no values are integers here)."""
+    dtype = _result_dtype(matrix, dtype, "sum", counts=True)
+    if dtype is not None and jnp.issubdtype(dtype, jnp.inexact):
+        matrix = matrix.astype(dtype)
+    sums = _total(matrix, _axis(axis), checked=may_repeat(matrix) is not None)
+    return sums if dtype is None else sums.astype(dtype)
 
 
 @functools.partial(jax.jit, static_argnames=("axis", "checked"))
@@ -114,11 +119,15 @@ def _total(matrix, axis, checked: bool) -> jax.Array:
 
 
 @over_batch
-def mean(matrix, axis=None) -> jax.Array:
-    """`matrix.mean(axis)`: `sum(axis)` over the number of entries it sums, implicit zeros
-    included (as scipy), divided before rounding to the matrix's dtype (as `jnp.mean`: a
-    float16 count overflows past 65504); integer and boolean sums divide into the default
-    float."""
+def mean(matrix, axis=None, dtype=None) -> jax.Array:
+    """`matrix.mean(axis, dtype)`: `sum(axis)` over the number of entries it sums, implicit
+    zeros included (as scipy), divided before rounding to the matrix's dtype (as `jnp.mean`:
+    a float16 count overflows past 65504); integer and boolean sums divide into the default
+    float. A `dtype` given, floating or complex, is the values' dtype before they are added
+    up, and the result's."""
+    dtype = _result_dtype(matrix, dtype, "mean", counts=False)
+    if dtype is not None:
+        matrix = matrix.astype(dtype)
     return _mean(matrix, _axis(axis), checked=may_repeat(matrix) is not None)
 
 
@@ -131,14 +140,14 @@ def _mean(matrix, axis, checked: bool) -> jax.Array:
     if not jnp.issubdtype(sums.dtype, jnp.inexact):
         dtype = jax.dtypes.canonicalize_dtype(np.float64)
         sums = sums.astype(dtype)
-    return (sums / np.asarray(count, jnp.finfo(sums.dtype).dtype)).astype(dtype)
+    return (sums / np.asarray(count, sums.dtype)).astype(dtype)
 
 
 def _accumulated_total(matrix, axis, checked: bool) -> jax.Array:
     """`total`, left in the accumulation dtype (booleans as integer counts). `checked`: the
     host checked the structure before `jit` (`may_repeat` is not None)."""
     if axis is not None and matrix.dtype != jnp.bool_:
-        return _line_sums(matrix.astype(accumulation_dtype(matrix.dtype)), axis)
+        return line_sums(matrix.astype(accumulation_dtype(matrix.dtype)), axis)
     rows, cols, values = checked_entries(matrix) if checked else entries(matrix)
     if values.dtype == jnp.bool_:
         values = values.astype(jax.dtypes.canonicalize_dtype(np.int64))
@@ -149,7 +158,7 @@ def _accumulated_total(matrix, axis, checked: bool) -> jax.Array:
     return jnp.zeros((size,), values.dtype).at[index].add(values)
 
 
-def _line_sums(matrix, axis: int) -> jax.Array:
+def line_sums(matrix, axis: int) -> jax.Array:
     """The column (`axis=0`) or row (`axis=1`) sums of a matrix of numbers, as products
     with ones, in the matrix's dtype: the product kernels read each row or column once,
     where a scatter by entry writes at random (repeats add up, an invalid structure gives
@@ -204,18 +213,22 @@ def nonzero(matrix) -> tuple[np.ndarray, np.ndarray]:
 
 
 @over_batch
-def extreme(matrix, axis, *, largest: bool) -> jax.Array:
-    """`matrix.max(axis)` (`largest`) or `matrix.min(axis)`, implicit zeros included."""
-    return _extreme(matrix, axis, largest=largest, repeats=may_repeat(matrix))
+def extreme(matrix, axis, *, largest: bool, explicit: bool = False) -> jax.Array:
+    """`matrix.max(axis)` (`largest`) or `matrix.min(axis)`, implicit zeros included; with
+    `explicit`, the stored entries only (every DIA slot inside the matrix), 0 for a line
+    or a matrix that stores none (scipy's `explicit=True`)."""
+    explicit = _flag(explicit, "explicit")
+    return _extreme(matrix, axis, largest=largest, explicit=explicit, repeats=may_repeat(matrix))
 
 
-@functools.partial(jax.jit, static_argnames=("axis", "largest", "repeats"))
-def _extreme(matrix, axis, *, largest: bool, repeats) -> jax.Array:
+@functools.partial(jax.jit, static_argnames=("axis", "largest", "explicit", "repeats"))
+def _extreme(matrix, axis, *, largest: bool, explicit: bool, repeats) -> jax.Array:
     if jnp.issubdtype(matrix.dtype, jnp.complexfloating):
         raise TypeError("`max` and `min` are not defined for complex values.")
     if matrix.dtype == jnp.bool_:
         numbers = matrix.with_data(matrix.data.astype(jnp.float32))
-        extremes = _extreme(numbers, axis, largest=largest, repeats=repeats).astype(bool)
+        extremes = _extreme(numbers, axis, largest=largest, explicit=explicit, repeats=repeats)
+        extremes = extremes.astype(bool)
         # Booleans hold no NaN: an invalid structure fails instead.
         return unless_invalid_structure(matrix, extremes, checked=repeats is not None)
     m, n = matrix.shape
@@ -232,6 +245,8 @@ def _extreme(matrix, axis, *, largest: bool, repeats) -> jax.Array:
         values = jnp.where(valid, values, neutral).astype(matrix.dtype)
         if axis is None:
             stored = (jnp.max if largest else jnp.min)(values, initial=neutral)
+            if explicit:
+                return jnp.where(jnp.any(valid), stored, 0).astype(matrix.dtype)
             # More positions than stored slots leave a zero (and `m * n` may pass int32).
             has_zero = True if m * n > values.shape[0] else jnp.sum(valid) < m * n
             return jnp.where(has_zero, pick(stored, 0), stored).astype(matrix.dtype)
@@ -240,78 +255,11 @@ def _extreme(matrix, axis, *, largest: bool, repeats) -> jax.Array:
         segment = jax.ops.segment_max if largest else jax.ops.segment_min
         stored = segment(values, index, num_segments=size)
         counts = jax.ops.segment_sum(valid.astype(jnp.int32), index, num_segments=size)
+        if explicit:
+            return jnp.where(counts > 0, stored, 0).astype(matrix.dtype)
         return jnp.where(counts < full, pick(stored, 0), stored).astype(matrix.dtype)
 
     return reduce_distinct(matrix, reduce, repeats)
-
-
-def norm(matrix, ord=None) -> jax.Array:
-    """The matrix norm of `matrix`, as `scipy.sparse.linalg.norm` (no vector norms).
-
-    **Arguments:**
-
-    - `matrix`: a `DIAMatrix` or `CSRMatrix` (boolean values count as 0 and 1).
-    - `ord`: `None` or `"fro"` (Frobenius), `1` / `-1` (largest / smallest absolute column
-      sum), `jnp.inf` / `-jnp.inf` (largest / smallest absolute row sum).
-
-    **Returns:** a real scalar (jit-able, differentiable in the values).
-    """
-    if not isinstance(matrix, SparseMatrix):
-        raise TypeError(f"`matrix` must be a jaxsparse matrix, got {type(matrix).__name__}.")
-    if matrix.dtype == jnp.bool_:
-        matrix = matrix.astype(jnp.float32)
-    return _norm(matrix, ord=ord)
-
-
-@over_batch
-def _norm(matrix, ord=None) -> jax.Array:
-    return _norm_of(matrix, ord=ord, repeats=may_repeat(matrix))
-
-
-@functools.partial(jax.jit, static_argnames=("ord", "repeats"))
-def _norm_of(matrix, ord, repeats) -> jax.Array:
-    if ord not in (None, "fro", 1, -1, np.inf, -np.inf):
-        raise ValueError(f"`ord` must be None, 'fro', 1, -1, inf or -inf, got {ord!r}.")
-
-    wide_dtype = accumulation_dtype(matrix.dtype)
-    real_dtype = jnp.finfo(matrix.dtype).dtype
-    if ord is None or ord == "fro":
-
-        def reduce(rows, cols, values, valid):
-            squares = _squared_magnitudes(values.astype(wide_dtype))
-            return jnp.sqrt(jnp.sum(squares)).astype(real_dtype)
-
-        return reduce_distinct(matrix, reduce, repeats)
-    return _extreme_line_sum(matrix, ord, repeats).astype(real_dtype)
-
-
-def _squared_magnitudes(values) -> jax.Array:
-    """`|v|^2` as `re^2 + im^2`: smooth at 0, where the derivative of complex `abs` is 0 and
-    `abs(v) * abs(v)` would lose the curvature (second derivatives) there."""
-    if jnp.iscomplexobj(values):
-        return jnp.real(values) ** 2 + jnp.imag(values) ** 2
-    return values * values
-
-
-def _extreme_line_sum(matrix, ord, repeats) -> jax.Array:
-    """The largest (`ord` 1, inf) or smallest (-1, -inf) sum of the absolute values of the
-    matrix's entries (repeats summed first) over columns (1, -1) or rows (inf, -inf)."""
-    axis, size = (0, matrix.shape[1]) if ord in (1, -1) else (1, matrix.shape[0])
-    if size == 0:
-        # The largest or smallest of no sums is no number: scipy and numpy raise too.
-        what = "columns" if ord in (1, -1) else "rows"
-        raise ValueError(
-            f"norm: `ord`={ord} picks among sums over {what}, an empty axis for "
-            f"shape={matrix.shape}."
-        )
-    wide_dtype = accumulation_dtype(matrix.dtype)
-
-    def magnitude(values):
-        return jnp.abs(values.astype(wide_dtype))
-
-    magnitudes = matrix.with_data(at_distinct_positions(matrix, magnitude, repeats))
-    sums = _line_sums(magnitudes, axis)
-    return jnp.max(sums) if ord > 0 else jnp.min(sums)
 
 
 def _axis(axis):
@@ -330,6 +278,29 @@ def _axis(axis):
     ):
         raise ValueError(f"`axis` must be None, 0 or 1, got {axis!r}.")
     return int(axis) % 2
+
+
+def _result_dtype(matrix, dtype, name: str, *, counts: bool):
+    """`dtype` as a numpy dtype (None stays None), checked: floating or complex, or an
+    integer dtype where `counts` allows one for a boolean matrix."""
+    if dtype is None:
+        return None
+    dtype = np.dtype(dtype)
+    if jnp.issubdtype(dtype, jnp.inexact):
+        return dtype
+    if counts and jnp.issubdtype(dtype, jnp.integer) and matrix.dtype == jnp.bool_:
+        return dtype
+    allowed = "floating or complex" + (", or an integer one for booleans" if counts else "")
+    raise TypeError(
+        f"`{name}(dtype={dtype})` of {matrix.dtype} values: `dtype` must be {allowed} "
+        "(sparse values are never integers)."
+    )
+
+
+def _flag(value, name: str) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"`{name}` must be True or False, got {value!r}.")
+    return bool(value)
 
 
 def _static_int(value, name: str) -> int:

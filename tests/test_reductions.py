@@ -51,7 +51,44 @@ def reductions(matrix):
             result[f"min({axis})"] = matrix.min(axis=axis)
     for ord in ("fro", 1, -1, np.inf, -np.inf):
         result[f"norm({ord})"] = js.linalg.norm(matrix, ord)
-    return result
+        result[f"norm({ord}, (1, 0))"] = js.linalg.norm(matrix, ord, axis=(1, 0))
+    return result | vector_reductions(matrix)
+
+
+def vector_reductions(matrix):
+    """Vector norms along each axis, `max`/`min` of the stored entries, and sums and means
+    in a dtype given."""
+    result = {
+        f"norm({ord}, {axis})": js.linalg.norm(matrix, ord, axis)
+        for ord in (None, 1, np.inf, -np.inf, 0, 3, -1)
+        for axis in (0, -1)
+    }
+    if not jnp.issubdtype(matrix.dtype, jnp.complexfloating):
+        for axis in (None, 0, 1):
+            result[f"max({axis}, explicit)"] = matrix.max(axis=axis, explicit=True)
+            result[f"min({axis}, explicit)"] = matrix.min(axis=axis, explicit=True)
+    return result | {
+        "sum(dtype=complex128)": matrix.sum(dtype=jnp.complex128),
+        "sum(1, dtype=complex128)": matrix.sum(axis=1, dtype=jnp.complex128),
+        "mean(0, dtype=complex128)": matrix.mean(axis=0, dtype=jnp.complex128),
+    }
+
+
+def expected_vector_reductions(csr):
+    result = {
+        f"norm({ord}, {axis})": scipy.sparse.linalg.norm(csr, ord, axis)
+        for ord in (None, 1, np.inf, -np.inf, 0, 3, -1)
+        for axis in (0, -1)
+    }
+    if not np.iscomplexobj(csr.data):
+        for axis in (None, 0, 1):
+            result[f"max({axis}, explicit)"] = _dense(csr.max(axis=axis, explicit=True))
+            result[f"min({axis}, explicit)"] = _dense(csr.min(axis=axis, explicit=True))
+    return result | {
+        "sum(dtype=complex128)": csr.sum(dtype=np.complex128),
+        "sum(1, dtype=complex128)": csr.sum(axis=1, dtype=np.complex128),
+        "mean(0, dtype=complex128)": csr.mean(axis=0, dtype=np.complex128),
+    }
 
 
 def expected_reductions(twin):
@@ -78,7 +115,8 @@ def expected_reductions(twin):
             result[f"min({axis})"] = _dense(minimum)
     for ord in ("fro", 1, -1, np.inf, -np.inf):
         result[f"norm({ord})"] = scipy.sparse.linalg.norm(csr, ord)
-    return result
+        result[f"norm({ord}, (1, 0))"] = scipy.sparse.linalg.norm(csr, ord, axis=(1, 0))
+    return result | expected_vector_reductions(csr)
 
 
 def _dense(value):
@@ -419,3 +457,46 @@ def test_csr_slices_under_jit_raise_unless_statically_empty():
     empty = jax.jit(lambda a: (a[1:1], a[:, 2:2]))(matrix)
     for got, expected in zip(empty, (twin[1:1], twin[:, 2:2]), strict=True):
         assert got.shape == expected.shape and got.nnz == 0
+
+
+@pytest.mark.parametrize("fmt", ["dia", "csr"])
+def test_vector_norms_differentiate_and_batch(fmt):
+    rng = np.random.default_rng(8)
+    if fmt == "dia":
+        matrix, _ = random_dia(rng, (6, 5), (-1, 0, 2), jnp.float64, junk_in_ignored_slots=False)
+    else:
+        matrix, _ = random_csr(rng, (6, 5), density=0.6, dtype=jnp.float64, repeat_columns=True)
+        matrix = matrix.with_data(matrix.data + jnp.sign(matrix.data))  # no total near 0
+    for ord, axis in ((None, 1), (3, 0), (np.inf, 1), (-np.inf, 0)):
+
+        def norms(data, ord=ord, axis=axis):
+            return js.linalg.norm(matrix.with_data(data), ord, axis)
+
+        if ord not in (np.inf, -np.inf):  # a max or min of magnitudes has kinks
+            check_grads(norms, (matrix.data,), order=2, modes=("fwd", "rev"))
+        stacked = jnp.stack([matrix.data, 2 * matrix.data])
+        batched = jax.vmap(norms)(stacked)
+        np.testing.assert_allclose(batched[1], 2 * norms(matrix.data), rtol=1e-12)
+
+
+def test_vector_norm_sum_and_max_arguments_are_checked():
+    matrix = js.CSRMatrix.fromdense(jnp.eye(3))
+    for ord, axis, message in (
+        ("fro", 0, "vector norms must be None or a number"),
+        (None, (0, 0), "one axis twice"),
+        (None, 2, "`axis` must be None, 0, 1"),
+        (None, (0, 1, 0), "`axis` must be None, 0, 1"),
+        (2, None, "`ord` must be None, 'fro'"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            js.linalg.norm(matrix, ord, axis)
+    with pytest.raises(TypeError, match=r"sum\(dtype=int32\)` of float"):
+        matrix.sum(dtype=jnp.int32)
+    with pytest.raises(TypeError, match=r"mean\(dtype=int32\)`"):
+        (matrix > 0).mean(dtype=jnp.int32)
+    with pytest.raises(TypeError, match="`explicit` must be True or False"):
+        matrix.max(explicit=None)
+    counts = (matrix > 0).sum(axis=0, dtype=jnp.int8)
+    assert counts.dtype == jnp.int8
+    np.testing.assert_array_equal(counts, [1, 1, 1])
+    assert matrix.sum(dtype=jnp.float32).dtype == jnp.float32
