@@ -1,5 +1,5 @@
 """Reductions of sparse matrices, with scipy.sparse's semantics: `diagonal`, `trace`, `sum`,
-`mean`, `count_nonzero`, `nonzero`, `max` and `min` (the norms: `_norms`).
+`mean`, `count_nonzero`, `nonzero`, `max` and `min` (the norms: `linalg._norms`).
 
 All are jit-able (and jitted, so that an eager call compiles one program): they read the
 stored entries (`_coordinates.entries`) and never build the dense matrix; sums along an

@@ -224,8 +224,9 @@ def test_max_min_errors():
         js.CSRMatrix.fromdense(jnp.zeros((0, 3))).max(axis=0)
     with pytest.raises(TypeError, match="jaxsparse matrix"):
         js.linalg.norm(np.eye(3))
-    with pytest.raises(ValueError, match="`ord` must be"):
-        js.linalg.norm(js.CSRMatrix.fromdense(jnp.eye(2)), 2)
+    for ord in (-2, "nuc"):  # scipy supports neither
+        with pytest.raises(ValueError, match="`ord` must be"):
+            js.linalg.norm(js.CSRMatrix.fromdense(jnp.eye(2)), ord)
     # The extreme line sum of no lines: ValueError, as scipy.
     for shape, ords in (((5, 0), (1, -1)), ((0, 5), (np.inf, -np.inf))):
         for ord in ords:
@@ -486,7 +487,7 @@ def test_vector_norm_sum_and_max_arguments_are_checked():
         (None, (0, 0), "one axis twice"),
         (None, 2, "`axis` must be None, 0, 1"),
         (None, (0, 1, 0), "`axis` must be None, 0, 1"),
-        (2, None, "`ord` must be None, 'fro'"),
+        (-2, None, "`ord` must be None, 'fro'"),
     ):
         with pytest.raises(ValueError, match=message):
             js.linalg.norm(matrix, ord, axis)
@@ -500,3 +501,27 @@ def test_vector_norm_sum_and_max_arguments_are_checked():
     assert counts.dtype == jnp.int8
     np.testing.assert_array_equal(counts, [1, 1, 1])
     assert matrix.sum(dtype=jnp.float32).dtype == jnp.float32
+
+
+def test_spectral_norm_is_the_largest_singular_value():
+    """`norm(A, 2)` against numpy's, tall and wide (Lanczos on the smaller Gram matrix),
+    one column, no rows, repeated CSR positions, complex values; its gradient is
+    `Re(u^H dA v)` in both modes, and it maps over a batch."""
+    rng = np.random.default_rng(9)
+    tall, tall_twin = random_csr(rng, (40, 25), density=0.2, dtype=jnp.float64, repeat_columns=True)
+    wide, wide_twin = random_dia(rng, (12, 30), (-3, 0, 4, 9), jnp.complex128)
+    column = js.CSRMatrix.fromdense(jnp.asarray(rng.standard_normal((6, 1))))
+    empty = js.CSRMatrix.fromdense(jnp.zeros((0, 4)))
+    for matrix, dense in (
+        (tall, tall_twin.toarray()),
+        (wide, wide_twin.toarray()),
+        (column, np.asarray(column.todense())),
+        (empty, np.zeros((0, 4))),
+    ):
+        expected = np.linalg.norm(dense, 2) if dense.size else 0.0
+        np.testing.assert_allclose(js.linalg.norm(matrix, 2), expected, rtol=1e-12)
+    check_grads(lambda d: js.linalg.norm(tall.with_data(d), 2), (tall.data,), 1, ("fwd", "rev"))
+    batched = jax.vmap(lambda d: js.linalg.norm(wide.with_data(d), 2))(
+        jnp.stack([wide.data, 3 * wide.data])
+    )
+    np.testing.assert_allclose(batched, np.array([1, 3]) * np.linalg.norm(wide_twin.toarray(), 2))

@@ -12,13 +12,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._base import SparseMatrix
-from ._batching import over_batch
-from ._coordinates import at_distinct_positions, may_repeat, reduce_distinct
-from ._reductions import count_nonzero, extreme, line_sums
-from .kernels._precision import accumulation_dtype
+from .._base import SparseMatrix
+from .._batching import over_batch
+from .._coordinates import at_distinct_positions, may_repeat, reduce_distinct
+from .._reductions import count_nonzero, extreme, line_sums
+from ..kernels._precision import accumulation_dtype
+from ._spectral_norm import spectral_norm
 
-MATRIX_ORDERS = (None, "fro", 1, -1, np.inf, -np.inf)
+MATRIX_ORDERS = (None, "fro", 1, -1, 2, np.inf, -np.inf)
 
 
 def norm(matrix, ord=None, axis=None) -> jax.Array:
@@ -30,7 +31,9 @@ def norm(matrix, ord=None, axis=None) -> jax.Array:
     - `matrix`: a `DIAMatrix` or `CSRMatrix` (boolean values count as 0 and 1).
     - `ord`: for a matrix norm, `None` or `"fro"` (Frobenius), `1` / `-1` (largest /
       smallest absolute column sum), `jnp.inf` / `-jnp.inf` (largest / smallest absolute
-      row sum). For vector norms, `None` or 2 (Euclidean), `jnp.inf` / `-jnp.inf` (largest /
+      row sum), `2` (the largest singular value, by Lanczos on products with `A` and
+      `A^H`: `_spectral_norm`; -2 and `"nuc"` are not supported, as in scipy).
+      For vector norms, `None` or 2 (Euclidean), `jnp.inf` / `-jnp.inf` (largest /
       smallest magnitude, implicit zeros included), 0 (the number of nonzeros), or any
       other number `p`: `(sum |a|^p)^(1/p)` over the stored entries (a DIA slot holding 0
       is none, as scipy's conversions drop them).
@@ -52,7 +55,7 @@ def norm(matrix, ord=None, axis=None) -> jax.Array:
             raise ValueError(f"`ord` of vector norms must be None or a number, got {ord!r}.")
         return _vector_norms(matrix, ord=2 if ord is None else float(ord), axis=axes[0])
     if ord not in MATRIX_ORDERS:
-        raise ValueError(f"`ord` must be None, 'fro', 1, -1, inf or -inf, got {ord!r}.")
+        raise ValueError(f"`ord` must be None, 'fro', 1, -1, 2, inf or -inf, got {ord!r}.")
     if axes == (1, 0) and ord is not None and ord != "fro":
         ord = {1: np.inf, -1: -np.inf, np.inf: 1, -np.inf: -1}[ord]
     return _matrix_norm(matrix, ord=ord)
@@ -73,6 +76,8 @@ def _axes(axis) -> tuple[int, ...]:
 
 @over_batch
 def _matrix_norm(matrix, ord=None) -> jax.Array:
+    if ord == 2:
+        return spectral_norm(matrix).astype(jnp.finfo(matrix.dtype).dtype)
     return _matrix_norm_of(matrix, ord=ord, repeats=may_repeat(matrix))
 
 
