@@ -7,7 +7,8 @@ shapes, DIA offsets and CSR entry counts are Python ints, values and CSR index a
 traced. `kron` and `block_diag` of DIA matrices give DIA (the result's offsets follow from
 the inputs' offsets and shapes); `vstack`, `hstack` and anything involving CSR give CSR.
 Values keep their dtype (two dtypes combine by `jnp.result_type`), and gradients flow
-through them to the inputs' values.
+through them to the inputs' values. As in scipy, `format=` (`"csr"` or `"dia"`) converts
+the result, and the stacking functions take a `dtype=` for it.
 """
 
 import collections
@@ -35,13 +36,14 @@ from ._csr import CSRMatrix
 from ._csr_layout import indptr_from_counts, row_ids
 from ._dia import DIAMatrix, _validate_offsets
 from ._dia_layout import active_diagonals, inside_slots, valid_rows
+from ._interop import asformat
 
 # `random` samples positions by one permutation of all `m * n` of them up to this many;
 # beyond, and at densities up to 1/4, by drawing with replacement and redrawing repeats.
 _PERMUTATION_LIMIT = 1 << 20
 
 
-def diags(diagonals, offsets=0, shape=None, dtype=None) -> DIAMatrix:
+def diags(diagonals, offsets=0, shape=None, format=None, dtype=None) -> SparseMatrix:
     """A `DIAMatrix` from its diagonals, in scipy's `diags` convention (jit-able).
 
     Diagonal `d` holds `A[i, i + offsets[d]]` for consecutive rows `i`: its values run
@@ -56,10 +58,12 @@ def diags(diagonals, offsets=0, shape=None, dtype=None) -> DIAMatrix:
         when `offsets` is an int.
     - `offsets`: distinct Python ints (or one int).
     - `shape`: `(m, n)`; by default square, `len(diagonals[0]) + abs(offsets[0])`.
+    - `format`: `None` or `"dia"` for a `DIAMatrix`, `"csr"` for a `CSRMatrix`.
     - `dtype`: of the values (floating, complex or boolean); by default that of the
         diagonals (`jnp.result_type`), and the default floating dtype for integers.
 
-    **Returns:** a `DIAMatrix` with these offsets, in the given order.
+    **Returns:** a `DIAMatrix` with these offsets, in the given order (or that matrix in
+    `format`).
     """
     if isinstance(offsets, (numbers.Integral, np.integer)) and not isinstance(offsets, bool):
         if not _holds_one_diagonal(diagonals):
@@ -94,7 +98,8 @@ def diags(diagonals, offsets=0, shape=None, dtype=None) -> DIAMatrix:
                 f"`diagonals[{d}]` has {diagonal.shape[0]} values but the diagonal at offset "
                 f"{off} of a matrix of shape {shape} has {length} entries."
             )
-    return DIAMatrix(_diagonals_as_data(values, offsets, shape, dtype), offsets, shape)
+    matrix = DIAMatrix(_diagonals_as_data(values, offsets, shape, dtype), offsets, shape)
+    return _in_format(matrix, format)
 
 
 def _as_diagonal(diagonal) -> jax.Array:
@@ -120,7 +125,7 @@ def _diagonals_as_data(values, offsets, shape, dtype) -> jax.Array:
     return jnp.stack(rows) if rows else jnp.zeros((0, n), dtype)
 
 
-def eye(m: int, n: int | None = None, k: int = 0, dtype=None) -> DIAMatrix:
+def eye(m: int, n: int | None = None, k: int = 0, dtype=None, format=None) -> SparseMatrix:
     """The `(m, n)` matrix with ones on diagonal `k` (jit-able), as `scipy.sparse.eye`.
 
     **Arguments:**
@@ -128,26 +133,27 @@ def eye(m: int, n: int | None = None, k: int = 0, dtype=None) -> DIAMatrix:
     - `m`, `n`: rows and columns (`n` defaults to `m`).
     - `k`: the offset of the diagonal of ones (0 main, > 0 above, < 0 below).
     - `dtype`: floating, complex or boolean; the default floating dtype if `None`.
+    - `format`: `None` or `"dia"` for a `DIAMatrix`, `"csr"` for a `CSRMatrix`.
 
-    **Returns:** a `DIAMatrix` with offsets `(k,)`.
+    **Returns:** a `DIAMatrix` with offsets `(k,)` (or that matrix in `format`).
     """
     shape = validate_shape((m, m if n is None else n))
     (k,) = _validate_offsets(k)
     length = min(shape[0] + k, shape[1] - k, *shape)
     if length < 0:
         raise ValueError(f"`k` = {k} lies outside a matrix of shape {shape}.")
-    return diags(jnp.ones((length,), _values_dtype(dtype)), k, shape)
+    return diags(jnp.ones((length,), _values_dtype(dtype)), k, shape, format)
 
 
-def identity(n: int, dtype=None) -> DIAMatrix:
+def identity(n: int, dtype=None, format=None) -> SparseMatrix:
     """The `(n, n)` identity matrix as a `DIAMatrix` with offsets `(0,)` (jit-able).
 
-    **Arguments:** `n`, the size; `dtype` as in `eye`.
+    **Arguments:** `n`, the size; `dtype` and `format` as in `eye`.
     """
-    return eye(n, dtype=dtype)
+    return eye(n, dtype=dtype, format=format)
 
 
-def kron(A: SparseMatrix, B: SparseMatrix) -> SparseMatrix:
+def kron(A: SparseMatrix, B: SparseMatrix, format=None) -> SparseMatrix:
     """The Kronecker product: `kron(A, B)[i * r + k, j * s + l] == A[i, j] * B[k, l]` for
     `B` of shape `(r, s)` (jit-able, differentiable in both factors' values).
 
@@ -160,68 +166,76 @@ def kron(A: SparseMatrix, B: SparseMatrix) -> SparseMatrix:
     factors convert by `tocsr`: every slot inside the matrix, zeros included), row by row
     in the factors' order.
 
-    **Arguments:** `A` and `B`, jaxsparse matrices.
+    **Arguments:** `A` and `B`, jaxsparse matrices; `format`, `"csr"` or `"dia"` to convert
+    the result to.
 
     **Returns:** a `DIAMatrix` or `CSRMatrix` of shape `(p * r, q * s)`.
     """
     for name, factor in (("A", A), ("B", B)):
         _check_sparse(factor, name)
     refuse_batch("`kron`", A, B)
-    if isinstance(A, DIAMatrix) and isinstance(B, DIAMatrix):
-        if B.shape[0] == B.shape[1] and _on_host(A, B):
-            return _kron_square_dia_on_host(A, B)
-        return _kron_dia(A, B)
-    return _kron_csr(A.tocsr(), B.tocsr())
+    if not (isinstance(A, DIAMatrix) and isinstance(B, DIAMatrix)):
+        return _in_format(_kron_csr(A.tocsr(), B.tocsr()), format)
+    if B.shape[0] == B.shape[1] and _on_host(A, B):
+        return _in_format(_kron_square_dia_on_host(A, B), format)
+    return _in_format(_kron_dia(A, B), format)
 
 
-def block_diag(mats) -> SparseMatrix:
+def block_diag(mats, format=None, dtype=None) -> SparseMatrix:
     """The block-diagonal matrix with the blocks `mats` in order (jit-able).
 
     Blocks need not be square: block `t` starts at the row and column after those of the
     blocks before it. All-DIA blocks give a `DIAMatrix` (block `t`'s diagonal `a` becomes
     diagonal `a + column_start - row_start`); any `CSRMatrix` gives a `CSRMatrix`.
 
-    **Arguments:** `mats`, a non-empty sequence of jaxsparse matrices.
+    **Arguments:** `mats`, a non-empty sequence of jaxsparse matrices; `format` and `dtype`
+    of the result, as in `vstack`.
 
     **Returns:** a `DIAMatrix` or `CSRMatrix` whose shape sums the blocks' shapes.
     """
     mats = _matrices(mats, "mats")
     if all(isinstance(block, DIAMatrix) for block in mats):
-        return _block_diag_dia(mats)
+        return _in_format(_block_diag_dia(mats), format, dtype)
     column_starts = [0, *itertools.accumulate(block.shape[1] for block in mats[:-1])]
     shape = (sum(block.shape[0] for block in mats), sum(block.shape[1] for block in mats))
-    return _stack_rows([block.tocsr() for block in mats], column_starts, shape)
+    stacked = _stack_rows([block.tocsr() for block in mats], column_starts, shape)
+    return _in_format(stacked, format, dtype)
 
 
-def vstack(blocks) -> CSRMatrix:
+def vstack(blocks, format=None, dtype=None) -> SparseMatrix:
     """The blocks stacked top to bottom, as a `CSRMatrix` (jit-able).
 
-    **Arguments:** `blocks`, a non-empty sequence of jaxsparse matrices with the same
-    number of columns.
+    **Arguments:**
+
+    - `blocks`: a non-empty sequence of jaxsparse matrices with the same number of columns.
+    - `format`: `None` or `"csr"` for a `CSRMatrix`, `"dia"` for a `DIAMatrix` (outside
+      `jit`: the offsets come from the structure).
+    - `dtype`: of the result's values; by default the blocks' (`jnp.result_type`).
 
     **Returns:** a `CSRMatrix` whose rows are the blocks' rows in order.
     """
     blocks = _matrices(blocks, "blocks")
     _check_equal_sizes(blocks, axis=1)
     shape = (sum(block.shape[0] for block in blocks), blocks[0].shape[1])
-    return _stack_rows([block.tocsr() for block in blocks], [0] * len(blocks), shape)
+    stacked = _stack_rows([block.tocsr() for block in blocks], [0] * len(blocks), shape)
+    return _in_format(stacked, format, dtype)
 
 
-def hstack(blocks) -> CSRMatrix:
+def hstack(blocks, format=None, dtype=None) -> SparseMatrix:
     """The blocks side by side, as a `CSRMatrix` (jit-able).
 
     Row `i` of the result holds row `i` of each block in turn, columns shifted past the
     blocks before it.
 
     **Arguments:** `blocks`, a non-empty sequence of jaxsparse matrices with the same
-    number of rows.
+    number of rows; `format` and `dtype` as in `vstack`.
 
     **Returns:** a `CSRMatrix` of shape `(m, sum of the blocks' columns)`.
     """
     blocks = [block.tocsr() for block in _matrices(blocks, "blocks")]
     _check_equal_sizes(blocks, axis=0)
     shape = (blocks[0].shape[0], sum(block.shape[1] for block in blocks))
-    dtype, index_dtype, nnz = _joined_layout(blocks, shape)
+    values_dtype, index_dtype, nnz = _joined_layout(blocks, shape)
     widths = tuple(block.shape[1] for block in blocks)
     with jax.ensure_compile_time_eval():  # a structure known on the host stays known
         indices, indptr, destinations = _side_by_side_structure(
@@ -231,8 +245,8 @@ def hstack(blocks) -> CSRMatrix:
             nnz,
             index_dtype,
         )
-    data = _placed_values([block.data for block in blocks], destinations, nnz, dtype)
-    return CSRMatrix(data, indices, indptr, shape)
+    values = _placed_values([block.data for block in blocks], destinations, nnz, values_dtype)
+    return _in_format(CSRMatrix(values, indices, indptr, shape), format, dtype)
 
 
 @functools.partial(jax.jit, static_argnums=(3, 4))
@@ -267,14 +281,14 @@ def _placed_values(block_data, destinations, nnz: int, dtype) -> jax.Array:
     return data
 
 
-def diags_array(diagonals, /, *, offsets=0, shape=None, dtype=None) -> DIAMatrix:
+def diags_array(diagonals, /, *, offsets=0, shape=None, format=None, dtype=None):
     """`diags` under scipy's newer name (`scipy.sparse.diags_array`)."""
-    return diags(diagonals, offsets, shape, dtype)
+    return diags(diagonals, offsets, shape, format, dtype)
 
 
-def eye_array(m: int, n: int | None = None, *, k: int = 0, dtype=None) -> DIAMatrix:
+def eye_array(m: int, n: int | None = None, *, k: int = 0, dtype=None, format=None):
     """`eye` under scipy's newer name (`scipy.sparse.eye_array`)."""
-    return eye(m, n, k, dtype)
+    return eye(m, n, k, dtype, format)
 
 
 def issparse(value) -> bool:
@@ -282,18 +296,19 @@ def issparse(value) -> bool:
     return isinstance(value, SparseMatrix)
 
 
-def tril(A: SparseMatrix, k: int = 0) -> SparseMatrix:
+def tril(A: SparseMatrix, k: int = 0, format=None) -> SparseMatrix:
     """The entries of `A` on and below diagonal `k` (`col - row <= k`), as `scipy.sparse.tril`.
 
     DIA keeps its offsets up to `k` (jit-able). CSR drops the other entries on the host when
     the indices are concrete; under `jit` it keeps them as explicit zeros (same structure).
+    `format`, `"csr"` or `"dia"`, converts the result.
     """
-    return _triangle(A, k, lower=True)
+    return _in_format(_triangle(A, k, lower=True), format)
 
 
-def triu(A: SparseMatrix, k: int = 0) -> SparseMatrix:
+def triu(A: SparseMatrix, k: int = 0, format=None) -> SparseMatrix:
     """The entries of `A` on and above diagonal `k` (`col - row >= k`); see `tril`."""
-    return _triangle(A, k, lower=False)
+    return _in_format(_triangle(A, k, lower=False), format)
 
 
 def _triangle(A, k: int, *, lower: bool):
@@ -316,9 +331,10 @@ def _triangle(A, k: int, *, lower: bool):
     return A.with_data(jnp.where(inside, A.data, jnp.zeros((), A.dtype)))
 
 
-def bmat(blocks) -> CSRMatrix:
+def bmat(blocks, format=None, dtype=None) -> SparseMatrix:
     """The matrix of the grid `blocks` (a list of rows of matrices or `None` for zero
-    blocks), as `scipy.sparse.bmat`; a `CSRMatrix` (jit-able).
+    blocks), as `scipy.sparse.bmat`; a `CSRMatrix` (jit-able), or one in `format` and
+    `dtype` as in `vstack`.
 
     The matrices of a block row share a height, those of a block column a width; a block
     row or column of `None` only is empty (height or width 0), as scipy's.
@@ -331,15 +347,15 @@ def bmat(blocks) -> CSRMatrix:
     widths = [_block_size(column, 1, f"block column {j}") for j, column in enumerate(columns)]
     present = [block for row in grid for block in row if block is not None]
     # No matrix at all: the default float type, as scipy's float64.
-    dtype = jnp.result_type(*(block.dtype for block in present)) if present else float
+    blocks_dtype = jnp.result_type(*(block.dtype for block in present)) if present else float
     rows = []
     for height, row in zip(heights, grid, strict=True):
         cells = [
-            _empty_csr((height, width), dtype) if block is None else block
+            _empty_csr((height, width), blocks_dtype) if block is None else block
             for width, block in zip(widths, row, strict=True)
         ]
         rows.append(hstack(cells))
-    return vstack(rows)
+    return vstack(rows, format, dtype)
 
 
 def _block_size(blocks, axis: int, where: str) -> int:
@@ -419,6 +435,13 @@ def random(
         shape,
     )
     return matrix.todia().astype(dtype) if format == "dia" else matrix
+
+
+def _in_format(matrix, format, dtype=None):
+    """`matrix` converted to `format` and `dtype` where given (scipy's `format=`, `dtype=`)."""
+    if dtype is not None:
+        matrix = matrix.astype(dtype)
+    return matrix if format is None else asformat(matrix, format)
 
 
 def _holds_one_diagonal(diagonals) -> bool:

@@ -473,3 +473,49 @@ def test_kron_of_boolean_dia_matches_numpy(shape):
     result = js.kron(booleans, booleans)
     assert result.dtype == np.bool_
     np.testing.assert_array_equal(result.todense(), np.kron(values > 0, values > 0))
+
+
+def test_format_and_dtype_arguments_convert_as_scipys():
+    """scipy's `format=` on every constructor and `dtype=` on the stacking ones, positional
+    where scipy's are (`diags(d, offsets, shape, format, dtype)`)."""
+    rng = np.random.default_rng(21)
+    csr, csr_twin = random_csr(rng, (4, 3), density=0.5, dtype=jnp.float32)
+    dia, dia_twin = random_dia(rng, (4, 3), (-1, 0, 2), jnp.float32, junk_in_ignored_slots=False)
+    sp = scipy.sparse
+    cases = [
+        (
+            js.diags([1.0, 2.0], [0, 1], (3, 3), "csr", jnp.float32),
+            sp.diags([1.0, 2.0], [0, 1], (3, 3)),
+        ),
+        (
+            js.diags_array([1.0], offsets=[1], shape=(3, 4), format="csr", dtype=jnp.float32),
+            sp.eye(3, 4, 1),
+        ),
+        (js.eye(3, 4, -1, jnp.float32, "csr"), sp.eye(3, 4, -1)),
+        (js.eye_array(3, k=1, dtype=jnp.float32, format="csr"), sp.eye(3, 3, 1)),
+        (js.identity(3, jnp.float32, "csr"), sp.identity(3)),
+        (js.kron(dia, dia, "csr"), sp.kron(dia_twin, dia_twin)),
+        (js.kron(csr, dia, format="dia"), sp.kron(csr_twin, dia_twin)),
+        (js.block_diag([dia, dia], "csr"), sp.block_diag([dia_twin, dia_twin])),
+        (js.vstack([csr, dia], "dia"), sp.vstack([csr_twin, dia_twin])),
+        (js.hstack([csr.T, dia.T], format="dia"), sp.hstack([csr_twin.T, dia_twin.T])),
+        (js.bmat([[csr, None], [None, dia]], "dia"), sp.bmat([[csr_twin, None], [None, dia_twin]])),
+        (js.tril(dia, 0, "csr"), sp.tril(dia_twin)),
+        (js.triu(csr, format="dia"), sp.triu(csr_twin)),
+    ]
+    for got, expected in cases:
+        kind = js.CSRMatrix if got.format == "csr" else js.DIAMatrix
+        assert_matches_scipy(got, expected, kind, jnp.float32)
+    for stacked in (
+        js.vstack([csr, dia], dtype=jnp.complex64),
+        js.hstack([csr, dia.T.T], None, jnp.complex64),
+        js.bmat([[csr], [dia]], dtype=jnp.complex64),
+        js.block_diag([csr, dia], dtype=jnp.complex64),
+    ):
+        assert stacked.dtype == jnp.complex64
+    assert [m.format for m in (cases[2][0], cases[6][0], cases[8][0])] == ["csr", "dia", "dia"]
+    assert isinstance(jax.jit(lambda: js.eye(4, format="csr"))(), js.CSRMatrix)
+    with pytest.raises(ValueError, match="`format` must be 'dia' or 'csr', got 'coo'"):
+        js.eye(3, format="coo")
+    with pytest.raises(ValueError, match="`format` must be 'dia' or 'csr', got 'csc'"):
+        js.vstack([csr], format="csc")
