@@ -16,3 +16,4 @@ from ._precondition_ilu0_native import NativeILU0Preconditioner as NativeILU0Pre
 from ._spsolve import factorized as factorized
 from ._spsolve import spsolve as spsolve
 from ._spsolve_lineax import LineaxSparseLU as LineaxSparseLU
+from ._svds import svds as svds
