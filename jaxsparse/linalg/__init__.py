@@ -1,11 +1,14 @@
 """`jaxsparse.linalg`: linear algebra on sparse matrices, after `scipy.sparse.linalg`."""
 
+from ._bands import is_sptriangular as is_sptriangular
+from ._bands import spbandwidth as spbandwidth
 from ._eigsh import eigsh as eigsh
 from ._expm_multiply import expm_multiply as expm_multiply
 from ._factor import Factorization as Factorization
 from ._factor_banded import BandedLU as BandedLU
 from ._factor_banded import DenseLU as DenseLU
 from ._factor_superlu import SuperLU as SuperLU
+from ._matrix_power import matrix_power as matrix_power
 from ._norms import norm as norm
 from ._precondition import JacobiPreconditioner as JacobiPreconditioner
 from ._precondition import Preconditioner as Preconditioner
