@@ -19,4 +19,5 @@ from ._precondition_ilu0_native import NativeILU0Preconditioner as NativeILU0Pre
 from ._spsolve import factorized as factorized
 from ._spsolve import spsolve as spsolve
 from ._spsolve_lineax import LineaxSparseLU as LineaxSparseLU
+from ._spsolve_triangular import spsolve_triangular as spsolve_triangular
 from ._svds import svds as svds
