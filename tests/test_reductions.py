@@ -332,13 +332,19 @@ def test_repeated_half_entries_add_up_in_float32():
     np.testing.assert_array_equal(matrix.max(), expected)
 
 
-@pytest.mark.parametrize("fmt", ["dia", "csr"])
-def test_reduction_gradients(fmt):
-    rng = np.random.default_rng(1)
+def differentiable_matrix(fmt, rng, density: float):
+    """A float64 (6, 5) DIA matrix, or a CSR one with repeated positions."""
     if fmt == "dia":
         matrix, _ = random_dia(rng, (6, 5), (-1, 0, 2), jnp.float64, junk_in_ignored_slots=False)
     else:
-        matrix, _ = random_csr(rng, (6, 5), density=0.5, dtype=jnp.float64, repeat_columns=True)
+        matrix, _ = random_csr(rng, (6, 5), density=density, dtype=jnp.float64, repeat_columns=True)
+    return matrix
+
+
+@pytest.mark.parametrize("fmt", ["dia", "csr"])
+def test_reduction_gradients(fmt):
+    rng = np.random.default_rng(1)
+    matrix = differentiable_matrix(fmt, rng, density=0.5)
     weights = random_values(rng, (5,), jnp.float64)
 
     @jax.jit
@@ -462,12 +468,8 @@ def test_csr_slices_under_jit_raise_unless_statically_empty():
 
 @pytest.mark.parametrize("fmt", ["dia", "csr"])
 def test_vector_norms_differentiate_and_batch(fmt):
-    rng = np.random.default_rng(8)
-    if fmt == "dia":
-        matrix, _ = random_dia(rng, (6, 5), (-1, 0, 2), jnp.float64, junk_in_ignored_slots=False)
-    else:
-        matrix, _ = random_csr(rng, (6, 5), density=0.6, dtype=jnp.float64, repeat_columns=True)
-        matrix = matrix.with_data(matrix.data + jnp.sign(matrix.data))  # no total near 0
+    matrix = differentiable_matrix(fmt, np.random.default_rng(8), density=0.6)
+    matrix = matrix.with_data(matrix.data + jnp.sign(matrix.data))  # no total near 0
     for ord, axis in ((None, 1), (3, 0), (np.inf, 1), (-np.inf, 0)):
 
         def norms(data, ord=ord, axis=axis):
