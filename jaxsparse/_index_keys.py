@@ -9,12 +9,29 @@ axis' size (`axis_key`). A key becomes one of:
   (`A[i, picks]`, `A[picks, picks]`) can take, its length being static.
 
 Picks keep their shape: `np.ix_`'s column `(r, 1)` and row `(1, c)` select a submatrix.
+A 2-D boolean mask of the matrix's shape picks entries (`mask_positions`).
 """
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
 from ._base import is_concrete
+
+
+def mask_positions(key, shape: tuple[int, int]):
+    """`(rows, cols)` of the `True` entries of a 2-D boolean mask of the matrix's shape,
+    numpy's `A[mask]` (row-major); None for any other key."""
+    if not (hasattr(key, "dtype") and key.dtype == bool and getattr(key, "ndim", 0) == 2):
+        return None
+    if tuple(key.shape) != tuple(shape):
+        raise IndexError(f"a boolean mask of entries must have shape {shape}, got {key.shape}.")
+    if not is_concrete(key):
+        raise TypeError(
+            "a boolean mask of entries selects as many entries as it holds `True`, which "
+            "depends on values traced under `jax.jit`: index outside `jit`."
+        )
+    return np.nonzero(np.asarray(key))
 
 
 def split_key(key) -> tuple:
@@ -40,48 +57,60 @@ def axis_key(key, size: int, what: str):
         if not -size <= key < size:
             raise IndexError(f"{what} index {key} is out of range for size {size}.")
         return int(key) % size
-    if isinstance(key, (list, tuple)):
-        key = np.asarray(key)
-    array = key if hasattr(key, "ndim") and hasattr(key, "dtype") else None
-    if array is None or not _integer_or_boolean(array) or (array.ndim == 0 and array.dtype == bool):
+    # An empty list is float64 to numpy: it picks nothing, whatever its dtype.
+    from_list = isinstance(key, (list, tuple))
+    array = np.asarray(key) if from_list else key
+    if (
+        not (hasattr(array, "ndim") and hasattr(array, "dtype"))
+        or not (_integer_or_boolean(array.dtype) or (from_list and array.size == 0))
+        or (array.ndim == 0 and array.dtype == bool)
+    ):
         raise IndexError(
             f"a {what} index must be an integer, a slice, or an array of integers or "
             f"booleans, got {key!r}."
         )
+    if array.ndim > 2:
+        raise IndexError(f"a {what} index takes at most 2 dimensions, got {array.shape}.")
     if not is_concrete(array):
         return _traced_picks(array, size, what)
-    if array.dtype == np.bool_ and array.ndim:
+    array = np.asarray(array)
+    if array.dtype == np.bool_:
         if array.shape != (size,):
             raise IndexError(
                 f"a boolean mask of {what}s must have shape ({size},), got {array.shape}."
             )
-        return np.flatnonzero(np.asarray(array))
-    if array.ndim > 2:
-        raise IndexError(f"a {what} index takes at most 2 dimensions, got {array.shape}.")
-    picked = np.asarray(array).astype(np.int64)
-    if picked.size and (picked.min() < -size or picked.max() >= size):
-        raise IndexError(f"{what} index out of range for size {size}: {picked.tolist()}.")
-    return picked % max(size, 1) if picked.ndim else int(picked) % size
+        return np.flatnonzero(array)
+    # Checked in the key's own dtype: a cast first would wrap large unsigned values.
+    if array.size and (array.min() < -size or array.max() >= size):
+        raise IndexError(f"{what} index out of range for size {size}: {array.tolist()}.")
+    picked = array.astype(np.int64) % max(size, 1)
+    return picked if picked.ndim else int(picked)
 
 
-def _integer_or_boolean(array) -> bool:
-    # An empty list is float64 to numpy: it picks nothing, whatever its dtype.
-    return array.size == 0 or jnp.issubdtype(array.dtype, jnp.integer) or array.dtype == bool
+def _integer_or_boolean(dtype) -> bool:
+    return jnp.issubdtype(dtype, jnp.integer) or dtype == jnp.bool_
 
 
 def _traced_picks(array, size: int, what: str):
-    """A traced index: a point or picks, made non-negative and clamped into range."""
+    """A traced index: a point or picks, made non-negative and clamped into range, in a
+    dtype that holds `size` (an int8 key would wrap at `array + size`)."""
     if array.dtype == jnp.bool_:
         raise TypeError(
             f"a boolean mask of {what}s selects as many {what}s as it holds `True`, which "
             "depends on values traced under `jax.jit`: index outside `jit`."
         )
-    if array.ndim > 2:
-        raise IndexError(f"a {what} index takes at most 2 dimensions, got {array.shape}.")
     # No value is in range of an empty axis, and its size is static: `jnp`'s IndexError now.
-    if size == 0:
+    if size == 0 and array.size:
         raise IndexError(f"a {what} index is out of range for size 0, whatever its value.")
-    return jnp.clip(jnp.where(array < 0, array + size, array), 0, size - 1)
+    wide = jax.dtypes.canonicalize_dtype(np.int64 if size > np.iinfo(np.int32).max else np.int32)
+    if jnp.issubdtype(array.dtype, jnp.unsignedinteger):
+        # Clamped in the key's dtype, where a cast first could wrap a large value.
+        array = jnp.minimum(array, min(max(size - 1, 0), jnp.iinfo(array.dtype).max))
+        array = array.astype(wide)
+    else:
+        array = array.astype(np.promote_types(array.dtype, wide))  # widened exactly
+    clamped = jnp.clip(jnp.where(array < 0, array + size, array), 0, max(size - 1, 0))
+    return clamped.astype(wide)
 
 
 def is_point(key) -> bool:

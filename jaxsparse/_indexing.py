@@ -10,7 +10,9 @@ What comes back, and where it differs from scipy's sparse arrays:
 - `A[i, j]`: the entry, a 0-d array (repeated CSR entries summed). Jit-able. It and `A[i]`
   read only row `i`'s entries of a CSR matrix (their derivatives read every entry).
 - Two index arrays, `A[[i, k], [j, l]]`: the entries at the pairs of positions, the
-  arrays broadcast together (numpy's rule), a dense array as scipy's; jit-able.
+  arrays broadcast together (numpy's rule), a dense array (scipy's is sparse for 2-D
+  arrays); jit-able. `A[mask]` for a boolean mask of the matrix's shape: the entries where
+  it holds, row-major, as numpy's (concrete masks only).
 - `A[i:j]`, `A[:, i:j]`, `A[i:j, k:l]` (steps of 1): the same format (scipy's CSR slices
   are CSR; its `dia_array` takes no index at all). DIA slices are jit-able (the offsets
   shift by the slice starts; `data` is a column slice). CSR slices change the number of
@@ -43,7 +45,15 @@ from ._coordinates import (
     unless_invalid_structure,
 )
 from ._csr_layout import dropped_outside
-from ._index_keys import axis_key, host_positions, is_picks, is_point, span, split_key
+from ._index_keys import (
+    axis_key,
+    host_positions,
+    is_picks,
+    is_point,
+    mask_positions,
+    span,
+    split_key,
+)
 
 
 def getitem(matrix, key):
@@ -53,6 +63,8 @@ def getitem(matrix, key):
             "`A[...]` (a member of the batch, or rows of every member?)",
             matrix,
         )
+    if (positions := mask_positions(key, matrix.shape)) is not None:
+        return _pairs(matrix, *positions)
     rows_key, cols_key = split_key(key)
     m, n = matrix.shape
     rows, cols = axis_key(rows_key, m, "row"), axis_key(cols_key, n, "column")
@@ -82,7 +94,8 @@ def _picked(line, key):
 def _column(matrix, j):
     """`matrix[:, j]` as a dense column, repeats summed."""
     rows, cols, values = entries(matrix)
-    return scatter_total(matrix.shape[0], jnp.where(cols == j, rows, matrix.shape[0]), values)
+    on_column = cols == jnp.asarray(j).astype(cols.dtype)  # `j` lies in range: no wrap
+    return scatter_total(matrix.shape[0], jnp.where(on_column, rows, matrix.shape[0]), values)
 
 
 def _outer(rows, cols) -> bool:
@@ -93,7 +106,8 @@ def _outer(rows, cols) -> bool:
 
 def _pairs(matrix, rows, cols):
     """The entries at `(rows[p], cols[p])`, the arrays broadcast together (numpy's rule),
-    as a dense array: jit-able, repeats summed."""
+    as a dense array (as numpy's; scipy's is dense for 1-D pairs, sparse for 2-D ones):
+    jit-able, repeats summed."""
     try:
         shape = np.broadcast_shapes(rows.shape, cols.shape)
     except ValueError as error:
@@ -101,11 +115,12 @@ def _pairs(matrix, rows, cols):
             f"row and column index arrays of shapes {rows.shape} and {cols.shape} do not "
             "broadcast together."
         ) from error
+    dtype = jax.dtypes.canonicalize_dtype(np.result_type(rows.dtype, cols.dtype))
     repeats = may_repeat(matrix)
     values, _ = lookup(
         matrix,
-        jnp.broadcast_to(rows, shape),
-        jnp.broadcast_to(cols, shape),
+        jnp.broadcast_to(rows, shape).astype(dtype),
+        jnp.broadcast_to(cols, shape).astype(dtype),
         repeats=repeats,
     )
     return unless_invalid_structure(matrix, values, checked=repeats is not None)
@@ -115,6 +130,13 @@ def _select(matrix, rows, cols):
     """The submatrix of the rows and columns that two `range`s or picks select: the same
     format for two ranges of step 1 (`_submatrix`), else a `CSRMatrix` holding them in the
     order given (host-side: its entries depend on the index values)."""
+    if not (is_picks(rows) and is_picks(cols)) and any(
+        is_picks(key) and key.ndim != 1 for key in (rows, cols)
+    ):
+        raise IndexError(
+            "a 2-D index array selects a submatrix only beside another, as `np.ix_`'s pair "
+            "(rows `(r, 1)`, columns `(1, c)`): beside a slice it must be 1-D."
+        )
     row_positions = host_positions(rows, "row")
     col_positions = host_positions(cols, "column")
     m, n = matrix.shape
@@ -265,7 +287,8 @@ def _dia_row(matrix, i):
 def _dia_offsets(matrix, i, j):
     """The offsets as an array, and `i`, `j`, in one integer dtype that holds them all
     (offsets lie in `(-m, n)`)."""
-    dtype = jax.dtypes.canonicalize_dtype(np.promote_types(i.dtype, j.dtype))
+    holds_shape = np.int64 if max(matrix.shape) > np.iinfo(np.int32).max else np.int32
+    dtype = jax.dtypes.canonicalize_dtype(np.result_type(i.dtype, j.dtype, holds_shape))
     offsets = jnp.asarray(np.asarray(matrix.offsets, np.int64), dtype)
     return offsets, i.astype(dtype), j.astype(dtype)
 
@@ -273,8 +296,9 @@ def _dia_offsets(matrix, i, j):
 def _check_host_structure(matrix) -> None:
     if not is_concrete(matrix.indices, matrix.indptr):
         raise TypeError(
-            "selecting rows of a `CSRMatrix` with traced index arrays (under `jax.jit`) "
-            "changes its number of entries: select outside `jit`."
+            "selecting rows or columns of a `CSRMatrix` changes its number of entries, "
+            "which depends on its structure (`indices`, `indptr`), traced here (under "
+            "`jax.jit` or `jax.vmap`): select outside them."
         )
 
 

@@ -286,6 +286,11 @@ def _result_dtype(matrix, dtype, name: str, *, counts: bool):
     if dtype is None:
         return None
     dtype = np.dtype(dtype)
+    if jnp.iscomplexobj(matrix.data) and not jnp.issubdtype(dtype, jnp.complexfloating):
+        raise TypeError(
+            f"`{name}(dtype={dtype})` of complex values would drop their imaginary parts: "
+            "take `.real` first, or give a complex `dtype`."
+        )
     if jnp.issubdtype(dtype, jnp.inexact):
         return dtype
     if counts and jnp.issubdtype(dtype, jnp.integer) and matrix.dtype == jnp.bool_:

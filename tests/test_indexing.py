@@ -91,6 +91,29 @@ def test_traced_index_arrays_give_dense_results_under_jit_clamped_like_jnp():
             np.testing.assert_allclose(got, want, atol=1e-12)
 
 
+def test_narrow_traced_keys_are_widened_before_any_arithmetic():
+    """int8 and uint8 keys on an axis of 300: `i + size` and the DIA offsets would wrap in
+    the key's own dtype."""
+    rng = np.random.default_rng(16)
+    dense = np.diag(np.arange(1.0, 301.0)) + np.diag(rng.standard_normal(200), -100)
+    for matrix in (js.CSRMatrix.fromdense(dense), js.DIAMatrix.fromdense(jnp.asarray(dense))):
+        read = jax.jit(lambda a, i, j, cols: (a[i, j], a[i], a[i, cols]))
+        for i, j in ((np.int8(-1), np.int8(-1)), (np.uint8(200), np.uint8(100)), (np.int8(100), 0)):
+            cols = jnp.array([-1, 5, 127], jnp.int8)
+            entry, row, picked = read(matrix, jnp.asarray(i), jnp.asarray(j), cols)
+            np.testing.assert_allclose(entry, dense[i, j])
+            np.testing.assert_allclose(row, dense[i])
+            np.testing.assert_allclose(picked, dense[i, [-1, 5, 127]])
+
+
+def test_a_boolean_mask_of_entries_picks_them_row_major():
+    for matrix, dense in matrices(np.random.default_rng(17)):
+        mask = dense > 0.3
+        np.testing.assert_allclose(matrix[mask], dense[mask])
+        with pytest.raises(IndexError, match=r"mask of entries must have shape \(6, 7\)"):
+            matrix[np.ones((2, 2), bool)]
+
+
 def test_entries_at_pairs_are_differentiable_in_the_values():
     rng = np.random.default_rng(13)
     rows, cols = np.array([0, 3, 3, 5]), np.array([1, 2, 6, 0])
@@ -125,6 +148,10 @@ def test_selections_that_change_the_number_of_entries_refuse_traced_keys():
         (np.zeros((2, 2, 2), int), IndexError, "at most 2 dimensions"),
         (([0, 1], [0, 1, 2]), IndexError, "do not broadcast together"),
         ((0, 1, 2), IndexError, "at most two indices"),
+        (np.array([[0, 1], [2, 3]]), IndexError, "beside a slice it must be 1-D"),
+        ((np.array([[0], [2]]), slice(1, 3)), IndexError, "beside a slice it must be 1-D"),
+        (np.array([2**40], np.uint64), IndexError, r"out of range for size 6: \[1099511627776\]"),
+        (np.zeros(0), IndexError, "must be an integer"),
     ],
 )
 def test_bad_keys_raise_naming_the_axis(key, error, message):

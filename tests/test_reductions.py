@@ -499,6 +499,10 @@ def test_vector_norm_sum_and_max_arguments_are_checked():
         (matrix > 0).mean(dtype=jnp.int32)
     with pytest.raises(TypeError, match="`explicit` must be True or False"):
         matrix.max(explicit=None)
+    with pytest.raises(TypeError, match="would drop their imaginary parts"):
+        matrix.astype(jnp.complex64).sum(dtype=jnp.float32)
+    with pytest.raises(ValueError, match="`ord`=inf picks the largest"):
+        js.linalg.norm(js.CSRMatrix.fromdense(jnp.zeros((0, 3))), np.inf, 0)
     counts = (matrix > 0).sum(axis=0, dtype=jnp.int8)
     assert counts.dtype == jnp.int8
     np.testing.assert_array_equal(counts, [1, 1, 1])
@@ -523,6 +527,13 @@ def test_spectral_norm_is_the_largest_singular_value():
         expected = np.linalg.norm(dense, 2) if dense.size else 0.0
         np.testing.assert_allclose(js.linalg.norm(matrix, 2), expected, rtol=1e-12)
     check_grads(lambda d: js.linalg.norm(tall.with_data(d), 2), (tall.data,), 1, ("fwd", "rev"))
+    # The transpose's norm is the same; entries whose squares leave float32's range.
+    np.testing.assert_allclose(js.linalg.norm(tall, 2, axis=(1, 0)), js.linalg.norm(tall, 2))
+    extremes = rng.standard_normal((8, 8))
+    for scale in (1e20, 1e-25):
+        matrix = js.CSRMatrix.fromdense(jnp.asarray(extremes * scale, jnp.float32))
+        expected = np.linalg.norm(np.asarray(matrix.todense(), np.float64), 2)
+        np.testing.assert_allclose(js.linalg.norm(matrix, 2), expected, rtol=1e-5)
     batched = jax.vmap(lambda d: js.linalg.norm(wide.with_data(d), 2))(
         jnp.stack([wide.data, 3 * wide.data])
     )

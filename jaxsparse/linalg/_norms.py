@@ -51,13 +51,19 @@ def norm(matrix, ord=None, axis=None) -> jax.Array:
         matrix = matrix.astype(jnp.float32)
     axes = _axes(axis)
     if len(axes) == 1:
-        if isinstance(ord, str) or not isinstance(ord, (int, float, np.number, type(None))):
+        if not isinstance(ord, (int, float, np.number, type(None))):
             raise ValueError(f"`ord` of vector norms must be None or a number, got {ord!r}.")
-        return _vector_norms(matrix, ord=2 if ord is None else float(ord), axis=axes[0])
+        ord = 2.0 if ord is None else float(ord)
+        if ord in (np.inf, -np.inf) and matrix.shape[axes[0]] == 0:
+            raise ValueError(
+                f"norm: `ord`={ord} picks the largest or smallest magnitude along axis "
+                f"{axes[0]}, which is empty for shape={matrix.shape}."
+            )
+        return _vector_norms(matrix, ord=ord, axis=axes[0])
     if ord not in MATRIX_ORDERS:
         raise ValueError(f"`ord` must be None, 'fro', 1, -1, 2, inf or -inf, got {ord!r}.")
-    if axes == (1, 0) and ord is not None and ord != "fro":
-        ord = {1: np.inf, -1: -np.inf, np.inf: 1, -np.inf: -1}[ord]
+    if axes == (1, 0):  # the transpose's norm: column sums become row sums
+        ord = {1: np.inf, -1: -np.inf, np.inf: 1, -np.inf: -1}.get(ord, ord)
     return _matrix_norm(matrix, ord=ord)
 
 

@@ -2,9 +2,11 @@
 
 Lanczos (`thick_restart_lanczos`) finds the largest eigenvalue of the smaller Gram matrix,
 `A^H A` for a tall `A` and `A A^H` for a wide one, through products with `A` and `A^H`:
-the Gram matrix is never formed. The norm is then `||A v||` (or `||A^H u||`) for the
-eigenvector found, which is accurate to rounding where the square root of the eigenvalue
-would lose half the digits of a small norm. Its derivative in the values is
+the Gram matrix is never formed, and the matrix is scaled to entries of at most 1 first
+(the Gram matrix squares them). The norm is then `||A v||` (or `||A^H u||`) for the
+eigenvector found: its error is about the square of the vector's over the gap to the next
+singular value, so residuals of `sqrt(eps)` give it to rounding where that gap is not
+small (clustered top values converge to their cluster). Its derivative in the values is
 `Re(u^H dA v)` for the top singular pair `(u, v)`, where the largest singular value is
 simple (as every derivative of an eigenvalue, it is not defined where it is repeated).
 """
@@ -13,6 +15,8 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
+from .._coordinates import entries
+from .._csr import CSRMatrix
 from ._eigsh_lanczos import start_vector, thick_restart_lanczos
 from ._working_dtype import working_dtype
 
@@ -52,27 +56,37 @@ def _top_singular_triplet(A):
     real = jnp.finfo(A.dtype).dtype
     if min(m, n) == 0:
         return jnp.zeros((), real), jnp.zeros((m,), A.dtype), jnp.zeros((n,), A.dtype)
+    # Entries scaled to at most 1: the Gram matrix squares them, and so does `||A v||`,
+    # where large ones would overflow and small ones underflow.
+    values = A.data if isinstance(A, CSRMatrix) else entries(A)[2]
+    largest = jnp.max(jnp.abs(values), initial=0)
+    scale = jnp.where((largest > 0) & jnp.isfinite(largest), largest, 1).astype(real)
+    A = A.with_data(A.data / scale.astype(A.dtype))
     tall = m >= n
-    size = min(m, n)
-    if size == 1:  # one column or row: its Euclidean norm, no iteration
-        w = jnp.ones((1,), A.dtype)
-    else:
-        gram = (lambda x: A.H @ (A @ x)) if tall else (lambda x: A @ (A.H @ x))
-        result = thick_restart_lanczos(
-            gram,
-            start_vector(None, size, A.dtype),
-            k=1,
-            ncv=min(size, _NCV),
-            which="LA",
-            tol=100 * float(jnp.finfo(A.dtype).eps),
-            maxiter=10 * size,
-        )
-        w = eqx.error_if(
-            result.vectors[:, 0],
-            ~result.converged,
-            "norm(A, 2): the largest singular value did not converge.",
-        )
+    w = jnp.ones((1,), A.dtype) if min(m, n) == 1 else _top_gram_vector(A, tall)
     image = A @ w if tall else A.H @ w
-    value = jnp.linalg.norm(image).astype(real)
-    scaled = image / jnp.where(value > 0, value, 1).astype(A.dtype)
-    return (value, scaled, w) if tall else (value, w, scaled)
+    length = jnp.linalg.norm(image).astype(real)
+    scaled = image / jnp.where(length > 0, length, 1).astype(A.dtype)
+    return (scale * length, scaled, w) if tall else (scale * length, w, scaled)
+
+
+def _top_gram_vector(A, tall: bool) -> jax.Array:
+    """The top eigenvector of the smaller Gram matrix of `A`, `A^H A` if `tall`."""
+    size = A.shape[1] if tall else A.shape[0]
+    gram = (lambda x: A.H @ (A @ x)) if tall else (lambda x: A @ (A.H @ x))
+    result = thick_restart_lanczos(
+        gram,
+        start_vector(None, size, A.dtype),
+        k=1,
+        ncv=min(size, _NCV),
+        which="LA",
+        # Residuals of `sqrt(eps)`: `||A w||` errs by about their square over the gap to the
+        # next singular value, and where the top ones cluster the vector converges slowly.
+        tol=float(jnp.finfo(A.dtype).eps) ** 0.5,
+        maxiter=10 * size,
+    )
+    return eqx.error_if(
+        result.vectors[:, 0],
+        ~result.converged,
+        "norm(A, 2): the largest singular value did not converge.",
+    )
