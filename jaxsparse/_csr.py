@@ -40,6 +40,7 @@ from ._interop import (
 )
 from ._matmul import mark_transpose, sparse_times_dense
 from ._operators import SparseOperators
+from ._setdiag import csr_setdiag
 from ._structure_facts import remembered
 from .kernels import native_csr
 
@@ -309,6 +310,13 @@ class CSRMatrix(SparseMatrix, SparseOperators):
     def sort_indices(self) -> "CSRMatrix":
         """Columns sorted within each row (a new matrix; jit-able)."""
         return sort_indices(self)
+
+    def setdiag(self, values, k: int = 0) -> "CSRMatrix":
+        """The matrix with diagonal `k` set to `values` (a new matrix), as scipy's
+        `setdiag`: a scalar fills the diagonal, a shorter array its first entries, and
+        positions not stored before are added. Host-side: the structure must be concrete
+        (the values may be traced). See `jaxsparse._setdiag`."""
+        return csr_setdiag(self, values, k)
 
     def eliminate_zeros(self) -> "CSRMatrix":
         """Explicit zeros removed (a new matrix; host-side, not under `jit`)."""

@@ -1,7 +1,6 @@
 """`DIAMatrix`: the diagonal format, its validation and its conversions."""
 
 import functools
-import numbers
 
 import equinox as eqx
 import jax
@@ -31,10 +30,12 @@ from ._dia_layout import (
     negate_offsets,
     stored_positions,
     transpose_data,
+    validate_offsets,
 )
 from ._dia_ops import dia_matmul_p, dia_matmul_t_p
 from ._matmul import mark_transpose, sparse_times_dense
 from ._operators import SparseOperators
+from ._setdiag import diagonal_values
 
 
 class DIAMatrix(SparseMatrix, SparseOperators):
@@ -71,7 +72,7 @@ class DIAMatrix(SparseMatrix, SparseOperators):
         if offsets is None or shape is None:
             raise TypeError("`DIAMatrix` needs `offsets` and `shape=(m, n)`.")
         shape = validate_shape(shape)
-        offsets = _validate_offsets(offsets)
+        offsets = validate_offsets(offsets)
         data = as_value_array(data, "data")
         if data.ndim == 1 and len(offsets) == 1:
             data = data[None, :]
@@ -154,31 +155,13 @@ class DIAMatrix(SparseMatrix, SparseOperators):
         a real matrix are a TypeError (their imaginary parts would be dropped).
         """
         refuse_batch("`setdiag`", self)
-        (k,) = _validate_offsets(k)
-        m, n = self.shape
-        # As scipy: a diagonal wholly outside the matrix has nothing to set.
-        if (k > 0 and k >= n) or (k < 0 and -k >= m):
-            raise ValueError(
-                f"`k` exceeds array dimensions: k={k} for shape={self.shape} needs -m < k < n."
-            )
-        length = max(0, min(m + min(k, 0), n - max(k, 0)))
-        values = jnp.asarray(values)
-        if values.ndim > 1:
-            raise ValueError(f"`values` must be a scalar or 1-D, got shape {values.shape}.")
-        count = length if values.ndim == 0 else min(length, values.shape[0])
-        filled = jnp.broadcast_to(values, (length,))[:count] if values.ndim == 0 else values[:count]
+        k, filled = diagonal_values(values, k, self.shape, self.dtype)
         offsets = self.offsets if k in self.offsets else (*self.offsets, k)
         data = self.data
         if k not in self.offsets:
-            data = jnp.concatenate([data, jnp.zeros((1, n), data.dtype)])
-        if jnp.iscomplexobj(filled) and not jnp.iscomplexobj(data):
-            raise TypeError(
-                f"`values` are complex ({filled.dtype}) but the matrix is real ({data.dtype}): "
-                "their imaginary parts would be dropped. Cast the matrix first, e.g. "
-                "`A.astype(jnp.complex64)`."
-            )
+            data = jnp.concatenate([data, jnp.zeros((1, self.shape[1]), data.dtype)])
         start = max(k, 0)
-        data = data.at[offsets.index(k), start : start + count].set(filled.astype(data.dtype))
+        data = data.at[offsets.index(k), start : start + filled.shape[0]].set(filled)
         return DIAMatrix(data, offsets, self.shape)
 
     def eliminate_zeros(self) -> "DIAMatrix":
@@ -252,39 +235,13 @@ class DIAMatrix(SparseMatrix, SparseOperators):
                 )
             rows, cols = np.nonzero(np.asarray(dense))
             offsets = tuple(int(off) for off in np.unique(cols - rows))
-        offsets = _validate_offsets(offsets)
+        offsets = validate_offsets(offsets)
         shape = (int(dense.shape[0]), int(dense.shape[1]))
         positions = stored_positions(offsets, shape)
         return cls(_diagonals_from_dense(dense, len(offsets), *positions), offsets, shape)
 
     def _repr_fields(self) -> dict:
         return {**super()._repr_fields(), "offsets": self.offsets}
-
-
-def _validate_offsets(offsets) -> tuple[int, ...]:
-    if isinstance(offsets, jax.core.Tracer):
-        raise TypeError(
-            "`offsets` must be concrete Python ints (they are static), got a traced array."
-        )
-    if isinstance(offsets, (numbers.Integral, np.integer)) and not isinstance(offsets, bool):
-        offsets = (offsets,)
-    try:
-        values = list(np.asarray(offsets).reshape(-1)) if _is_array(offsets) else list(offsets)
-    except TypeError:
-        raise TypeError(f"`offsets` must be a sequence of ints, got {offsets!r}.") from None
-    for off in values:
-        if isinstance(off, bool) or not isinstance(off, (numbers.Integral, np.integer)):
-            raise TypeError(f"`offsets` must hold integers, got {off!r} in {offsets!r}.")
-    result = tuple(int(off) for off in values)
-    if any(not -(2**63) <= off < 2**63 for off in result):
-        raise ValueError(f"`offsets` must fit in int64, got {result}.")
-    if len(set(result)) != len(result):
-        raise ValueError(f"`offsets` contains duplicate values: {result}.")
-    return result
-
-
-def _is_array(value) -> bool:
-    return isinstance(value, (np.ndarray, jax.Array))
 
 
 @sparse_times_dense.register(DIAMatrix)

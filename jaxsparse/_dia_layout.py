@@ -7,6 +7,7 @@ this module; it imports nothing else from jaxsparse.
 """
 
 import functools
+import numbers
 
 import jax
 import jax.numpy as jnp
@@ -137,3 +138,30 @@ def csr_structure(offsets: tuple[int, ...], shape: tuple[int, int]):
     diagonals = np.broadcast_to(order[None, :], cols.shape)
     indptr = np.concatenate([[0], np.cumsum(inside.sum(axis=1))]).astype(np.int64)
     return diagonals[inside], cols[inside], indptr
+
+
+def validate_offsets(offsets) -> tuple[int, ...]:
+    """DIA offsets as a tuple of distinct Python ints (one int is one offset)."""
+    if isinstance(offsets, jax.core.Tracer):
+        raise TypeError(
+            "`offsets` must be concrete Python ints (they are static), got a traced array."
+        )
+    if isinstance(offsets, (numbers.Integral, np.integer)) and not isinstance(offsets, bool):
+        offsets = (offsets,)
+    try:
+        values = list(np.asarray(offsets).reshape(-1)) if _is_array(offsets) else list(offsets)
+    except TypeError:
+        raise TypeError(f"`offsets` must be a sequence of ints, got {offsets!r}.") from None
+    for off in values:
+        if isinstance(off, bool) or not isinstance(off, (numbers.Integral, np.integer)):
+            raise TypeError(f"`offsets` must hold integers, got {off!r} in {offsets!r}.")
+    result = tuple(int(off) for off in values)
+    if any(not -(2**63) <= off < 2**63 for off in result):
+        raise ValueError(f"`offsets` must fit in int64, got {result}.")
+    if len(set(result)) != len(result):
+        raise ValueError(f"`offsets` contains duplicate values: {result}.")
+    return result
+
+
+def _is_array(value) -> bool:
+    return isinstance(value, (np.ndarray, jax.Array))

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import scipy.sparse
 from helpers import assert_close
+from jax.test_util import check_grads
 
 import jaxsparse as js
 
@@ -117,6 +118,32 @@ def test_setdiag_and_eliminate_zeros_on_dia():
     assert junk.eliminate_zeros().offsets == ()
     kept = js.DIAMatrix(jnp.array([[5.0, 0, 0, 0]]), (-3,), (4, 4))
     assert kept.eliminate_zeros().offsets == (-3,)
+
+
+def test_setdiag_on_csr_matches_scipy():
+    """Positions not stored are added, every copy of a repeated one is replaced (`TWIN`'s
+    row 0 stores column 0 twice); values may be traced with the structure closed over, and
+    the derivatives reach the kept values and the new ones."""
+    order = np.argsort(ROW, kind="stable")  # the entries by row, repeats kept
+    indptr = np.concatenate([[0], np.cumsum(np.bincount(ROW, minlength=SHAPE[0]))])
+    A = js.CSRMatrix(DATA[order], COL[order], indptr, SHAPE)
+    for values, k in ((7.0, 0), (np.array([8.0, 9.0]), 1), (np.arange(5.0), -1), (2.0, 3)):
+        expected = TWIN.copy()
+        expected.setdiag(values, k)
+        result = A.setdiag(jnp.asarray(values), k)
+        assert isinstance(result, js.CSRMatrix)
+        assert_close(result.todense(), expected.toarray(), jnp.float64)
+
+    def set_first(data, values):
+        return A.with_data(data).setdiag(values, 1).todense()
+
+    check_grads(set_first, (A.data, jnp.array([8.0, 9.0])), 1, ("fwd", "rev"))
+    with pytest.raises(TypeError, match="index arrays are traced"):
+        jax.jit(lambda a: a.setdiag(1.0))(A)
+    with pytest.raises(ValueError, match="`k` exceeds array dimensions"):
+        A.setdiag(1.0, 4)
+    with pytest.raises(TypeError, match="imaginary parts"):
+        A.setdiag(1j)
 
 
 def test_setdiag_keeps_the_matrix_dtype():
