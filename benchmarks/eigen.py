@@ -1,6 +1,6 @@
 """Eigenvalues, exponentials and preconditioned solves against scipy, float64, one run.
 
-The issue's three targets, each printed as a ratio against scipy measured in the same run:
+The issues' targets, each printed as a ratio against scipy measured in the same run:
 
 1. `eigsh`, 6 largest (LA) and 6 smallest (SA) eigenvalues of a 2-D 5-point Laplacian,
    against ARPACK (`scipy.sparse.linalg.eigsh`; target: within 1.5x of its time).
@@ -14,7 +14,9 @@ The issue's three targets, each printed as a ratio against scipy measured in the
 
 Medians of single calls with compilation outside the timed region (each call is a whole
 solve). Run: `flock /tmp/jaxsparse-bench.lock python benchmarks/eigen.py [--small]
-[--only eigsh|expm|cg]`.
+[--only eigsh|svd|expm|cg]`.
+
+4. `svds` and `norm(A, 2)` of a random tall CSR matrix against scipy's (no target).
 """
 
 import argparse
@@ -119,6 +121,36 @@ def eigsh_rows(rows: int, cols: int):
             scipy_s,
             f"max rel. eigenvalue difference {error:.1e}; one call each",
         )
+
+
+def svd_rows(m: int, n: int, repeats: int):
+    """`svds` (6 largest) and `norm(A, 2)` of a random tall CSR matrix with 10 entries a row,
+    against ARPACK's `svds` and scipy's `norm(A, 2)` (`svds` with LOBPCG)."""
+    S = sp.random_array((m, n), density=10 / n, format="csr", rng=np.random.default_rng(2))
+    A = js.CSRMatrix.from_scipy(S)
+
+    @jax.jit
+    def singular_values(data):
+        return js.linalg.svds(A.with_data(data), 6, return_singular_vectors=False)
+
+    spectral = jax.jit(lambda A: js.linalg.norm(A, 2))
+    ours = jax.block_until_ready(singular_values(A.data))
+    reference = sla.svds(S, 6, return_singular_vectors=False)
+    error = np.max(np.abs(np.asarray(ours) - np.sort(reference)) / np.max(reference))
+    row(
+        f"svds, 6 largest of {m} x {n} (10 a row)",
+        measure(lambda: jax.block_until_ready(singular_values(A.data)), repeats)["median_s"],
+        measure(lambda: sla.svds(S, 6, return_singular_vectors=False), repeats)["median_s"],
+        f"max rel. difference {error:.1e}",
+    )
+    top = float(jax.block_until_ready(spectral(A)))
+    reference = sla.norm(S, 2)
+    row(
+        "norm(A, 2), same matrix",
+        measure(lambda: jax.block_until_ready(spectral(A)), repeats)["median_s"],
+        measure(lambda: sla.norm(S, 2), repeats)["median_s"],
+        f"rel. difference {abs(top - reference) / reference:.1e}; scipy: svds with LOBPCG",
+    )
 
 
 def expm_rows(n: int, repeats: int):
@@ -250,7 +282,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--small", action="store_true", help="small sizes, for a smoke run")
     parser.add_argument(
-        "--only", choices=("eigsh", "expm", "cg"), help="run one of the three sections"
+        "--only", choices=("eigsh", "svd", "expm", "cg"), help="run one of the sections"
     )
     parser.add_argument("--cg-side", type=int, help="the CG problem's grid side (default 100)")
     args = parser.parse_args()
@@ -265,6 +297,8 @@ def main():
         # A grid with unequal sides has no double eigenvalues, so no missed copies to
         # find: for comparison, at about the same size.
         eigsh_rows(side2 - 1, side2 + 1)
+    if args.only in (None, "svd"):
+        svd_rows(*((2_000, 500) if args.small else (200_000, 20_000)), repeats)
     if args.only in (None, "expm"):
         expm_rows(n_expm, repeats)
     if args.only in (None, "cg"):

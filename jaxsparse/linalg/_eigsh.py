@@ -8,6 +8,7 @@ by its components along the other computed eigenvectors plus a projected solve
 """
 
 import dataclasses
+import functools
 
 import equinox as eqx
 import jax
@@ -105,6 +106,13 @@ def eigsh(
     if M is not None:
         raise ValueError("eigsh: the generalized problem (`M=`) is not supported.")
     refuse_batch("`eigsh`", A)
+    values, vectors = hermitian_eigenpairs(A, k, which, v0, ncv, maxiter, tol, sigma)
+    return (values, vectors) if return_eigenvectors else values
+
+
+def hermitian_eigenpairs(A, k, which, v0, ncv, maxiter, tol, sigma=None):
+    """`eigsh`'s `(values, vectors)` of a Hermitian operator `A`: a sparse matrix, or
+    another that registers `tangent_product` (its arguments checked as `eigsh`'s)."""
     settings = _settings(A, k, which, ncv, maxiter, tol, sigma is not None)
     n = A.shape[0]
     dtype = working_dtype(A.dtype)
@@ -125,8 +133,7 @@ def eigsh(
             raise ValueError(_NONFINITE_V0)
         v0 = eqx.error_if(v0, ~jnp.any(v0 != 0), _ZERO_V0)
         v0 = eqx.error_if(v0, ~jnp.all(jnp.isfinite(v0)), _NONFINITE_V0).astype(dtype)
-    values, vectors = _compiled_eigsh(A.astype(dtype), v0, sigma, settings=settings)
-    return (values, vectors) if return_eigenvectors else values
+    return _compiled_eigsh(A.astype(dtype), v0, sigma, settings=settings)
 
 
 def _real_scalar(sigma, dtype) -> jax.Array:
@@ -212,9 +219,9 @@ def _eigsh_jvp(primals, tangents, *, settings: _Settings):
     A, v0, sigma = primals
     A_dot = tangents[0]
     values, vectors = _eigsh(A, v0, sigma, settings=settings)
-    if A_dot is None or A_dot.data is None:
+    dA_vectors = tangent_product(A, A_dot, vectors)
+    if dA_vectors is None:
         return (values, vectors), (jnp.zeros_like(values), jnp.zeros_like(vectors))
-    dA_vectors = A.with_data(A_dot.data) @ vectors
     coupling = jnp.conj(vectors).T @ dA_vectors  # [j, i] = v_j^H dA v_i
     values_dot = jnp.real(jnp.diagonal(coupling))
     gaps = (values[None, :] - values[:, None]).astype(vectors.dtype)  # [j, i]: lambda_i - lambda_j
@@ -226,6 +233,16 @@ def _eigsh_jvp(primals, tangents, *, settings: _Settings):
 
 
 _compiled_eigsh = eqx.filter_jit(_eigsh)
+
+
+@functools.singledispatch
+def tangent_product(A, A_dot, X):
+    """`dA @ X` for the tangent `A_dot` of the operator `A` (a pytree of its structure),
+    or None where it carries none. A sparse matrix's tangent lives in its values; another
+    Hermitian operator that `_eigsh` takes (`A @ X`, `shape`, `dtype`) registers its own."""
+    if A_dot is None or A_dot.data is None:
+        return None
+    return A.with_data(A_dot.data) @ X
 
 
 def _complement_solve(A, values, vectors, rhs, sigma, settings: _Settings):

@@ -1,23 +1,59 @@
 """`svds`: a few singular triplets of a sparse matrix, after `scipy.sparse.linalg.svds`.
 
 The singular values of `A` are the square roots of the eigenvalues of its smaller Gram
-matrix, `A^H A` for a tall `A` and `A A^H` for a wide one, as scipy's ARPACK solver finds
-them. Here the Gram matrix is formed (a sparse product) and handed to `eigsh`, so the
-triplets are jit-able, batch with `jax.vmap` over the values, and are differentiable
-through `eigsh`'s derivatives: where singular values are distinct, as for eigenvectors.
-The other side's vectors are `A v / sigma` (or `A^H u / sigma`), and `sigma` is the norm of
-`A v`, accurate to rounding where `sqrt` of the eigenvalue would lose half the digits of a
-small one.
+operator, `A^H A` for a tall `A` and `A A^H` for a wide one, as scipy's ARPACK solver finds
+them. `eigsh`'s iteration runs on that operator (`GramOperator`: products with `A` and
+`A^H`, the Gram matrix never formed), so the triplets are jit-able with any structure,
+batch with `jax.vmap` over the values, and are differentiable through `eigsh`'s
+derivatives (where singular values are distinct, as for eigenvectors): the operator's
+tangent is `dA^H A + A^H dA`. The other side's vectors are `A v / sigma` (or `A^H u /
+sigma`), and `sigma` is the norm of `A v`, accurate to rounding where `sqrt` of the
+eigenvalue would lose half the digits of a small one.
 """
 
+import equinox as eqx
 import jax.numpy as jnp
 
-from .._base import SparseMatrix, is_concrete
+from .._base import SparseMatrix
 from .._batching import refuse_batch
-from .._csr import CSRMatrix
-from ._eigsh import eigsh
+from ._eigsh import hermitian_eigenpairs, tangent_product
 
 _WHICH = {"LM": "LA", "SM": "SA"}
+
+
+class GramOperator(eqx.Module):
+    """`A^H A` (`tall`) or `A A^H` as an operator: `G @ X` is two products with `A`."""
+
+    matrix: SparseMatrix
+    tall: bool = eqx.field(static=True)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        size = self.matrix.shape[1] if self.tall else self.matrix.shape[0]
+        return size, size
+
+    @property
+    def dtype(self):
+        return self.matrix.dtype
+
+    def astype(self, dtype) -> "GramOperator":
+        return GramOperator(self.matrix.astype(dtype), self.tall)
+
+    def __matmul__(self, X):
+        A = self.matrix
+        return A.H @ (A @ X) if self.tall else A @ (A.H @ X)
+
+
+@tangent_product.register
+def _gram_tangent_product(G: GramOperator, G_dot, X):
+    """`dG X = dA^H (A X) + A^H (dA X)` (tall), `dA (A^H X) + A (dA^H X)` (wide)."""
+    if G_dot is None or G_dot.matrix is None or G_dot.matrix.data is None:
+        return None
+    A = G.matrix
+    dA = A.with_data(G_dot.matrix.data)
+    if G.tall:
+        return dA.H @ (A @ X) + A.H @ (dA @ X)
+    return dA @ (A.H @ X) + A @ (dA.H @ X)
 
 
 def svds(
@@ -36,10 +72,10 @@ def svds(
 
     - `A`: a `DIAMatrix` or `CSRMatrix` of shape `(m, n)`.
     - `k`: how many triplets, `1 <= k < min(m, n)` (static).
-    - `ncv`, `tol`, `maxiter`: `eigsh`'s, for the Gram matrix of size `min(m, n)` (`tol`
+    - `ncv`, `tol`, `maxiter`: `eigsh`'s, for the Gram operator of size `min(m, n)` (`tol`
       bounds its residuals relative to the largest eigenvalue, `sigma_max^2`).
     - `which`: `"LM"`, the largest singular values, or `"SM"`, the smallest (their
-      accuracy is that of the Gram matrix's eigenvalues: about `eps * sigma_max^2 /
+      accuracy is that of the Gram operator's eigenvalues: about `eps * sigma_max^2 /
       sigma`, as scipy's ARPACK solver).
     - `v0`: the start vector, of length `min(m, n)`.
     - `return_singular_vectors`: `True` for `(u, s, vh)`, `False` for `s` alone, `"u"` or
@@ -47,9 +83,7 @@ def svds(
 
     **Returns:** `u` `(m, k)` and `vh` `(k, n)` with orthonormal columns and rows, and the
     singular values `s` `(k,)` in ascending order (in `A`'s real dtype), so that
-    `A @ vh[i].conj() == s[i] * u[:, i]`. The Gram matrix takes memory for its entries
-    (`A^H A` of a matrix with a dense row is dense). Under `jit`, a CSR matrix's structure
-    must be known (closed over, its values traced), as for `A @ B` without `nnz`.
+    `A @ vh[i].conj() == s[i] * u[:, i]`.
     """
     if not isinstance(A, SparseMatrix):
         raise TypeError(f"svds: `A` must be a jaxsparse matrix, got {type(A).__name__}.")
@@ -64,16 +98,10 @@ def svds(
             "svds: `return_singular_vectors` must be True, False, 'u' or 'vh', got "
             f"{return_singular_vectors!r}."
         )
-    if isinstance(A, CSRMatrix) and not is_concrete(A.indices, A.indptr):
-        raise TypeError(
-            "svds: the Gram matrix's structure follows from `A`'s, whose index arrays are "
-            "traced (under `jax.jit`): close over `A`'s structure and pass its values "
-            "(`jax.jit(lambda data: svds(A.with_data(data)))`), or call it outside `jit`."
-        )
     tall = m >= n
-    gram = A.H @ A if tall else A @ A.H
-    settings = dict(ncv=ncv, tol=tol, maxiter=maxiter, v0=v0)
-    _, vectors = eigsh(gram, k, which=_WHICH[which], **settings)
+    gram = GramOperator(A, tall)
+    _, vectors = hermitian_eigenpairs(gram, k, _WHICH[which], v0, ncv, maxiter, tol)
+    A = A.astype(vectors.dtype)
     image = A @ vectors if tall else A.H @ vectors
     values = jnp.linalg.norm(image, axis=0)
     others = image / jnp.where(values > 0, values, 1).astype(image.dtype)
