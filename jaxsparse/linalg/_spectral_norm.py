@@ -18,6 +18,7 @@ import jax.numpy as jnp
 from .._coordinates import entries
 from .._csr import CSRMatrix
 from ._eigsh_lanczos import start_vector, thick_restart_lanczos
+from ._gram_operator import GramOperator
 from ._working_dtype import working_dtype
 
 # The Krylov basis's size: the largest eigenvalue of a Gram matrix is well separated in
@@ -73,9 +74,8 @@ def _top_singular_triplet(A):
 def _top_gram_vector(A, tall: bool) -> jax.Array:
     """The top eigenvector of the smaller Gram matrix of `A`, `A^H A` if `tall`."""
     size = A.shape[1] if tall else A.shape[0]
-    gram = (lambda x: A.H @ (A @ x)) if tall else (lambda x: A @ (A.H @ x))
     result = thick_restart_lanczos(
-        gram,
+        GramOperator(A, tall).__matmul__,
         start_vector(None, size, A.dtype),
         k=1,
         ncv=min(size, _NCV),

@@ -2,7 +2,7 @@
 
 The singular values of `A` are the square roots of the eigenvalues of its smaller Gram
 operator, `A^H A` for a tall `A` and `A A^H` for a wide one, as scipy's ARPACK solver finds
-them. `eigsh`'s iteration runs on that operator (`GramOperator`: products with `A` and
+them. `eigsh`'s iteration runs on that operator (`_gram_operator`: products with `A` and
 `A^H`, the Gram matrix never formed), so the triplets are jit-able with any structure,
 batch with `jax.vmap` over the values, and are differentiable through `eigsh`'s
 derivatives (where singular values are distinct, as for eigenvectors): the operator's
@@ -11,49 +11,14 @@ sigma`), and `sigma` is the norm of `A v`, accurate to rounding where `sqrt` of 
 eigenvalue would lose half the digits of a small one.
 """
 
-import equinox as eqx
 import jax.numpy as jnp
 
 from .._base import SparseMatrix
 from .._batching import refuse_batch
-from ._eigsh import hermitian_eigenpairs, tangent_product
+from ._eigsh import hermitian_eigenpairs
+from ._gram_operator import GramOperator
 
 _WHICH = {"LM": "LA", "SM": "SA"}
-
-
-class GramOperator(eqx.Module):
-    """`A^H A` (`tall`) or `A A^H` as an operator: `G @ X` is two products with `A`."""
-
-    matrix: SparseMatrix
-    tall: bool = eqx.field(static=True)
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        size = self.matrix.shape[1] if self.tall else self.matrix.shape[0]
-        return size, size
-
-    @property
-    def dtype(self):
-        return self.matrix.dtype
-
-    def astype(self, dtype) -> "GramOperator":
-        return GramOperator(self.matrix.astype(dtype), self.tall)
-
-    def __matmul__(self, X):
-        A = self.matrix
-        return A.H @ (A @ X) if self.tall else A @ (A.H @ X)
-
-
-@tangent_product.register
-def _gram_tangent_product(G: GramOperator, G_dot, X):
-    """`dG X = dA^H (A X) + A^H (dA X)` (tall), `dA (A^H X) + A (dA^H X)` (wide)."""
-    if G_dot is None or G_dot.matrix is None or G_dot.matrix.data is None:
-        return None
-    A = G.matrix
-    dA = A.with_data(G_dot.matrix.data)
-    if G.tall:
-        return dA.H @ (A @ X) + A.H @ (dA @ X)
-    return dA @ (A.H @ X) + A @ (dA.H @ X)
 
 
 def svds(
