@@ -35,7 +35,13 @@ from ._coordinates import entries, segment_total, select_entries
 from ._csr import CSRMatrix
 from ._csr_layout import indptr_from_counts, row_ids
 from ._dia import DIAMatrix
-from ._dia_layout import active_diagonals, inside_slots, valid_rows, validate_offsets
+from ._dia_layout import (
+    active_diagonals,
+    inside_slots,
+    valid_rows,
+    validate_offset,
+    validate_offsets,
+)
 from ._interop import asformat
 
 # `random` samples positions by one permutation of all `m * n` of them up to this many;
@@ -138,7 +144,7 @@ def eye(m: int, n: int | None = None, k: int = 0, dtype=None, format=None) -> Sp
     **Returns:** a `DIAMatrix` with offsets `(k,)` (or that matrix in `format`).
     """
     shape = validate_shape((m, m if n is None else n))
-    (k,) = validate_offsets(k)
+    k = validate_offset(k)
     length = min(shape[0] + k, shape[1] - k, *shape)
     if length < 0:
         raise ValueError(f"`k` = {k} lies outside a matrix of shape {shape}.")
@@ -313,7 +319,7 @@ def triu(A: SparseMatrix, k: int = 0, format=None) -> SparseMatrix:
 
 def _triangle(A, k: int, *, lower: bool):
     _check_sparse(A, "A")
-    (k,) = validate_offsets(k)
+    k = validate_offset(k)
     if isinstance(A, DIAMatrix):
         keep = [d for d, off in enumerate(A.offsets) if (off <= k if lower else off >= k)]
         data = A.data[..., np.asarray(keep, np.int64), :]

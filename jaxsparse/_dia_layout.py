@@ -165,3 +165,10 @@ def validate_offsets(offsets) -> tuple[int, ...]:
 
 def _is_array(value) -> bool:
     return isinstance(value, (np.ndarray, jax.Array))
+
+
+def validate_offset(k, name: str = "k") -> int:
+    """One diagonal's offset: a Python or numpy int (not a bool), as a Python int."""
+    if isinstance(k, bool) or not isinstance(k, (numbers.Integral, np.integer)):
+        raise TypeError(f"`{name}` must be an int (one diagonal's offset), got {k!r}.")
+    return int(k)

@@ -12,7 +12,7 @@ import numpy as np
 from ._base import is_concrete
 from ._batching import refuse_batch
 from ._coordinates import entries, select_entries
-from ._dia_layout import validate_offsets
+from ._dia_layout import validate_offset
 
 
 def diagonal_values(values, k, shape: tuple[int, int], dtype) -> tuple[int, jnp.ndarray]:
@@ -20,7 +20,7 @@ def diagonal_values(values, k, shape: tuple[int, int], dtype) -> tuple[int, jnp.
     first entry on: a scalar fills the diagonal, a longer array is cut to it, a shorter one
     sets its first entries. Complex values for a real matrix are a TypeError (their
     imaginary parts would be dropped); others are cast to `dtype`, as scipy's are."""
-    (k,) = validate_offsets(k)
+    k = validate_offset(k)
     m, n = shape
     # As scipy: a diagonal wholly outside the matrix has nothing to set.
     if (k > 0 and k >= n) or (k < 0 and -k >= m):

@@ -144,6 +144,9 @@ def test_setdiag_on_csr_matches_scipy():
         A.setdiag(1.0, 4)
     with pytest.raises(TypeError, match="imaginary parts"):
         A.setdiag(1j)
+    for k in ([0, 1], [], 1.5, True):
+        with pytest.raises(TypeError, match="`k` must be an int"):
+            A.setdiag(1.0, k)
 
 
 def test_setdiag_keeps_the_matrix_dtype():

@@ -61,6 +61,29 @@ def test_derivatives_of_values_and_of_the_truncated_product():
 
     check_grads(triplets, (matrix.data,), order=1, modes=("fwd", "rev"))
 
+    # `s = ||A v||` sends `eigsh` a cotangent along its vectors (`A^H u = s v`), which its
+    # complement solve must take as nothing rather than chase the projection's rounding.
+    def top_sum(data):
+        return jnp.sum(js.linalg.svds(matrix.with_data(data), k=2)[1])
+
+    def dense_top_sum(data):
+        return jnp.sum(jnp.linalg.svd(matrix.with_data(data).todense(), compute_uv=False)[:2])
+
+    np.testing.assert_allclose(
+        jax.grad(top_sum)(matrix.data), jax.grad(dense_top_sum)(matrix.data), atol=1e-8
+    )
+
+
+def test_rank_deficient_matrices_keep_orthonormal_vectors():
+    """Singular values of 0: `u` from the SVD of `A V`, not `A v / ||A v||` (rounding noise
+    normalized), so it stays orthonormal and `s` ascending, as scipy's."""
+    dense = np.zeros((6, 4))
+    dense[0, 0], dense[1, 1], dense[2, 0] = 3.0, 2.0, 1.0  # rank 2
+    u, s, vh = js.linalg.svds(js.CSRMatrix.fromdense(jnp.asarray(dense)), k=3, which="SM")
+    np.testing.assert_allclose(s, [0.0, 0.0, 2.0], atol=1e-12)
+    np.testing.assert_allclose(np.conj(u).T @ u, np.eye(3), atol=1e-12)
+    np.testing.assert_allclose(dense @ np.conj(vh).T, np.asarray(u) * np.asarray(s), atol=1e-12)
+
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),

@@ -270,9 +270,11 @@ def _complement_solve(A, values, vectors, rhs, sigma, settings: _Settings):
         return project((A @ X - X * shift) * sign)
 
     # The operator is singular on span(V): both solves project first, so they apply its
-    # pseudo-inverse, and a cotangent with a part along V does not make CG diverge.
+    # pseudo-inverse, and a cotangent with a part along V does not make CG diverge. The
+    # tolerance is relative to `b` before projection: a cotangent along V leaves rounding
+    # noise, whose own relative tolerance CG would chase into that null space.
     def solve(_, b):
-        return project(_cg(operator, project(b)))
+        return project(_cg(operator, project(b), scale=jnp.linalg.norm(b)))
 
     # The operator is Hermitian, so its plain transpose is its complex conjugate.
     def transpose_solve(_, b):
@@ -319,7 +321,10 @@ def _complement_solve_shifted(A, values, vectors, rhs, sigma):
     return lax.custom_linear_solve(operator, -project(rhs), solve, transpose_solve)
 
 
-def _cg(operator, b):
+def _cg(operator, b, scale):
+    """CG to a residual of `eps^0.75` times `scale`, the norm its right-hand side is measured
+    against."""
     rtol = float(jnp.finfo(b.dtype).eps) ** 0.75
-    x, _ = jax.scipy.sparse.linalg.cg(operator, b, tol=rtol, maxiter=10 * b.shape[0])
+    atol = rtol * scale.astype(jnp.finfo(b.dtype).dtype)
+    x, _ = jax.scipy.sparse.linalg.cg(operator, b, tol=0.0, atol=atol, maxiter=10 * b.shape[0])
     return x

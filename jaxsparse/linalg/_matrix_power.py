@@ -1,6 +1,8 @@
 """`matrix_power`: `A @ A @ ... @ A` of a square sparse matrix, after
 `scipy.sparse.linalg.matrix_power`."""
 
+import numpy as np
+
 from .._base import SparseMatrix
 from .._batching import refuse_batch
 from .._construct import eye
@@ -19,6 +21,7 @@ def matrix_power(A: SparseMatrix, power: int) -> SparseMatrix:
     m, n = A.shape
     if m != n:
         raise ValueError(f"matrix_power: `A` must be square, got shape {A.shape}.")
+    power = int(power) if isinstance(power, np.integer) else power
     if isinstance(power, bool) or not isinstance(power, int) or power < 0:
         raise ValueError(f"matrix_power: `power` must be an int >= 0, got {power!r}.")
     result = None

@@ -61,8 +61,9 @@ def _top_singular_triplet(A):
     # where large ones would overflow and small ones underflow.
     values = A.data if isinstance(A, CSRMatrix) else entries(A)[2]
     largest = jnp.max(jnp.abs(values), initial=0)
-    scale = jnp.where((largest > 0) & jnp.isfinite(largest), largest, 1).astype(real)
-    A = A.with_data(A.data / scale.astype(A.dtype))
+    scale = jnp.where(largest > 0, largest, 1).astype(real)
+    data = eqx.error_if(A.data, ~jnp.isfinite(largest), "norm(A, 2): `A` holds inf or nan.")
+    A = A.with_data(data / scale.astype(A.dtype))
     tall = m >= n
     w = jnp.ones((1,), A.dtype) if min(m, n) == 1 else _top_gram_vector(A, tall)
     image = A @ w if tall else A.H @ w

@@ -3,6 +3,8 @@ triangle named, which a triangular matrix's factorization leaves without fill (S
 for CSR, the band's for DIA), so it inherits `spsolve`'s `jit`, batching and derivatives.
 """
 
+import numpy as np
+
 from .._base import SparseMatrix, is_concrete
 from .._construct import eye, tril, triu
 from .._csr import CSRMatrix
@@ -30,8 +32,9 @@ def spsolve_triangular(A: SparseMatrix, b, lower: bool = True, unit_diagonal: bo
     if not isinstance(A, SparseMatrix):
         raise TypeError(f"`A` must be a DIAMatrix or CSRMatrix, got {type(A).__name__}.")
     for name, flag in (("lower", lower), ("unit_diagonal", unit_diagonal)):
-        if not isinstance(flag, bool):
+        if not isinstance(flag, (bool, np.bool_)):
             raise TypeError(f"`{name}` must be True or False, got {flag!r}.")
+    lower, unit_diagonal = bool(lower), bool(unit_diagonal)
     if A.shape[0] != A.shape[1]:
         raise ValueError(f"`A` must be square, got shape {A.shape}.")
     triangle = tril if lower else triu

@@ -6,12 +6,13 @@ them. `eigsh`'s iteration runs on that operator (`_gram_operator`: products with
 `A^H`, the Gram matrix never formed), so the triplets are jit-able with any structure,
 batch with `jax.vmap` over the values, and are differentiable through `eigsh`'s
 derivatives (where singular values are distinct, as for eigenvectors): the operator's
-tangent is `dA^H A + A^H dA`. The other side's vectors are `A v / sigma` (or `A^H u /
-sigma`), and `sigma` is the norm of `A v`, accurate to rounding where `sqrt` of the
-eigenvalue would lose half the digits of a small one.
+tangent is `dA^H A + A^H dA`. The other side's vectors and the singular values come from
+a thin SVD of `A V` (or `A^H U`), as in scipy: accurate to rounding where `sqrt` of the
+eigenvalues would lose half the digits of small ones, and orthonormal where they are 0.
 """
 
 import jax.numpy as jnp
+import numpy as np
 
 from .._base import SparseMatrix
 from .._batching import refuse_batch
@@ -47,13 +48,14 @@ def svds(
       `"vh"` for one side (the other `None`), as scipy.
 
     **Returns:** `u` `(m, k)` and `vh` `(k, n)` with orthonormal columns and rows, and the
-    singular values `s` `(k,)` in ascending order (in `A`'s real dtype), so that
-    `A @ vh[i].conj() == s[i] * u[:, i]`.
+    singular values `s` `(k,)` in ascending order, so that `A @ vh[i].conj() == s[i] *
+    u[:, i]`; in `A`'s working dtype (float32 for half precisions and booleans).
     """
     if not isinstance(A, SparseMatrix):
         raise TypeError(f"svds: `A` must be a jaxsparse matrix, got {type(A).__name__}.")
     refuse_batch("`svds`", A)
     m, n = A.shape
+    k = int(k) if isinstance(k, np.integer) else k
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k < min(m, n):
         raise ValueError(f"svds: `k` must be an int with 1 <= k < min(m, n), got {k!r}.")
     if which not in _WHICH:
@@ -67,10 +69,16 @@ def svds(
     gram = GramOperator(A, tall)
     _, vectors = hermitian_eigenpairs(gram, k, _WHICH[which], v0, ncv, maxiter, tol)
     A = A.astype(vectors.dtype)
+    # The other side by a thin SVD of `A V = Q S Z^H` (scipy's step too): `A (V Z) = Q S`,
+    # so `Q` is orthonormal even where singular values are 0 and `A v / ||A v||` would
+    # normalize rounding noise. Descending there: reversed to ascending.
     image = A @ vectors if tall else A.H @ vectors
-    values = jnp.linalg.norm(image, axis=0)
-    others = image / jnp.where(values > 0, values, 1).astype(image.dtype)
-    values = values.astype(jnp.finfo(A.dtype).dtype)
+    others, values, rotation = jnp.linalg.svd(image, full_matrices=False)
+    vectors, others, values = (
+        (vectors @ jnp.conj(rotation).T)[:, ::-1],
+        others[:, ::-1],
+        values[::-1].astype(jnp.finfo(A.dtype).dtype),
+    )
     u, v = (others, vectors) if tall else (vectors, others)
     if return_singular_vectors is False:
         return values
