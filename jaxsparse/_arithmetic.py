@@ -203,19 +203,22 @@ def _merges_natively(a, b) -> bool:
 def _add_csr_traced(a, b, *, sign: int, dtype, nnz: int):
     """`a + sign * b` for traced CSR structures and a static `nnz`: the rows merged where
     the columns of both strictly increase within rows (`columns_rise`, checked at run time;
-    both branches compile), else the positions sorted as for any list of entries."""
-    values = operand_values(a, b, sign, dtype)
+    both branches compile), else the positions sorted as for any list of entries. Each
+    branch reads the values itself, so that XLA fuses their check (`stored_values`) into
+    the branch's gathers rather than writing them out for the branch to read."""
 
-    def sorted_positions(a, b, a_values, b_values):
+    def merged(a, b):
+        return add_traced(a, b, *operand_values(a, b, sign, dtype), nnz)
+
+    def sorted_positions(a, b):
         a_rows, a_cols, _ = entries(a)
         b_rows, b_cols, _ = entries(b)
         rows, cols = _concatenate_indices(a_rows, b_rows), _concatenate_indices(a_cols, b_cols)
-        values = jnp.concatenate([a_values, b_values])
+        values = jnp.concatenate(operand_values(a, b, sign, dtype))
         return csr_from_entries(rows, cols, values, a.shape, nnz)
 
     rise = columns_rise(a.indices, a.indptr) & columns_rise(b.indices, b.indptr)
-    merged = functools.partial(add_traced, nnz=nnz)
-    return jax.lax.cond(rise, merged, sorted_positions, a, b, *values)
+    return jax.lax.cond(rise, merged, sorted_positions, a, b)
 
 
 def _add_entries(a, b, *, sign: int, dtype, nnz, operator: str):
