@@ -50,8 +50,6 @@ from ._coordinates import (
     at_distinct_positions,
     columns_rise,
     csr_from_entries,
-    csr_from_known_slots,
-    csr_from_traced_slots,
     entries,
     entries_to_csr,
     lookup,
@@ -59,10 +57,9 @@ from ._coordinates import (
     select_entries,
     static_nnz,
     stored_on_host,
-    stored_values,
     unless_invalid_structure,
 )
-from ._csr_union import union_structure
+from ._csr_sum import add_known, add_traced, operand_values
 from ._dia_layout import inside_mask
 from ._structure_primitive import runs_natively
 
@@ -185,7 +182,7 @@ def _add_csr_pair(a, b, *, sign: int, dtype, nnz, operator: str):
         nnz = static_nnz(None, nnz, f"sparse `{operator}`")
         return _add_csr_traced(a, b, sign=sign, dtype=np.dtype(dtype), nnz=nnz)
     if not traced and _merges_natively(a, b):
-        return _add_canonical(a, b, sign=sign, dtype=np.dtype(dtype), nnz=nnz)
+        return add_known(a, b, sign=sign, dtype=np.dtype(dtype), nnz=nnz)
     return _add_entries(a, b, sign=sign, dtype=dtype, nnz=nnz, operator=operator)
 
 
@@ -202,58 +199,26 @@ def _merges_natively(a, b) -> bool:
     )
 
 
-def _add_canonical(a, b, *, sign: int, dtype, nnz: int | None):
-    """`a + sign * b` for concrete canonical structures (the values may be traced): the
-    positions found by merging the rows, eagerly even under `jit`, then `nnz` checked or
-    taken from their count."""
-    size = a.nnz + b.nnz if nnz is None else max(nnz, a.nnz + b.nnz)
-    with jax.ensure_compile_time_eval():
-        structure = _union_of(a, b, size)
-    values = _concatenated_values(a, b, sign=sign, dtype=dtype)
-    return csr_from_known_slots(values, *structure, a.shape, nnz)
-
-
-def _union_of(a, b, nnz: int):
-    """`_csr_union.union_structure` of two CSR matrices' structures, `nnz` slots."""
-    index_dtype = index_dtype_for(a.shape, max(nnz, a.nnz + b.nnz))
-    arrays = (a.indices, a.indptr, b.indices, b.indptr)
-    return union_structure(
-        *(jnp.asarray(array).astype(index_dtype) for array in arrays),
-        num_cols=a.shape[1],
-        nnz=nnz,
-    )
-
-
 @functools.partial(jax.jit, static_argnames=("sign", "dtype", "nnz"))
 def _add_csr_traced(a, b, *, sign: int, dtype, nnz: int):
     """`a + sign * b` for traced CSR structures and a static `nnz`: the rows merged where
     the columns of both strictly increase within rows (`columns_rise`, checked at run time;
-    both branches compile), else the positions sorted as for any list of entries."""
-    values = _concatenated_values(a, b, sign=sign, dtype=dtype)
+    both branches compile), else the positions sorted as for any list of entries. Each
+    branch reads the values itself, so that XLA fuses their check (`stored_values`) into
+    the branch's gathers rather than writing them out for the branch to read."""
 
-    def sorted_positions(a, b, values):
+    def merged(a, b):
+        return add_traced(a, b, *operand_values(a, b, sign, dtype), nnz)
+
+    def sorted_positions(a, b):
         a_rows, a_cols, _ = entries(a)
         b_rows, b_cols, _ = entries(b)
         rows, cols = _concatenate_indices(a_rows, b_rows), _concatenate_indices(a_cols, b_cols)
+        values = jnp.concatenate(operand_values(a, b, sign, dtype))
         return csr_from_entries(rows, cols, values, a.shape, nnz)
 
     rise = columns_rise(a.indices, a.indptr) & columns_rise(b.indices, b.indptr)
-    merged = functools.partial(_merged_rows, nnz=nnz)
-    return jax.lax.cond(rise, merged, sorted_positions, a, b, values)
-
-
-def _concatenated_values(a, b, *, sign: int, dtype):
-    """`a`'s values then `sign` times `b`'s, in `dtype`."""
-    return jnp.concatenate(
-        [stored_values(a).astype(dtype), _signed(stored_values(b).astype(dtype), sign)]
-    )
-
-
-def _merged_rows(a, b, values, nnz: int):
-    """`csr_from_entries` of `a`'s entries then `b`'s (`values`), for structures whose
-    columns strictly increase within rows: the rows merged (`_csr_union`). The same slots,
-    sums and padding as the sort, without sorting."""
-    return csr_from_traced_slots(values, *_union_of(a, b, nnz), a.shape, nnz)
+    return jax.lax.cond(rise, merged, sorted_positions, a, b)
 
 
 def _add_entries(a, b, *, sign: int, dtype, nnz, operator: str):

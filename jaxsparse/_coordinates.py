@@ -324,8 +324,8 @@ def _csr_from_listed(rows, cols, values, shape: tuple[int, int], nnz: int | None
 
 def csr_from_known_slots(values, slots, indices, indptr, shape: tuple[int, int], nnz):
     """The CSR matrix of `values` summed into the slots of a known structure from a
-    structure kernel (`_csr_positions`, `_csr_union`: `indptr[m]` the distinct positions
-    found, `indices` padded with column `n - 1` past them): `nnz` checked, or that count
+    structure kernel (`_csr_positions`: `indptr[m]` the distinct positions found,
+    `indices` padded with column `n - 1` past them): `nnz` checked, or that count
     when None; padding entries at the end of the last row. The structure in numpy, as the
     host path's, so it stays known under an outer `jit`."""
     m = shape[0]

@@ -3,16 +3,19 @@ whose columns strictly increase within rows: the native row merge on a CPU, a se
 each entry's column in the other matrix's row everywhere else.
 
 `union_structure(a_indices, a_indptr, b_indices, b_indptr, num_cols=n, nnz=nnz)` returns
-`(slots, indices, indptr)` in the index dtype: entry `p` of `A` goes to slot `slots[p]` of
-the sum and entry `q` of `B` to `slots[nnz_a + q]` (an entry of `B` on a column of `A`
-shares that entry's slot); `indptr` holds the sum's row pointers, its last value the
-number of distinct positions found, which may exceed `nnz`; `indices` (`(nnz,)`) holds the
-slots' columns, and `n - 1` in the slots from the last found on (padding entries at the
-end of the last row, as `_coordinates.csr_from_entries` places them). Both matrices store
-at least one entry. Both implementations give the same arrays for any valid structure. On
-an invalid one the native merge fails the call with an error naming the problem, as the
-native products do; the search gives slots inside the arrays that mean nothing (the
-values the caller sums are NaN there: `_coordinates.stored_values`).
+`(a_source, b_source, indices, indptr)` in the index dtype, each of the first three
+`(nnz,)`: slot `s` of the sum holds entry `a_source[s]` of `A` and entry `b_source[s]` of
+`B`, `nnz_a` and `nnz_b` (one past the last entry) where it holds none of that matrix, so
+the sum's values are two gathers that fill the sentinel with zero and an add
+(`_csr_sum`); `indices` holds the slots' columns. `indptr` holds the sum's row pointers,
+its last value the number of distinct positions found, which may exceed `nnz` (the slots
+past `nnz` are then left out). The slots from the last found on hold neither matrix's
+entry and column `n - 1` (padding entries at the end of the last row, as
+`_coordinates.csr_from_entries` places them). Both matrices store at least one entry.
+Both implementations give the same arrays for any valid structure. On an invalid one the
+native merge fails the call with an error naming the problem, as the native products do;
+the search gives sources that mean nothing, though always in `[0, nnz_a]` and
+`[0, nnz_b]` (the values the caller gathers are NaN there: `_coordinates.stored_values`).
 
 The native merge (`O(m + nnz_a + nnz_b)`, `kernels/native/csr_union.cc`) runs on a CPU,
 the search elsewhere, for `jax.export` and under `JAXSPARSE_BACKEND=xla`, as
@@ -41,8 +44,8 @@ def union_structure(a_indices, a_indptr, b_indices, b_indptr, *, num_cols: int, 
     - `num_cols`: `n`, a static positive int.
     - `nnz`: the number of entries of the result, a static int.
 
-    **Returns:** `(slots, indices, indptr)`, `(nnz_a + nnz_b,)`, `(nnz,)` and `(m + 1,)` in
-    the index dtype (see the module docstring).
+    **Returns:** `(a_source, b_source, indices, indptr)`, `(nnz,)` each but `indptr`'s
+    `(m + 1,)`, in the index dtype (see the module docstring).
     """
     return _bind(a_indices, a_indptr, b_indices, b_indptr, num_cols=num_cols, nnz=nnz)
 
@@ -60,17 +63,14 @@ def _abstract_eval(a_indices, a_indptr, b_indices, b_indptr, *, num_cols, nnz, b
             "must share a dtype, batch axes, and the index pointers' length."
         )
     dtype = a_indices.dtype
-    return [
-        ShapedArray((*batch, a_indices.shape[-1] + b_indices.shape[-1]), dtype),
-        ShapedArray((*batch, nnz), dtype),
-        ShapedArray(a_indptr.shape, dtype),
-    ]
+    slots = ShapedArray((*batch, nnz), dtype)
+    return [slots, slots, slots, ShapedArray(a_indptr.shape, dtype)]
 
 
 def _union_by_search(a_indices, a_indptr, b_indices, b_indptr, *, num_cols, nnz):
     """The portable implementation: an entry's slot is its row's start plus the distinct
     columns of both before its own, found by searching each entry's column in the other
-    matrix's row."""
+    matrix's row; each slot's sources are then the entries placed there."""
 
     def one(a_indices, a_indptr, b_indices, b_indptr):
         a_nnz, b_nnz = a_indices.shape[0], b_indices.shape[0]
@@ -87,10 +87,12 @@ def _union_by_search(a_indices, a_indptr, b_indices, b_indptr, *, num_cols, nnz)
         a_slots -= shared_before[a_position] - shared_before[a_indptr[a_rows]]
         b_slots = starts[b_rows] + (b_position - b_indptr[b_rows]) + (in_a - a_indptr[b_rows])
         b_slots -= shared_before[in_a] - shared_before[a_indptr[b_rows]]
+        a_source = jnp.full((nnz,), a_nnz, a_indptr.dtype).at[a_slots].set(a_position, mode="drop")
+        b_source = jnp.full((nnz,), b_nnz, a_indptr.dtype).at[b_slots].set(b_position, mode="drop")
         slots = jnp.concatenate([a_slots, b_slots])
         indices = jnp.full((nnz,), num_cols - 1, a_indices.dtype)
         indices = indices.at[slots].set(jnp.concatenate([a_indices, b_indices]), mode="drop")
-        return slots, indices, starts
+        return a_source, b_source, indices, starts
 
     return over_batch(one, (a_indices, a_indptr, b_indices, b_indptr), (1, 1, 1, 1))
 

@@ -98,13 +98,12 @@ def test_matching_buffers_give_scipys_product():
     np.testing.assert_array_equal(MATRIX.data[np.asarray(order)], transposed.data)
     np.testing.assert_array_equal(indices_t, transposed.indices)
     np.testing.assert_array_equal(indptr_t, transposed.indptr)
-    sizes = (NNZ + OTHER.nnz, SUM_NNZ, M + 1)
+    sizes = (SUM_NNZ, SUM_NNZ, SUM_NNZ, M + 1)
     structure = tuple(result(size, dtype=jnp.int32) for size in sizes)
     union = call("jaxsparse_csr_union", structure, INDICES, INDPTR, *OTHER_STRUCTURE, num_cols=N)
-    slots, indices, indptr = map(np.asarray, union)
+    a_source, b_source, indices, indptr = map(np.asarray, union)
     summed = (MATRIX + OTHER).tocsr()
-    values = np.zeros(SUM_NNZ, np.float32)
-    np.add.at(values, slots, np.concatenate([MATRIX.data, OTHER.data]))
+    values = np.append(MATRIX.data, 0)[a_source] + np.append(OTHER.data, 0)[b_source]
     np.testing.assert_array_equal(indptr, summed.indptr)
     np.testing.assert_array_equal(indices, summed.indices)
     np.testing.assert_allclose(values, summed.data, rtol=1e-6)
@@ -292,31 +291,31 @@ MISMATCHES = {
     ),
     "a sum's structure from float indices": (
         "jaxsparse_csr_union",
-        tuple(result(size) for size in (NNZ + OTHER.nnz, SUM_NNZ, M + 1)),
+        tuple(result(size) for size in (SUM_NNZ, SUM_NNZ, SUM_NNZ, M + 1)),
         (INDICES.astype(jnp.float32), INDPTR, *OTHER_STRUCTURE),
         {"num_cols": N},
         "indices must be int32 or int64, got float32",
     ),
-    "slots fewer than the entries of both": (
+    "sources fewer than the sum's entries": (
         "jaxsparse_csr_union",
-        tuple(result(size, dtype=jnp.int32) for size in (NNZ, SUM_NNZ, M + 1)),
+        tuple(result(size, dtype=jnp.int32) for size in (SUM_NNZ, SUM_NNZ - 1, SUM_NNZ, M + 1)),
         (INDICES, INDPTR, *OTHER_STRUCTURE),
         {"num_cols": N},
-        f"the slots has {NNZ} along axis 0, expected {NNZ + OTHER.nnz}",
+        f"the second sources has {SUM_NNZ - 1} along axis 0, expected {SUM_NNZ}",
     ),
     "a second index pointer of other rows": (
         "jaxsparse_csr_union",
-        tuple(result(size, dtype=jnp.int32) for size in (NNZ + OTHER.nnz, SUM_NNZ, M + 1)),
+        tuple(result(size, dtype=jnp.int32) for size in (SUM_NNZ, SUM_NNZ, SUM_NNZ, M + 1)),
         (INDICES, INDPTR, OTHER_STRUCTURE[0], jnp.append(OTHER_STRUCTURE[1], 0)),
         {"num_cols": N},
         f"the second indptr has {M + 2} along axis 0, expected {M + 1}",
     ),
     "a batched sum of one pair": (
         "jaxsparse_csr_union",
-        tuple(result(2, size, dtype=jnp.int32) for size in (NNZ + OTHER.nnz, SUM_NNZ, M + 1)),
+        tuple(result(2, size, dtype=jnp.int32) for size in (SUM_NNZ, SUM_NNZ, SUM_NNZ, M + 1)),
         (INDICES, INDPTR, *OTHER_STRUCTURE),
         {"num_cols": N},
-        "the slots must have the batch axis of the first indices",
+        "the first sources must have the batch axis of the first indices",
     ),
     "positions from float rows": (
         "jaxsparse_csr_positions",

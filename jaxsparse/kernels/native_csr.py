@@ -106,13 +106,12 @@ def csr_matmul_pullback_native(g, data, x, indices, indptr, *, shape: tuple[int,
 
 
 def csr_union_native(a_indices, a_indptr, b_indices, b_indptr, *, num_cols: int, nnz: int):
-    """`(slots, indices, indptr)`, the structure of `A + B` (see `_csr_union`), all in the
-    index dtype; the four arrays may carry one leading batch axis, which the results then
-    have."""
+    """`(a_source, b_source, indices, indptr)`, the structure of `A + B` (see `_csr_union`),
+    all in the index dtype; the four arrays may carry one leading batch axis, which the
+    results then have."""
     batch, rows = a_indptr.shape[:-1], a_indptr.shape[-1]
     out = tuple(
-        jax.ShapeDtypeStruct((*batch, size), a_indices.dtype)
-        for size in (a_indices.shape[-1] + b_indices.shape[-1], nnz, rows)
+        jax.ShapeDtypeStruct((*batch, size), a_indices.dtype) for size in (nnz, nnz, nnz, rows)
     )
     call = jax.ffi.ffi_call("jaxsparse_csr_union", out)
     return tuple(call(a_indices, a_indptr, b_indices, b_indptr, num_cols=np.int64(num_cols)))
