@@ -94,14 +94,14 @@ def _matrix_norm_of(matrix, ord, repeats) -> jax.Array:
     if ord is None or ord == "fro":
 
         def reduce(rows, cols, values, valid):
-            squares = squared_magnitudes(values.astype(wide_dtype))
-            return root(jnp.sum(squares), 2).astype(real_dtype)
+            squares = _squared_magnitudes(values.astype(wide_dtype))
+            return _root(jnp.sum(squares), 2).astype(real_dtype)
 
         return reduce_distinct(matrix, reduce, repeats)
     return _extreme_line_sum(matrix, ord, repeats).astype(real_dtype)
 
 
-def squared_magnitudes(values) -> jax.Array:
+def _squared_magnitudes(values) -> jax.Array:
     """`|v|^2` as `re^2 + im^2`: smooth at 0, where the derivative of complex `abs` is 0 and
     `abs(v) * abs(v)` would lose the curvature (second derivatives) there."""
     if jnp.iscomplexobj(values):
@@ -138,11 +138,11 @@ def _vector_norms(matrix, ord: float, axis: int) -> jax.Array:
 def _power_sums_root(matrix, ord: float, axis: int, repeats) -> jax.Array:
     """`(sum over a line of |a|^ord)^(1 / ord)` for each column (`axis` 0) or row (1)."""
     sums = line_sums(_magnitudes(matrix, ord, repeats), axis)
-    roots = sums if ord == 1 else root(sums, ord)
+    roots = sums if ord == 1 else _root(sums, ord)
     return roots.astype(jnp.finfo(matrix.dtype).dtype)
 
 
-def root(sums, ord: float) -> jax.Array:
+def _root(sums, ord: float) -> jax.Array:
     """`sums^(1 / ord)` of non-negative sums; at a sum of 0 the value (0, or inf for a
     negative `ord`) with derivative 0, where the root's own is infinite (an empty line's
     norm would get NaN tangents)."""
@@ -160,7 +160,7 @@ def _magnitudes(matrix, power: float, repeats):
     def magnitude(values):
         values = values.astype(wide_dtype)
         if power == 2:
-            return squared_magnitudes(values)
+            return _squared_magnitudes(values)
         if power > 0:
             return jnp.abs(values) if power == 1 else jnp.abs(values) ** power
         if matrix.format != "dia":
