@@ -180,11 +180,12 @@ def kron(A: SparseMatrix, B: SparseMatrix, format=None) -> SparseMatrix:
     for name, factor in (("A", A), ("B", B)):
         _check_sparse(factor, name)
     refuse_batch("`kron`", A, B)
-    if not (isinstance(A, DIAMatrix) and isinstance(B, DIAMatrix)):
-        return _in_format(_kron_csr(A.tocsr(), B.tocsr()), format)
-    if B.shape[0] == B.shape[1] and _on_host(A, B):
-        return _in_format(_kron_square_dia_on_host(A, B), format)
-    return _in_format(_kron_dia(A, B), format)
+    if isinstance(A, DIAMatrix) and isinstance(B, DIAMatrix):
+        on_host = B.shape[0] == B.shape[1] and _on_host(A, B)
+        product = _kron_square_dia_on_host(A, B) if on_host else _kron_dia(A, B)
+    else:
+        product = _kron_csr(A.tocsr(), B.tocsr())
+    return _in_format(product, format)
 
 
 def block_diag(mats, format=None, dtype=None) -> SparseMatrix:
