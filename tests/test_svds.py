@@ -92,6 +92,8 @@ def test_rank_deficient_matrices_keep_orthonormal_vectors():
         ({"k": 0}, r"1 <= k < min\(m, n\)"),
         ({"which": "LA"}, "'LM' or 'SM'"),
         ({"return_singular_vectors": "v"}, "True, False, 'u' or 'vh'"),
+        ({"ncv": 3}, "svds: `ncv` must be an int"),
+        ({"v0": np.zeros(20)}, "svds: `v0` must not be zero"),
     ],
 )
 def test_arguments_are_checked(kwargs, message):

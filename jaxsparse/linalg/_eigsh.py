@@ -24,13 +24,13 @@ from ._eigsh_lanczos import start_vector
 from ._eigsh_shift_invert import inverse_operator
 from ._working_dtype import working_dtype
 
-_ZERO_V0 = "eigsh: `v0` must not be zero."
-_NONFINITE_V0 = "eigsh: `v0` must be finite: it holds inf or nan."
+_ZERO_V0 = "`v0` must not be zero."
+_NONFINITE_V0 = "`v0` must be finite: it holds inf or nan."
 _NONFINITE_SIGMA = "eigsh: `sigma` must be finite."
 # Told apart from no convergence by the results, which an inf or nan reaches at once.
 _NONFINITE_RESULT = {
-    False: "eigsh: the iteration met inf or nan: `A` holds a value that is not finite.",
-    True: "eigsh: the iteration met inf or nan: `A - sigma I` is singular (`sigma` is an "
+    False: "the iteration met inf or nan: `A` holds a value that is not finite.",
+    True: "the iteration met inf or nan: `A - sigma I` is singular (`sigma` is an "
     "eigenvalue of `A`: move it slightly, as scipy's 'Factor is exactly singular'), or `A` "
     "holds a value that is not finite.",
 }
@@ -46,6 +46,7 @@ class _Settings:
     tol: float
     maxiter: int
     shift_invert: bool
+    name: str  # the function errors name: `eigsh`, or one that runs it (`svds`)
 
 
 def eigsh(
@@ -110,10 +111,11 @@ def eigsh(
     return (values, vectors) if return_eigenvectors else values
 
 
-def hermitian_eigenpairs(A, k, which, v0, ncv, maxiter, tol, sigma=None):
+def hermitian_eigenpairs(A, k, which, v0, ncv, maxiter, tol, sigma=None, *, name="eigsh"):
     """`eigsh`'s `(values, vectors)` of a Hermitian operator `A`: a sparse matrix, or
-    another that registers `tangent_product` (its arguments checked as `eigsh`'s)."""
-    settings = _settings(A, k, which, ncv, maxiter, tol, sigma is not None)
+    another that registers `tangent_product` (its arguments checked as `eigsh`'s, errors
+    named after `name`)."""
+    settings = _settings(A, k, which, ncv, maxiter, tol, sigma is not None, name)
     n = A.shape[0]
     dtype = working_dtype(A.dtype)
     if sigma is not None:
@@ -124,15 +126,16 @@ def hermitian_eigenpairs(A, k, which, v0, ncv, maxiter, tol, sigma=None):
     if v0 is not None:
         v0 = device_array(v0)
         if v0.shape != (n,):
-            raise ValueError(f"eigsh: `v0` must have shape ({n},), got {v0.shape}.")
+            raise ValueError(f"{name}: `v0` must have shape ({n},), got {v0.shape}.")
         if jnp.iscomplexobj(v0) and not jnp.issubdtype(A.dtype, jnp.complexfloating):
-            raise TypeError(f"eigsh: `v0` is complex ({v0.dtype}) but `A` is real ({A.dtype}).")
+            raise TypeError(f"{name}: `v0` is complex ({v0.dtype}) but `A` is real ({A.dtype}).")
+        zero, nonfinite = f"{name}: {_ZERO_V0}", f"{name}: {_NONFINITE_V0}"
         if is_concrete(v0) and not jnp.any(v0 != 0):
-            raise ValueError(_ZERO_V0)
+            raise ValueError(zero)
         if is_concrete(v0) and not jnp.all(jnp.isfinite(v0)):
-            raise ValueError(_NONFINITE_V0)
-        v0 = eqx.error_if(v0, ~jnp.any(v0 != 0), _ZERO_V0)
-        v0 = eqx.error_if(v0, ~jnp.all(jnp.isfinite(v0)), _NONFINITE_V0).astype(dtype)
+            raise ValueError(nonfinite)
+        v0 = eqx.error_if(v0, ~jnp.any(v0 != 0), zero)
+        v0 = eqx.error_if(v0, ~jnp.all(jnp.isfinite(v0)), nonfinite).astype(dtype)
     return _compiled_eigsh(A.astype(dtype), v0, sigma, settings=settings)
 
 
@@ -161,28 +164,28 @@ def _integer(value):
     return value
 
 
-def _settings(A, k, which, ncv, maxiter, tol, shift_invert: bool) -> _Settings:
+def _settings(A, k, which, ncv, maxiter, tol, shift_invert: bool, name: str) -> _Settings:
     m, n = A.shape
     if m != n:
-        raise ValueError(f"eigsh: `A` must be square, got shape {A.shape}.")
+        raise ValueError(f"{name}: `A` must be square, got shape {A.shape}.")
     k, ncv, maxiter = (_integer(value) for value in (k, ncv, maxiter))
     if type(k) is not int or not 1 <= k < n:
-        raise ValueError(f"eigsh: `k` must be an int with 1 <= k < n = {n}, got {k!r}.")
+        raise ValueError(f"{name}: `k` must be an int with 1 <= k < n = {n}, got {k!r}.")
     if which not in _WHICH:
-        raise ValueError(f"eigsh: `which` must be one of {_WHICH}, got {which!r}.")
+        raise ValueError(f"{name}: `which` must be one of {_WHICH}, got {which!r}.")
     if ncv is None:
         ncv = min(n, max(2 * k + 1, 40))
     if type(ncv) is not int or not k < ncv <= n:
-        raise ValueError(f"eigsh: `ncv` must be an int with k < ncv <= n = {n}, got {ncv!r}.")
+        raise ValueError(f"{name}: `ncv` must be an int with k < ncv <= n = {n}, got {ncv!r}.")
     if maxiter is None:
         maxiter = 10 * n
     if type(maxiter) is not int or maxiter < 1:
-        raise ValueError(f"eigsh: `maxiter` must be a positive int, got {maxiter!r}.")
+        raise ValueError(f"{name}: `maxiter` must be a positive int, got {maxiter!r}.")
     if not tol >= 0:
-        raise ValueError(f"eigsh: `tol` must be >= 0, got {tol!r}.")
+        raise ValueError(f"{name}: `tol` must be >= 0, got {tol!r}.")
     if tol == 0:
         tol = 100 * float(jnp.finfo(working_dtype(A.dtype)).eps)
-    return _Settings(k, ncv, which, float(tol), maxiter, shift_invert)
+    return _Settings(k, ncv, which, float(tol), maxiter, shift_invert, name)
 
 
 @eqx.filter_custom_jvp
@@ -202,14 +205,13 @@ def _eigsh(A, v0, sigma, *, settings: _Settings):
     if settings.shift_invert:
         values = jnp.real(jnp.sum(jnp.conj(result.vectors) * (A @ result.vectors), axis=0))
     order = jnp.argsort(values)
-    values = eqx.error_if(
-        values[order], ~jnp.all(jnp.isfinite(values)), _NONFINITE_RESULT[settings.shift_invert]
-    )
+    nonfinite = f"{settings.name}: {_NONFINITE_RESULT[settings.shift_invert]}"
+    values = eqx.error_if(values[order], ~jnp.all(jnp.isfinite(values)), nonfinite)
     values = eqx.error_if(
         values,
         ~result.converged,
-        "eigsh: no convergence within `maxiter` restart cycles; raise `maxiter` or `ncv`, "
-        "or loosen `tol`.",
+        f"{settings.name}: no convergence within `maxiter` restart cycles; raise `maxiter` "
+        "or `ncv`, or loosen `tol`.",
     )
     return values, result.vectors[:, order]
 

@@ -67,7 +67,7 @@ def svds(
         )
     tall = m >= n
     gram = GramOperator(A, tall)
-    _, vectors = hermitian_eigenpairs(gram, k, _WHICH[which], v0, ncv, maxiter, tol)
+    _, vectors = hermitian_eigenpairs(gram, k, _WHICH[which], v0, ncv, maxiter, tol, name="svds")
     A = A.astype(vectors.dtype)
     # The other side by a thin SVD of `A V = Q S Z^H` (scipy's step too): `A (V Z) = Q S`,
     # so `Q` is orthonormal even where singular values are 0 and `A v / ||A v||` would
