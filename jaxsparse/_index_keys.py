@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._base import is_concrete
+from ._base import index_dtype_for, is_concrete
 
 
 def mask_positions(key, shape: tuple[int, int]):
@@ -102,7 +102,7 @@ def _traced_picks(array, size: int, what: str):
     # No value is in range of an empty axis, and its size is static: `jnp`'s IndexError now.
     if size == 0 and array.size:
         raise IndexError(f"a {what} index is out of range for size 0, whatever its value.")
-    wide = jax.dtypes.canonicalize_dtype(np.int64 if size > np.iinfo(np.int32).max else np.int32)
+    wide = jax.dtypes.canonicalize_dtype(index_dtype_for((size, size), 0))
     if jnp.issubdtype(array.dtype, jnp.unsignedinteger):
         # Clamped in the key's dtype, where a cast first could wrap a large value.
         array = jnp.minimum(array, min(max(size - 1, 0), jnp.iinfo(array.dtype).max))

@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._arrays import take_at
-from ._base import format_class, is_concrete, register_for_format
+from ._base import format_class, index_dtype_for, is_concrete, register_for_format
 from ._batching import is_batched, refuse_batch
 from ._coordinates import (
     entries,
@@ -287,7 +287,7 @@ def _dia_row(matrix, i):
 def _dia_offsets(matrix, i, j):
     """The offsets as an array, and `i`, `j`, in one integer dtype that holds them all
     (offsets lie in `(-m, n)`)."""
-    holds_shape = np.int64 if max(matrix.shape) > np.iinfo(np.int32).max else np.int32
+    holds_shape = index_dtype_for(matrix.shape, 0)
     dtype = jax.dtypes.canonicalize_dtype(np.result_type(i.dtype, j.dtype, holds_shape))
     offsets = jnp.asarray(np.asarray(matrix.offsets, np.int64), dtype)
     return offsets, i.astype(dtype), j.astype(dtype)

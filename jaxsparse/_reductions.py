@@ -218,16 +218,18 @@ def extreme(matrix, axis, *, largest: bool, explicit: bool = False) -> jax.Array
     `explicit`, the stored entries only (every DIA slot inside the matrix), 0 for a line
     or a matrix that stores none (scipy's `explicit=True`)."""
     explicit = _flag(explicit, "explicit")
-    return _extreme(matrix, axis, largest=largest, explicit=explicit, repeats=may_repeat(matrix))
+    return extreme_of(matrix, axis, largest=largest, explicit=explicit, repeats=may_repeat(matrix))
 
 
 @functools.partial(jax.jit, static_argnames=("axis", "largest", "explicit", "repeats"))
-def _extreme(matrix, axis, *, largest: bool, explicit: bool, repeats) -> jax.Array:
+def extreme_of(matrix, axis, *, largest: bool, explicit: bool, repeats) -> jax.Array:
+    """`extreme`, one compiled program, with `may_repeat`'s answer for the structure given
+    (`repeats`), which a caller already holding it passes on."""
     if jnp.issubdtype(matrix.dtype, jnp.complexfloating):
         raise TypeError("`max` and `min` are not defined for complex values.")
     if matrix.dtype == jnp.bool_:
         numbers = matrix.with_data(matrix.data.astype(jnp.float32))
-        extremes = _extreme(numbers, axis, largest=largest, explicit=explicit, repeats=repeats)
+        extremes = extreme_of(numbers, axis, largest=largest, explicit=explicit, repeats=repeats)
         extremes = extremes.astype(bool)
         # Booleans hold no NaN: an invalid structure fails instead.
         return unless_invalid_structure(matrix, extremes, checked=repeats is not None)

@@ -49,10 +49,12 @@ def csr_setdiag(matrix, values, k: int = 0):
             "arrays are traced (under `jax.jit`): call it outside `jit`, or close over the "
             "structure and pass the values."
         )
-    rows = np.arange(filled.shape[0]) + max(-k, 0)
+    first = max(-k, 0)
+    rows = np.arange(first, first + filled.shape[0])
     stored_rows = np.asarray(entries(matrix)[0], np.int64)
     stored_cols = np.asarray(matrix.indices, np.int64)
-    on_set = (stored_cols - stored_rows == k) & np.isin(stored_rows, rows)
+    on_set = stored_cols - stored_rows == k
+    on_set &= (stored_rows >= first) & (stored_rows < first + rows.size)
     kept = select_entries(matrix, ~on_set)
     added = type(matrix).from_coo(filled, rows, rows + k, matrix.shape)
     return kept + added

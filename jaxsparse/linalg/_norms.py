@@ -15,7 +15,7 @@ import numpy as np
 from .._base import SparseMatrix
 from .._batching import over_batch
 from .._coordinates import at_distinct_positions, may_repeat, reduce_distinct
-from .._reductions import count_nonzero, extreme, line_sums
+from .._reductions import count_nonzero, extreme_of, line_sums
 from ..kernels._precision import accumulation_dtype
 from ._spectral_norm import spectral_norm
 
@@ -129,9 +129,17 @@ def _vector_norms(matrix, ord: float, axis: int) -> jax.Array:
     if ord == 0:
         return count_nonzero(matrix, axis)
     if ord in (np.inf, -np.inf):
-        magnitudes = _magnitudes(matrix, 1.0, may_repeat(matrix))
-        return extreme(magnitudes, axis, largest=ord > 0).astype(jnp.finfo(matrix.dtype).dtype)
+        return _extreme_magnitudes(matrix, axis, largest=ord > 0, repeats=may_repeat(matrix))
     return _power_sums_root(matrix, ord, axis, repeats=may_repeat(matrix))
+
+
+@functools.partial(jax.jit, static_argnames=("axis", "largest", "repeats"))
+def _extreme_magnitudes(matrix, axis: int, largest: bool, repeats) -> jax.Array:
+    """The largest (smallest) magnitude of each column (`axis` 0) or row (1), implicit
+    zeros included; one program, the structure's facts (`repeats`) found on the host."""
+    magnitudes = _magnitudes(matrix, 1.0, repeats)
+    extremes = extreme_of(magnitudes, axis, largest=largest, explicit=False, repeats=repeats)
+    return extremes.astype(jnp.finfo(matrix.dtype).dtype)
 
 
 @functools.partial(jax.jit, static_argnames=("ord", "axis", "repeats"))
