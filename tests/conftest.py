@@ -13,8 +13,14 @@ exports) carry `@pytest.mark.on_cpu`, and `make gpu-check` runs them in a second
 The workers of one run share a persistent compilation cache in a directory of the run's
 own (removed when the run ends): a program one worker compiled, another loads instead of
 compiling it again. Compilation is most of the suite's time.
+
+XLA maps each compiled CPU program into memory mappings of its own, and JAX's caches keep
+every program a worker compiled; a worker past the kernel's limit on mappings
+(`vm.max_map_count`) segfaults inside XLA's next compile. So a worker past half that limit
+clears JAX's caches (later tests reload their programs from the persistent cache).
 """
 
+import itertools
 import os
 import shutil
 import tempfile
@@ -45,6 +51,37 @@ def pytest_configure(config):
         "markers",
         "slow: an exhaustive sweep over a code path that faster tests already cover",
     )
+
+
+# Counting the mappings reads /proc/self/maps (milliseconds at tens of thousands): after every
+# few tests, far more often than the few hundred mappings a test adds.
+_MAPPINGS_CHECK_PERIOD = 8
+_tests_run = itertools.count(1)
+
+
+def _mapping_count() -> int | None:
+    """The memory mappings of this process, or `None` without Linux's /proc."""
+    try:
+        with open("/proc/self/maps", "rb") as maps:
+            return maps.read().count(b"\n")
+    except OSError:
+        return None
+
+
+def _mapping_limit() -> int:
+    try:
+        with open("/proc/sys/vm/max_map_count") as limit:
+            return int(limit.read())
+    except (OSError, ValueError):
+        return 65530  # Linux's default
+
+
+def pytest_runtest_teardown(item, nextitem):
+    if next(_tests_run) % _MAPPINGS_CHECK_PERIOD:
+        return
+    count = _mapping_count()
+    if count is not None and count > _mapping_limit() // 2:
+        jax.clear_caches()
 
 
 def pytest_unconfigure(config):
