@@ -270,13 +270,7 @@ def _axis(axis):
     if (
         isinstance(axis, bool)
         or not isinstance(axis, (int, np.integer))
-        or axis
-        not in (
-            -2,
-            -1,
-            0,
-            1,
-        )
+        or axis not in (-2, -1, 0, 1)
     ):
         raise ValueError(f"`axis` must be None, 0 or 1, got {axis!r}.")
     return int(axis) % 2

@@ -8,6 +8,9 @@ from ._factor import Factorization as Factorization
 from ._factor_banded import BandedLU as BandedLU
 from ._factor_banded import DenseLU as DenseLU
 from ._factor_superlu import SuperLU as SuperLU
+from ._krylov import bicgstab as bicgstab
+from ._krylov import cg as cg
+from ._krylov import gmres as gmres
 from ._matrix_power import matrix_power as matrix_power
 from ._norms import norm as norm
 from ._precondition import JacobiPreconditioner as JacobiPreconditioner
