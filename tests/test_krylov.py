@@ -15,19 +15,19 @@ N = 24
 METHODS = ["cg", "bicgstab", "gmres"]
 
 
-def system(method: str, dtype=np.float64):
+def system(method: str, dtype=np.float64, n: int = N):
     """A scipy matrix the method converges on (Hermitian positive definite for `cg`,
     nonsymmetric and diagonally dominant otherwise), its DIA and CSR twins, and `b`."""
     rng = np.random.default_rng(7)
-    values = rng.standard_normal((N, N))
+    values = rng.standard_normal((n, n))
     if np.issubdtype(dtype, np.complexfloating):
-        values = values + 1j * rng.standard_normal((N, N))
-    dense = np.where(np.abs(np.subtract.outer(range(N), range(N))) <= 2, values, 0)
+        values = values + 1j * rng.standard_normal((n, n))
+    dense = np.where(np.abs(np.subtract.outer(range(n), range(n))) <= 2, values, 0)
     if method == "cg":
         dense = dense @ dense.conj().T
-    dense = (dense + 8 * np.eye(N)).astype(dtype)
+    dense = (dense + 8 * np.eye(n)).astype(dtype)
     twin = scipy.sparse.csr_array(dense)
-    b = rng.standard_normal(N).astype(dtype)
+    b = rng.standard_normal(n).astype(dtype)
     return twin, (js.CSRMatrix.from_scipy(twin), js.DIAMatrix.from_scipy(twin.todia())), b
 
 
@@ -59,6 +59,24 @@ def test_info_reports_too_few_iterations_as_scipy_does(method):
     # A loose `atol` accepts the same iterate.
     _, loose = solver(method)(A, b, rtol=0.0, atol=1e3, maxiter=1, **options)
     assert int(loose) == 0
+
+
+def test_singular_zero_and_empty_systems():
+    """An inconsistent singular system ends within `maxiter` with a finite `x` (scipy:
+    `info > 0`); a matrix with no entries gives -1 (its `x` is `nan`); `n = 0` solves
+    nothing, as scipy's."""
+    twin = scipy.sparse.diags_array(np.arange(10.0), format="csr")
+    A = js.CSRMatrix.from_scipy(twin)
+    _, scipy_info = scipy.sparse.linalg.gmres(twin, np.ones(10), maxiter=30)
+    x, info = js.linalg.gmres(A, np.ones(10), maxiter=30)
+    assert scipy_info > 0 and int(info) == 30 and np.all(np.isfinite(x))
+    empty = js.CSRMatrix.from_scipy(scipy.sparse.csr_array((10, 10)))
+    assert int(js.linalg.cg(empty, np.ones(10))[1]) == -1
+    for method in METHODS:
+        x, info = solver(method)(
+            js.CSRMatrix.from_scipy(scipy.sparse.csr_array((0, 0))), np.ones(0)
+        )
+        assert x.shape == (0,) and int(info) == 0
 
 
 def test_a_non_finite_residual_gives_info_minus_one():
@@ -122,7 +140,7 @@ def test_spilu0_takes_fewer_iterations_than_none(method):
     np.testing.assert_allclose(x, scipy.sparse.linalg.spsolve(twin.tocsc(), b), rtol=1e-7)
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", ["cg", "gmres"])  # BiCGSTAB's path is CG's
 def test_columns_x0_jit_and_vmap(method):
     twin, (A, D), b = system(method)
     B = np.stack([b, 2 * b, -b], axis=1)
@@ -178,6 +196,19 @@ def test_derivatives_match_spsolves(method):
         for g, w in zip(got, want, strict=True):
             np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-9)
     check_grads(lambda d: loss(iterative, d, b), (D.data,), order=1, modes=("fwd", "rev"))
+
+
+def test_second_derivatives_match_spsolves():
+    """Real CG's second derivative in `A`'s values: its transposed solve transposes each
+    stored value apart (a symmetric shortcut would not)."""
+    _, (_, D), b = system("cg", n=6)
+
+    def loss(solve, data):
+        return jnp.sum(jnp.sin(solve(D.with_data(data), b)) ** 2)
+
+    got = jax.hessian(lambda d: loss(lambda A, b: js.linalg.cg(A, b, rtol=1e-13)[0], d))(D.data)
+    want = jax.hessian(lambda d: loss(js.linalg.spsolve, d))(D.data)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-10)
 
 
 @pytest.mark.parametrize(

@@ -32,8 +32,8 @@ from ._eigsh import tangent_product
 from ._factor import dense_rhs, run_compiled, solve_dtype
 from ._working_dtype import working_dtype
 
-# `info` where the residual is not finite (a breakdown, or a non-finite `A`, `b` or `x0`),
-# as scipy's negative codes for a breakdown.
+# `info` where `x` or its residual is not finite (a breakdown, or a non-finite `A`, `b` or
+# `x0`), as scipy's negative codes for a breakdown.
 BREAKDOWN = -1
 
 _METHODS = {"cg": jax_krylov.cg, "bicgstab": jax_krylov.bicgstab, "gmres": jax_krylov.gmres}
@@ -87,16 +87,16 @@ def gmres(A, b, x0=None, *, rtol=1e-5, atol=0.0, restart=20, maxiter=None, M=Non
     (half precisions and integers solve in float32 and JAX's float); a zero `b` gives a
     zero `x`, as scipy's. `info`, an int32 array (one per column of `b`), is 0 where
     `||b - A x|| <= max(rtol ||b||, atol)` holds for the `x` returned, `maxiter` where it
-    does not, and -1 where the residual is not finite (a breakdown, or a non-finite `A`,
-    `b` or `x0`). The iterations stop on residuals they update rather than recompute, so
+    does not, and -1 where `x` or its residual is not finite (a breakdown, or a non-finite
+    `A`, `b` or `x0`). The iterations stop on residuals they update rather than recompute, so
     near the dtype's attainable accuracy they may stop early with `info == maxiter`
     (scipy, which reports its own residuals, then says 0).
 
     **Derivatives.** The tangent of `x` is one more solve with `A`, its cotangent one with
-    `A^T` (preconditioned by `M^T`, from `jax.linear_transpose`: a function `M` must be
-    linear and transposable for reverse mode), each by the same method from zero, to the
-    relative accuracy `max(rtol, atol / ||b||)` within the same `maxiter`: a derivative
-    is as accurate as its own solve, whatever the primal's `x0`.
+    `A^T` (preconditioned by `M^T`, from `jax.linear_transpose`: for derivatives of either
+    mode a function `M` must be linear and transposable by JAX), each by the same method
+    from zero, to the relative accuracy `max(rtol, atol / ||b||)` within the same
+    `maxiter`: a derivative is as accurate as its own solve, whatever the primal's `x0`.
     """
     if isinstance(restart, bool) or not isinstance(restart, numbers.Integral) or restart < 1:
         raise ValueError(f"gmres: `restart` must be a positive int, got {restart!r}.")
@@ -134,6 +134,8 @@ def _krylov(name, A, b, x0, M, rtol, atol, maxiter, restart=None):
     tolerances = (_tolerance(rtol, "rtol", name, real), _tolerance(atol, "atol", name, real))
     M = _preconditioner(M, n, dtype, name)
     settings = _Settings(name, int(maxiter), restart)
+    if n == 0:  # nothing to solve (JAX's GMRES cannot build a space of no vectors)
+        return b.astype(dtype), jnp.zeros(b.shape[1:], jnp.int32)
     return run_compiled(_solve, A.astype(dtype), b.astype(dtype), x0, M, tolerances, settings)
 
 
@@ -263,10 +265,12 @@ def _gmres(settings: _Settings, matvec, rhs, precondition, bound) -> jax.Array:
 
     def cycle(state):
         x, residual, cycles = state
-        # No tolerance: the one cycle runs whole, and this loop tests what it gives.
+        # No tolerance: the one cycle runs whole, and this loop tests what it gives. The
+        # incremental (Givens) cycle stays finite where the batched one's normal equations
+        # fail: a Krylov space that ends early, or a nearly singular `A`.
         correction, _ = jax_krylov.gmres(
             matvec, residual, tol=0.0, atol=0.0, restart=settings.restart, maxiter=1,
-            M=precondition,
+            M=precondition, solve_method="incremental",
         )  # fmt: skip
         x = x + correction
         return x, rhs - matvec(x), cycles + 1
@@ -305,10 +309,9 @@ def _solution_jvp(primals, tangents, *, M, tolerances, settings: _Settings):
         transposed = None if M is None else _transposed(M, rhs)
         return _iterate(settings, vecmat, rhs, transposed, relative * jnp.linalg.norm(rhs))
 
-    symmetric = settings.name == "cg" and not jnp.iscomplexobj(b)
-    x_dot = lax.custom_linear_solve(
-        lambda v: A @ v, rhs, solve, transpose_solve, symmetric=symmetric
-    )
+    # Not `symmetric=True` even for a real CG: the transposed product must transpose `A`'s
+    # stored values one by one, which a second derivative perturbs apart.
+    x_dot = lax.custom_linear_solve(lambda v: A @ v, rhs, solve, transpose_solve)
     return x, x_dot
 
 
@@ -325,9 +328,10 @@ def _transposed(M, like) -> callable:
 
 
 def _info(A, b, x, tolerances, maxiter: int) -> jax.Array:
-    """0 where `x` meets the stopping test, `maxiter` where not, `BREAKDOWN` where its
-    residual is not finite."""
+    """0 where `x` meets the stopping test, `maxiter` where not, `BREAKDOWN` where `x` or
+    its residual is not finite."""
     A, b, x = lax.stop_gradient((A, b, x))
     residual = jnp.linalg.norm(b - A @ x)
     code = jnp.where(residual <= _bound(b, tolerances), 0, maxiter)
-    return jnp.where(jnp.isfinite(residual), code, BREAKDOWN).astype(jnp.int32)
+    finite = jnp.isfinite(residual) & jnp.all(jnp.isfinite(x))
+    return jnp.where(finite, code, BREAKDOWN).astype(jnp.int32)
