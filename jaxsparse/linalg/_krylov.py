@@ -14,6 +14,7 @@ differentiated.
 import dataclasses
 import functools
 import numbers
+from collections.abc import Callable
 
 import equinox as eqx
 import jax
@@ -36,7 +37,8 @@ from ._working_dtype import working_dtype
 # `x0`), as scipy's negative codes for a breakdown.
 BREAKDOWN = -1
 
-_METHODS = {"cg": jax_krylov.cg, "bicgstab": jax_krylov.bicgstab, "gmres": jax_krylov.gmres}
+# JAX's loops, whole; GMRES runs its own loop of JAX's cycles (`_gmres`).
+_METHODS = {"cg": jax_krylov.cg, "bicgstab": jax_krylov.bicgstab}
 
 
 def cg(A, b, x0=None, *, rtol=1e-5, atol=0.0, maxiter=None, M=None):
@@ -315,7 +317,7 @@ def _solution_jvp(primals, tangents, *, M, tolerances, settings: _Settings):
     return x, x_dot
 
 
-def _transposed(M, like) -> callable:
+def _transposed(M, like) -> Callable:
     """`r -> M^T r` (the plain transpose) on vectors shaped as `like`, by transposing the
     linear map `_apply(M, .)`; a real `M` on a complex `r`, part by part, as applied."""
     if jnp.iscomplexobj(like) and hasattr(M, "__matmul__") and not _complex(M.dtype):
