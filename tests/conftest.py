@@ -16,7 +16,7 @@ compiling it again. Compilation is most of the suite's time.
 
 XLA maps each compiled CPU program into memory mappings of its own, and JAX's caches keep
 every program a worker compiled; a worker past the kernel's limit on mappings
-(`vm.max_map_count`) segfaults inside XLA's next compile. So a worker past three quarters
+(`vm.max_map_count`) segfaults inside XLA's next compile. So a worker past seven eighths
 of that limit clears JAX's caches (later tests reload their programs from the persistent
 cache); clearing takes seconds, so it waits until it is needed.
 """
@@ -55,8 +55,9 @@ def pytest_configure(config):
 
 
 # Counting the mappings reads /proc/self/maps (milliseconds at tens of thousands): after every
-# few tests, which add hundreds of mappings, far fewer than the quarter of the limit left.
-_MAPPINGS_CHECK_PERIOD = 8
+# few tests, which add at most a few thousand mappings, fewer than the eighth of the limit
+# left.
+_MAPPINGS_CHECK_PERIOD = 4
 _tests_run = itertools.count(1)
 
 
@@ -81,7 +82,7 @@ def pytest_runtest_teardown(item, nextitem):
     if next(_tests_run) % _MAPPINGS_CHECK_PERIOD:
         return
     count = _mapping_count()
-    if count is not None and count > _mapping_limit() * 3 // 4:
+    if count is not None and count > _mapping_limit() * 7 // 8:
         jax.clear_caches()
 
 
