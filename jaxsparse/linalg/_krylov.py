@@ -1,9 +1,10 @@
-"""`cg`, `bicgstab` and `gmres`: Krylov solves of square sparse systems, after
+"""`cg`, `bicgstab`, `gmres` and `minres`: Krylov solves of square sparse systems, after
 `scipy.sparse.linalg`, on jaxsparse's products.
 
-The iterations are JAX's own (`jax.scipy.sparse.linalg`); this module gives them scipy's
-surface and semantics: `rtol` and `atol` against `||b||` from any `x0`, GMRES's restart
-cycles stopped on the true residual, an `(x, info)` result whose `info`
+CG's and BiCGSTAB's iterations are JAX's own (`jax.scipy.sparse.linalg`), GMRES runs its
+own loop of JAX's cycles, and MINRES (which JAX lacks) is written here; this module gives
+them scipy's surface and semantics: `rtol` and `atol` against `||b||` from any `x0`,
+GMRES's restart cycles stopped on the true residual, an `(x, info)` result whose `info`
 checks the `x` returned, the promoted working dtype, `(n, k)` right-hand sides solved
 column by column, preconditioners of every kind scipy takes, and errors naming the
 argument. Derivatives are implicit (a custom JVP): the tangent is one more solve with `A`,
@@ -105,6 +106,50 @@ def gmres(A, b, x0=None, *, rtol=1e-5, atol=0.0, restart=20, maxiter=None, M=Non
     return _krylov("gmres", A, b, x0, M, rtol, atol, maxiter, int(restart))
 
 
+def minres(A, b, x0=None, *, rtol=1e-5, shift=0.0, maxiter=None, M=None):
+    """MINRES for `(A - shift I) x = b` with `A` Hermitian, possibly indefinite or singular.
+
+    As `scipy.sparse.linalg.minres` (Paige and Saunders' iteration), inside or outside
+    `jax.jit`, differentiable with respect to `b`, to `A`'s stored values and to `shift`
+    in forward and reverse mode. `jax.vmap` over `b`, `x0`, `A.data` or `shift` solves each
+    member; a batch iterates until its last member stops. `A` must be Hermitian (real
+    symmetric or complex Hermitian) and `M` Hermitian positive definite; neither is checked
+    (another `A` gives a wrong `x` and, usually, `info > 0`).
+
+    **Arguments:**
+
+    - `A`: a square `DIAMatrix` or `CSRMatrix` of shape `(n, n)`.
+    - `b`: `(n,)`, or `(n, k)` for `k` solves, one per column.
+    - `x0`: the starting guess, shaped as `b` (zeros by default).
+    - `rtol`: the iterations stop once `||b - (A - shift I) x|| <= rtol ||b||`, the others'
+      test (scipy's MINRES stops on its own estimates, `||r|| <= rtol ||A|| ||x||` among
+      them). As scipy's, there is no `atol`.
+    - `shift`: a real number; the solve is of `A - shift I`. Like `rtol`, a Python number
+      is passed into the compiled solve as a value: a new one compiles nothing.
+    - `maxiter`: the most iterations (`5 n` by default, as scipy's).
+    - `M`: a Hermitian positive definite preconditioner approximating
+      `(A - shift I)^{-1}`, of any kind `gmres` takes. Where `<r, M r>` comes out negative
+      or not finite (an indefinite `M`; scipy raises) the solve breaks down: `info == -1`.
+
+    **Returns:** `(x, info)`, as `gmres`'s: `info` is 0 where
+    `||b - (A - shift I) x|| <= rtol ||b||` holds for the `x` returned, `maxiter` where it
+    does not (an inconsistent singular system ends there, with a finite `x` whose part in
+    `A`'s null space may be large, as scipy's), and -1 where
+    `x` or its residual is not finite. A Krylov space that ends early (a zero Lanczos
+    `beta`: `b` in an invariant subspace of `A`) stops the iterations at the solution it
+    holds. The iterations stop on a residual they update rather than recompute (no extra
+    product per step), so near the dtype's attainable accuracy they may stop early with
+    `info == maxiter`.
+
+    **Derivatives** as `gmres`'s: the tangent of `x` is one more MINRES solve with
+    `A - shift I`, its cotangent one with `(A - shift I)^T = conj(A) - shift I`, Hermitian
+    too, preconditioned by `M^T`, each from zero to the relative accuracy `rtol` within the
+    same `maxiter`. `shift` is part of the operator: its derivative is `x`'s through
+    `(A - shift I)`.
+    """
+    return _krylov("minres", A, b, x0, M, rtol, 0.0, maxiter, shift=shift)
+
+
 @dataclasses.dataclass(frozen=True)
 class _Settings:
     """What shapes the compiled solve (static)."""
@@ -114,7 +159,7 @@ class _Settings:
     restart: int | None
 
 
-def _krylov(name, A, b, x0, M, rtol, atol, maxiter, restart=None):
+def _krylov(name, A, b, x0, M, rtol, atol, maxiter, restart=None, shift=None):
     if not isinstance(A, SparseMatrix):
         raise TypeError(f"{name}: `A` must be a DIAMatrix or CSRMatrix, got {type(A).__name__}.")
     refuse_batch(f"`{name}`", A)
@@ -129,7 +174,7 @@ def _krylov(name, A, b, x0, M, rtol, atol, maxiter, restart=None):
     dtype = working_dtype(solve_dtype(A.dtype, b.dtype))
     x0 = None if x0 is None else _start(x0, b.shape, dtype, name)
     if maxiter is None:
-        maxiter = 10 * n
+        maxiter = (5 if name == "minres" else 10) * n
     elif isinstance(maxiter, bool) or not isinstance(maxiter, numbers.Integral) or maxiter < 1:
         raise ValueError(f"{name}: `maxiter` must be a positive int or None, got {maxiter!r}.")
     real = np.finfo(dtype).dtype
@@ -138,7 +183,10 @@ def _krylov(name, A, b, x0, M, rtol, atol, maxiter, restart=None):
     settings = _Settings(name, int(maxiter), restart)
     if n == 0:  # nothing to solve (JAX's GMRES cannot build a space of no vectors)
         return b.astype(dtype), jnp.zeros(b.shape[1:], jnp.int32)
-    return run_compiled(_solve, A.astype(dtype), b.astype(dtype), x0, M, tolerances, settings)
+    A = A.astype(dtype)
+    if shift is not None:
+        A = ShiftedOperator(A, _real_scalar(shift, "shift", name, real))
+    return run_compiled(_solve, A, b.astype(dtype), x0, M, tolerances, settings)
 
 
 def _start(x0, shape, dtype, name: str) -> jax.Array:
@@ -157,6 +205,15 @@ def _start(x0, shape, dtype, name: str) -> jax.Array:
 def _tolerance(value, argument: str, name: str, real):
     """A tolerance as a 0-d array of the solve's real dtype: a value of the compiled solve,
     not a static argument."""
+    tolerance = _real_scalar(value, argument, name, real)
+    if not isinstance(value, jax.core.Tracer) and value < 0:
+        raise ValueError(f"{name}: `{argument}` must be finite and >= 0, got {value!r}.")
+    return tolerance
+
+
+def _real_scalar(value, argument: str, name: str, real):
+    """A finite real scalar as a 0-d array of the solve's real dtype: a value of the
+    compiled solve, not a static argument (a traced one is checked by its type only)."""
     if isinstance(value, jax.core.Tracer):
         if (
             value.ndim != 0
@@ -167,8 +224,8 @@ def _tolerance(value, argument: str, name: str, real):
         return value.astype(real)
     if isinstance(value, bool) or np.ndim(value) != 0 or not np.isrealobj(value):
         raise ValueError(f"{name}: `{argument}` must be a real number, got {value!r}.")
-    if not np.isfinite(value) or not value >= 0:
-        raise ValueError(f"{name}: `{argument}` must be finite and >= 0, got {value!r}.")
+    if not np.isfinite(value):
+        raise ValueError(f"{name}: `{argument}` must be finite, got {value!r}.")
     return np.asarray(value, real)
 
 
@@ -237,6 +294,29 @@ def _solve(A, b, x0, M, tolerances, settings: _Settings):
     return jax.vmap(one, in_axes=(1, None if x0 is None else 1), out_axes=(1, 0))(b, x0)
 
 
+class ShiftedOperator(eqx.Module):
+    """`A - shift I` as an operator: `S @ X` is one product with `A`; `shift` is a real
+    0-d array, so its derivative is that of the operator's values."""
+
+    matrix: SparseMatrix
+    shift: jax.Array
+
+    def __matmul__(self, X):
+        return self.matrix @ X - self.shift.astype(X.dtype) * X
+
+
+@tangent_product.register
+def _shifted_tangent_product(S: ShiftedOperator, S_dot, X):
+    """`d(A - shift I) X = dA X - dshift X`."""
+    if S_dot is None:
+        return None
+    dA_X = tangent_product(S.matrix, S_dot.matrix, X)
+    if S_dot.shift is None:
+        return dA_X
+    dshift_X = S_dot.shift.astype(X.dtype) * X
+    return -dshift_X if dA_X is None else dA_X - dshift_X
+
+
 def _constant(leaf):
     return lax.stop_gradient(leaf) if eqx.is_array(leaf) else leaf
 
@@ -251,6 +331,8 @@ def _iterate(settings: _Settings, matvec, rhs, precondition, bound) -> jax.Array
     """A solution `x` of `matvec(x) = rhs` from zero, to `||rhs - matvec(x)|| <= bound`."""
     if settings.name == "gmres":
         return _gmres(settings, matvec, rhs, precondition, bound)
+    if settings.name == "minres":
+        return _minres(settings.maxiter, matvec, rhs, precondition, bound)
     method = _METHODS[settings.name]
     return method(matvec, rhs, tol=0.0, atol=bound, maxiter=settings.maxiter, M=precondition)[0]
 
@@ -278,6 +360,79 @@ def _gmres(settings: _Settings, matvec, rhs, precondition, bound) -> jax.Array:
         return x, rhs - matvec(x), cycles + 1
 
     return lax.while_loop(unfinished, cycle, (jnp.zeros_like(rhs), rhs, 0))[0]
+
+
+def _minres(maxiter: int, matvec, rhs, precondition, bound) -> jax.Array:
+    """Paige and Saunders' MINRES from zero, preconditioned by a Hermitian positive definite
+    `precondition`, as scipy's, until `||rhs - matvec(x)|| <= bound`, `maxiter` steps, or
+    the end of the Krylov space (a zero `beta`). The residual is updated alongside `x`
+    (through `matvec(w)` for each search direction `w`): scipy's `phibar` is its norm only
+    without a preconditioner. Every scalar is real; inner products conjugate their first
+    vector, so a complex Hermitian operator takes the same steps."""
+    precondition = (lambda r: r) if precondition is None else precondition
+
+    def inner(u, v):
+        return jnp.vdot(u, v).real
+
+    def times(scalar, v):  # a real scalar times a vector of the solve's dtype
+        return scalar.astype(v.dtype) * v
+
+    y = precondition(rhs)
+    beta = jnp.sqrt(inner(rhs, y))  # NaN for an indefinite preconditioner
+    zero = jnp.zeros_like(rhs)
+    scalar = functools.partial(jnp.asarray, dtype=beta.dtype)
+    # The Lanczos vector before the first is zero, so its coefficient's scale is arbitrary.
+    lanczos = (zero, rhs, y, scalar(1.0), beta)  # r1, r2, y = M r2, previous beta, beta
+    rotation = (scalar(-1.0), *(scalar(0.0),) * 3, beta)  # cs, sn, dbar, epsilon, phibar
+    directions = (zero,) * 4  # w, the one before, and their products
+    state = (0, zero, rhs, lanczos, rotation, directions)
+
+    def unfinished(state):
+        steps, _, residual, (*_, beta), _, _ = state
+        return (steps < maxiter) & (beta > 0) & (jnp.linalg.norm(residual) > bound)
+
+    def step(state):
+        steps, x, residual, lanczos, rotation, directions = state
+        r1, r2, y, previous_beta, beta = lanczos
+        cs, sn, dbar, epsilon, phibar = rotation
+        w, w2, product_w, product_w2 = directions
+        # One Lanczos step: `v` M-orthonormal to the earlier ones, `beta` the next norm.
+        v = times(1 / beta, y)
+        product_v = matvec(v)
+        y = product_v - times(beta / previous_beta, r1)
+        alpha = inner(v, y)
+        y = y - times(alpha / beta, r2)
+        r1, r2 = r2, y
+        y = precondition(r2)
+        previous_beta, beta = beta, jnp.sqrt(inner(r2, y))
+        # The last rotation on the new column of the tridiagonal matrix, then the next one.
+        previous_epsilon = epsilon
+        delta = cs * dbar + sn * alpha
+        gbar = sn * dbar - cs * alpha
+        epsilon = sn * beta
+        dbar = -cs * beta
+        gamma = jnp.hypot(gbar, beta)
+        # A zero `gamma` (`A v` and the next `beta` zero: the space ends in `A`'s null space)
+        # rotates nothing and takes no step; the zero `beta` then ends the iterations.
+        singular = gamma == 0
+        gamma = jnp.where(singular, 1, gamma)
+        cs, sn = gbar / gamma, beta / gamma
+        phi, phibar = jnp.where(singular, 0, cs * phibar), sn * phibar
+
+        def direction(latest, last, before):  # scipy's `w` from `v` and the last two
+            return times(1 / gamma, latest - times(previous_epsilon, before) - times(delta, last))
+
+        w, w2 = direction(v, w, w2), w
+        product_w, product_w2 = direction(product_v, product_w, product_w2), product_w
+        x = x + times(phi, w)
+        residual = residual - times(phi, product_w)
+        return (
+            steps + 1, x, residual, (r1, r2, y, previous_beta, beta),
+            (cs, sn, dbar, epsilon, phibar), (w, w2, product_w, product_w2),
+        )  # fmt: skip
+
+    _, x, _, (*_, beta), _, _ = lax.while_loop(unfinished, step, state)
+    return jnp.where(jnp.isnan(beta), jnp.nan, x)
 
 
 @eqx.filter_custom_jvp
