@@ -11,6 +11,8 @@ from ._factor_superlu import SuperLU as SuperLU
 from ._krylov import bicgstab as bicgstab
 from ._krylov import cg as cg
 from ._krylov import gmres as gmres
+from ._least_squares import lsmr as lsmr
+from ._least_squares import lsqr as lsqr
 from ._matrix_power import matrix_power as matrix_power
 from ._norms import norm as norm
 from ._precondition import JacobiPreconditioner as JacobiPreconditioner
