@@ -12,6 +12,8 @@ from ._krylov import bicgstab as bicgstab
 from ._krylov import cg as cg
 from ._krylov import gmres as gmres
 from ._krylov import minres as minres
+from ._least_squares import lsmr as lsmr
+from ._least_squares import lsqr as lsqr
 from ._matrix_power import matrix_power as matrix_power
 from ._norms import norm as norm
 from ._precondition import JacobiPreconditioner as JacobiPreconditioner
