@@ -88,9 +88,8 @@ def test_breakdowns_end_cleanly():
     """A Krylov space that ends (a zero `beta`: the next step would divide by it) stops at
     its exact solution, even with `rtol == 0`; a singular consistent system converges (to
     the minimum-norm solution, as scipy's); an inconsistent one ends with a finite `x` and
-    `info == maxiter` (scipy says 0: it stops on `||r|| <= rtol ||A|| ||x||`, with an `x`
-    as large); a `b` in the null space gives a zero `x`; an indefinite `M` gives -1 (scipy
-    raises); `n = 0` solves nothing."""
+    `info == maxiter` (scipy says 0 at its least-squares stop); a `b` in the null space
+    gives a zero `x`; an indefinite `M` gives -1 (scipy raises); `n = 0` solves nothing."""
     n = 10
     singular = scipy.sparse.diags_array(np.arange(float(n)), format="csr")
     S = js.CSRMatrix.from_scipy(singular)
@@ -208,3 +207,39 @@ def test_bad_arguments_name_themselves(call, error, words):
     _, (A, _), b = saddle()
     with pytest.raises(error, match=words):
         call(A, b)
+
+
+def test_inconsistent_singular_system_stops_at_a_least_squares_point():
+    """A rotated rank-deficient `A` and a generic `b`: scipy's least-squares stop ends the
+    iterations at a residual as small as `lstsq`'s, with `x` of its size (the step past it
+    would divide by a vanishing gamma), and `info == maxiter` from the true residual."""
+    n = 12
+    rng = np.random.default_rng(1)
+    Q, _ = np.linalg.qr(rng.standard_normal((n, n)))
+    H = (Q * np.where(np.arange(n) < 3, 0.0, np.linspace(-3, 3, n))) @ Q.T
+    H = (H + H.T) / 2
+    b = rng.standard_normal(n)
+    least_squares = np.linalg.lstsq(H, b, rcond=1e-10)[0]
+    x, info = js.linalg.minres(js.CSRMatrix.from_scipy(scipy.sparse.csr_array(H)), b)
+    assert int(info) == 5 * n
+    residual = np.linalg.norm(b - H @ np.asarray(x))
+    assert residual <= (1 + 1e-6) * np.linalg.norm(b - H @ least_squares)
+    assert np.linalg.norm(x) <= 2 * np.linalg.norm(least_squares)
+
+
+def test_float32_restarts_on_the_true_residual():
+    """In float32 the updated residual stalls above the true one's test: MINRES restarts
+    from `x` on the true residual until that one passes."""
+    rng = np.random.default_rng(0)
+    n = 40
+    diagonal, upper = rng.standard_normal(n), rng.standard_normal(n - 1)
+    twin = scipy.sparse.diags_array(
+        [upper, diagonal, upper], offsets=[-1, 0, 1], format="csr"
+    ).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32)
+    x, info = js.linalg.minres(js.CSRMatrix.from_scipy(twin), b, rtol=1e-5)
+    assert x.dtype == np.float32 and int(info) == 0
+    assert (
+        relative_residual(twin.astype(np.float64), b.astype(np.float64), x.astype(np.float64))
+        <= 1e-5
+    )

@@ -122,8 +122,13 @@ def minres(A, b, x0=None, *, rtol=1e-5, shift=0.0, maxiter=None, M=None):
     - `b`: `(n,)`, or `(n, k)` for `k` solves, one per column.
     - `x0`: the starting guess, shaped as `b` (zeros by default).
     - `rtol`: the iterations stop once `||b - (A - shift I) x|| <= rtol ||b||`, the others'
-      test (scipy's MINRES stops on its own estimates, `||r|| <= rtol ||A|| ||x||` among
-      them). As scipy's, there is no `atol`.
+      test, on the residual they update; where that passes and the true residual does not
+      (it drifts in low precision), MINRES restarts from `x` on the true one, within
+      `maxiter` steps in all. As scipy's, they also stop at a least-squares point
+      (`||A r|| <= rtol ||A|| ||r||`, estimated) and once `A - shift I` is numerically
+      singular (estimated condition number `>= 0.1 / eps`), both keeping the `x` before
+      the step that found it; they do not stop on scipy's `||r|| <= rtol ||A|| ||x||`. As
+      scipy's, there is no `atol`.
     - `shift`: a real number; the solve is of `A - shift I`. Like `rtol`, a Python number
       is passed into the compiled solve as a value: a new one compiles nothing.
     - `maxiter`: the most iterations (`5 n` by default, as scipy's).
@@ -133,19 +138,19 @@ def minres(A, b, x0=None, *, rtol=1e-5, shift=0.0, maxiter=None, M=None):
 
     **Returns:** `(x, info)`, as `gmres`'s: `info` is 0 where
     `||b - (A - shift I) x|| <= rtol ||b||` holds for the `x` returned, `maxiter` where it
-    does not (an inconsistent singular system ends there, with a finite `x` whose part in
-    `A`'s null space may be large, as scipy's), and -1 where
-    `x` or its residual is not finite. A Krylov space that ends early (a zero Lanczos
-    `beta`: `b` in an invariant subspace of `A`) stops the iterations at the solution it
-    holds. The iterations stop on a residual they update rather than recompute (no extra
-    product per step), so near the dtype's attainable accuracy they may stop early with
-    `info == maxiter`.
+    does not (an inconsistent singular system: its least-squares stop leaves a residual as
+    small as `lstsq`'s, where scipy says 0; with an `rtol` below the accuracy that test
+    attains, `x` can grow large in `A`'s null space, as scipy's), and -1 where `x` or its
+    residual is not finite. A Krylov space that ends early (a zero Lanczos `beta`: `b` in
+    an invariant subspace of `A`) stops the iterations at the solution it holds.
 
     **Derivatives** as `gmres`'s: the tangent of `x` is one more MINRES solve with
     `A - shift I`, its cotangent one with `(A - shift I)^T = conj(A) - shift I`, Hermitian
     too, preconditioned by `M^T`, each from zero to the relative accuracy `rtol` within the
     same `maxiter`. `shift` is part of the operator: its derivative is `x`'s through
-    `(A - shift I)`.
+    `(A - shift I)`. They need a nonsingular `A - shift I`: the minimum-norm solution of a
+    singular system has further terms, and these solves, whose right-hand sides leave
+    `A`'s range, end at least-squares points with parts in the null space.
     """
     return _krylov("minres", A, b, x0, M, rtol, 0.0, maxiter, shift=shift)
 
@@ -327,12 +332,13 @@ def _bound(b, tolerances) -> jax.Array:
     return jnp.maximum(rtol * jnp.linalg.norm(b), atol)
 
 
-def _iterate(settings: _Settings, matvec, rhs, precondition, bound) -> jax.Array:
-    """A solution `x` of `matvec(x) = rhs` from zero, to `||rhs - matvec(x)|| <= bound`."""
+def _iterate(settings: _Settings, matvec, rhs, precondition, bound, rtol) -> jax.Array:
+    """A solution `x` of `matvec(x) = rhs` from zero, to `||rhs - matvec(x)|| <= bound`
+    (MINRES also stops at a least-squares point, to the relative accuracy `rtol`)."""
     if settings.name == "gmres":
         return _gmres(settings, matvec, rhs, precondition, bound)
     if settings.name == "minres":
-        return _minres(settings.maxiter, matvec, rhs, precondition, bound)
+        return _minres(settings.maxiter, matvec, rhs, precondition, bound, rtol)
     method = _METHODS[settings.name]
     return method(matvec, rhs, tol=0.0, atol=bound, maxiter=settings.maxiter, M=precondition)[0]
 
@@ -362,13 +368,39 @@ def _gmres(settings: _Settings, matvec, rhs, precondition, bound) -> jax.Array:
     return lax.while_loop(unfinished, cycle, (jnp.zeros_like(rhs), rhs, 0))[0]
 
 
-def _minres(maxiter: int, matvec, rhs, precondition, bound) -> jax.Array:
+def _minres(maxiter: int, matvec, rhs, precondition, bound, rtol) -> jax.Array:
+    """MINRES cycles (`_minres_cycle`) from zero until `||rhs - matvec(x)|| <= bound` or
+    `maxiter` steps in all. A cycle's residual is updated, and drifts from the true one in
+    low precision: a cycle that stops on it is followed by another on the correction of the
+    true residual while that one fails the test, as GMRES's restart cycles."""
+
+    def unfinished(state):
+        _, residual, steps, restart = state
+        return restart & (steps < maxiter) & (jnp.linalg.norm(residual) > bound)
+
+    def cycle(state):
+        x, residual, steps, _ = state
+        correction, taken, converged = _minres_cycle(
+            maxiter - steps, matvec, residual, precondition, bound, rtol
+        )
+        x = x + correction
+        return x, rhs - matvec(x), steps + taken, converged
+
+    return lax.while_loop(unfinished, cycle, (jnp.zeros_like(rhs), rhs, 0, True))[0]
+
+
+def _minres_cycle(maxiter, matvec, rhs, precondition, bound, rtol):
     """Paige and Saunders' MINRES from zero, preconditioned by a Hermitian positive definite
-    `precondition`, as scipy's, until `||rhs - matvec(x)|| <= bound`, `maxiter` steps, or
-    the end of the Krylov space (a zero `beta`). The residual is updated alongside `x`
-    (through `matvec(w)` for each search direction `w`): scipy's `phibar` is its norm only
-    without a preconditioner. Every scalar is real; inner products conjugate their first
-    vector, so a complex Hermitian operator takes the same steps."""
+    `precondition`, as scipy's, until its updated residual `||rhs - matvec(x)|| <= bound`,
+    (or its estimate `phibar` has fallen as far), `maxiter` steps, the end of the Krylov
+    space (a zero `beta`), or scipy's two other stops (a least-squares point, a numerically
+    singular operator). The residual is updated
+    alongside `x` (through `matvec(w)` for each search direction `w`): scipy's `phibar` is
+    its norm only without a preconditioner. Every scalar is real; inner products conjugate
+    their first vector, so a complex Hermitian operator takes the same steps.
+
+    Returns `x`, the steps taken, and whether the updated residual or `phibar` met the
+    test."""
     precondition = (lambda r: r) if precondition is None else precondition
 
     def inner(u, v):
@@ -379,22 +411,31 @@ def _minres(maxiter: int, matvec, rhs, precondition, bound) -> jax.Array:
 
     y = precondition(rhs)
     beta = jnp.sqrt(inner(rhs, y))  # NaN for an indefinite preconditioner
+    eps = jnp.finfo(beta.dtype).eps
     zero = jnp.zeros_like(rhs)
     scalar = functools.partial(jnp.asarray, dtype=beta.dtype)
     # The Lanczos vector before the first is zero, so its coefficient's scale is arbitrary.
     lanczos = (zero, rhs, y, scalar(1.0), beta)  # r1, r2, y = M r2, previous beta, beta
     rotation = (scalar(-1.0), *(scalar(0.0),) * 3, beta)  # cs, sn, dbar, epsilon, phibar
+    estimates = (scalar(0.0), scalar(0.0), scalar(jnp.inf))  # ||A||, largest, least gamma
     directions = (zero,) * 4  # w, the one before, and their products
-    state = (0, zero, rhs, lanczos, rotation, directions)
+    state = (0, False, zero, rhs, lanczos, rotation, estimates, directions)
+    # The updated residual can stall above `bound` in low precision while scipy's estimate
+    # `phibar` (||r|| in M's norm) falls on: either one ends the cycle, by the same factor.
+    relative_bound = beta * bound / jnp.linalg.norm(rhs)
+
+    def passed(residual, phibar):
+        return (jnp.linalg.norm(residual) <= bound) | (phibar <= relative_bound)
 
     def unfinished(state):
-        steps, _, residual, (*_, beta), _, _ = state
-        return (steps < maxiter) & (beta > 0) & (jnp.linalg.norm(residual) > bound)
+        steps, stopped, _, residual, (*_, beta), (*_, phibar), _, _ = state
+        return ~stopped & (steps < maxiter) & (beta > 0) & ~passed(residual, phibar)
 
     def step(state):
-        steps, x, residual, lanczos, rotation, directions = state
+        steps, _, x, residual, lanczos, rotation, estimates, directions = state
         r1, r2, y, previous_beta, beta = lanczos
         cs, sn, dbar, epsilon, phibar = rotation
+        norm_A, largest, smallest = estimates
         w, w2, product_w, product_w2 = directions
         # One Lanczos step: `v` M-orthonormal to the earlier ones, `beta` the next norm.
         v = times(1 / beta, y)
@@ -412,12 +453,21 @@ def _minres(maxiter: int, matvec, rhs, precondition, bound) -> jax.Array:
         epsilon = sn * beta
         dbar = -cs * beta
         gamma = jnp.hypot(gbar, beta)
-        # A zero `gamma` (`A v` and the next `beta` zero: the space ends in `A`'s null space)
-        # rotates nothing and takes no step; the zero `beta` then ends the iterations.
-        singular = gamma == 0
-        gamma = jnp.where(singular, 1, gamma)
+        # ||A|| as the tridiagonal matrix's Frobenius norm, as scipy's, less the `beta` before
+        # the first column (||rhs||, which would make the test depend on the scale of `b`).
+        column = jnp.hypot(jnp.where(steps == 0, 0, previous_beta), jnp.hypot(alpha, beta))
+        norm_A = jnp.hypot(norm_A, column)
+        largest, smallest = jnp.maximum(largest, gamma), jnp.minimum(smallest, gamma)
+        # scipy's other stops: the residual before this step is a least-squares one
+        # (`||A r|| <= rtol ||A|| ||r||`, its istop 2), or cond(A) >= 0.1 / eps estimated
+        # from the gammas (istop 4). Both keep that `x`: this step's small `gamma` would make
+        # it large, as on a singular inconsistent system; a zero one would divide by zero.
+        stop = (jnp.hypot(gbar, dbar) <= jnp.maximum(rtol, eps) * norm_A) | (
+            smallest <= 10 * eps * largest
+        )
+        gamma = jnp.where(stop, 1, gamma)
         cs, sn = gbar / gamma, beta / gamma
-        phi, phibar = jnp.where(singular, 0, cs * phibar), sn * phibar
+        phi, phibar = jnp.where(stop, 0, cs * phibar), jnp.where(stop, phibar, sn * phibar)
 
         def direction(latest, last, before):  # scipy's `w` from `v` and the last two
             return times(1 / gamma, latest - times(previous_epsilon, before) - times(delta, last))
@@ -427,12 +477,13 @@ def _minres(maxiter: int, matvec, rhs, precondition, bound) -> jax.Array:
         x = x + times(phi, w)
         residual = residual - times(phi, product_w)
         return (
-            steps + 1, x, residual, (r1, r2, y, previous_beta, beta),
-            (cs, sn, dbar, epsilon, phibar), (w, w2, product_w, product_w2),
+            steps + 1, stop, x, residual, (r1, r2, y, previous_beta, beta),
+            (cs, sn, dbar, epsilon, phibar), (norm_A, largest, smallest),
+            (w, w2, product_w, product_w2),
         )  # fmt: skip
 
-    _, x, _, (*_, beta), _, _ = lax.while_loop(unfinished, step, state)
-    return jnp.where(jnp.isnan(beta), jnp.nan, x)
+    steps, _, x, residual, (*_, beta), (*_, phibar), _, _ = lax.while_loop(unfinished, step, state)
+    return jnp.where(jnp.isnan(beta), jnp.nan, x), steps, passed(residual, phibar)
 
 
 @eqx.filter_custom_jvp
@@ -440,7 +491,7 @@ def _solution(A, b, x0, *, M, tolerances, settings: _Settings):
     bound = _bound(b, tolerances)
     residual = b if x0 is None else b - A @ x0
     precondition = None if M is None else functools.partial(_apply, M)
-    x = _iterate(settings, lambda v: A @ v, residual, precondition, bound)
+    x = _iterate(settings, lambda v: A @ v, residual, precondition, bound, tolerances[0])
     x = x if x0 is None else x0 + x
     return jnp.where(jnp.any(b != 0), x, 0)
 
@@ -460,11 +511,15 @@ def _solution_jvp(primals, tangents, *, M, tolerances, settings: _Settings):
     precondition = None if M is None else functools.partial(_apply, M)
 
     def solve(matvec, rhs):
-        return _iterate(settings, matvec, rhs, precondition, relative * jnp.linalg.norm(rhs))
+        return _iterate(
+            settings, matvec, rhs, precondition, relative * jnp.linalg.norm(rhs), relative
+        )
 
     def transpose_solve(vecmat, rhs):
         transposed = None if M is None else _transposed(M, rhs)
-        return _iterate(settings, vecmat, rhs, transposed, relative * jnp.linalg.norm(rhs))
+        return _iterate(
+            settings, vecmat, rhs, transposed, relative * jnp.linalg.norm(rhs), relative
+        )
 
     # Not `symmetric=True` even for a real CG: the transposed product must transpose `A`'s
     # stored values one by one, which a second derivative perturbs apart.
