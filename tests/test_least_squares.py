@@ -70,7 +70,7 @@ def test_solutions_istop_and_itn_match_scipys(method, fmt):
     twin, matrices, b = system()
     A = matrices[fmt]
     dense = twin.toarray()
-    for options in (TIGHT, {"damp": 0.5, **TIGHT}, {"conlim": 2.0}):
+    for options in (TIGHT, {"damp": 0.5, **TIGHT}, {"conlim": np.inf, **TIGHT}, {"conlim": 2.0}):
         expected = getattr(scipy.sparse.linalg, method)(twin, b, **options)
         got = solver(method)(A, b, **options)
         assert_matches_scipy(method, got, expected)
@@ -85,8 +85,9 @@ def test_solutions_istop_and_itn_match_scipys(method, fmt):
 
 @pytest.mark.parametrize("method", METHODS)
 def test_a_start_is_corrected_as_scipys(method):
-    """With `x0`, `damp` regularizes the correction `x - x0`, as scipy's; a zero `b`
-    gives `x = 0` and `istop = 0`."""
+    """With `x0`, `damp` regularizes the correction `x - x0`, as scipy's. A zero `b` gives
+    `x = 0` and scipy's results without `x0`, and the minimizer with it (scipy's LSMR
+    returns 0 there, its LSQR stops after a step)."""
     twin, (A, _), b = system()
     x0 = np.linspace(-1, 1, N)
     for damp in (0.0, 0.5):
@@ -94,8 +95,12 @@ def test_a_start_is_corrected_as_scipys(method):
         got = solver(method)(A, b, damp=damp, x0=x0, **TIGHT)
         assert_matches_scipy(method, got, expected)
         np.testing.assert_allclose(got[0], regularized(twin.toarray(), b, damp, x0), rtol=1e-10)
-    x, istop, itn, *_ = solver(method)(A, np.zeros(M), x0=x0)
-    assert not np.any(x) and int(istop) == int(itn) == 0
+    zero = np.zeros(M)
+    got = solver(method)(A, zero)
+    assert_matches_scipy(method, got, getattr(scipy.sparse.linalg, method)(twin, zero))
+    assert not np.any(got[0]) and int(got[1]) == int(got[2]) == 0
+    x = solver(method)(A, zero, damp=0.5, x0=x0, **TIGHT)[0]
+    np.testing.assert_allclose(x, regularized(twin.toarray(), zero, 0.5, x0), rtol=1e-10)
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -161,6 +166,7 @@ def test_dtypes_are_promoted_as_scipys():
     assert x.dtype == jnp.float64
     x = js.linalg.lsmr(A, b.astype(np.complex128))[0]
     assert x.dtype == jnp.complex128
+    assert js.linalg.lsqr(A, b[:, None])[0].shape == (N,)  # a column, squeezed as scipy's
     x = js.linalg.lsqr(A, np.arange(M), **TIGHT)[0]  # an integer `b` takes `A`'s dtype
     assert x.dtype == jnp.float64
     np.testing.assert_allclose(x, regularized(twin.toarray(), np.arange(M)), rtol=1e-10)
@@ -182,11 +188,11 @@ def test_jit_with_traced_scalars_and_vmap(method, fmt):
 
     scales = jnp.asarray([1.0, 2.0])
     B = np.stack([b, -3 * b])
-    for damp in (0.0, 0.5):
+    for damp in (0.0, 0.5, -0.5):  # a traced negative `damp` acts as `|damp|`
         x, istop, itn = batch(scales, B, damp, 1e-12)
         for i, (scale, b_i) in enumerate(zip(scales, B, strict=True)):
             expected = getattr(scipy.sparse.linalg, method)(
-                float(scale) * twin, b_i, damp=damp, **TIGHT
+                float(scale) * twin, b_i, damp=abs(damp), **TIGHT
             )
             np.testing.assert_allclose(x[i], expected[0], rtol=1e-9, atol=1e-12)
             assert (int(istop[i]), int(itn[i])) == expected[1:3]
@@ -210,36 +216,38 @@ def dense_loss(data, b, damp, x0, matrix):
 
 
 def test_lsqr_derivatives_match_finite_differences():
+    """At a negative traced `damp` too, where the solve uses `|damp|`."""
     _, (A, _), b = system()
-    check_grads(
-        jax.jit(lambda data, b, damp: loss("lsqr", data, b, damp, None, A)),
-        (A.data, b, 0.3),
-        order=1,
-        modes=("fwd", "rev"),
+    function = jax.jit(lambda data, b, damp: loss("lsqr", data, b, damp, None, A))
+    check_grads(function, (A.data, b, 0.3), order=1, modes=("fwd", "rev"))
+    check_grads(function, (A.data, b, -0.3), order=1, modes=("rev",))
+
+
+@pytest.mark.parametrize("method, wide", [("lsqr", True), ("lsmr", False)])
+def test_minimum_norm_derivatives_without_full_column_rank(method, wide):
+    """With `damp = 0`, `x = x0 + pinv(A) (b - A x0)` moves by `pinv(A)` in `b` and by
+    `I - pinv(A) A` in `x0`, for an underdetermined `A` and a rank-deficient tall one;
+    reverse mode transposes forward mode, in `A`'s values too."""
+    twin, (A, _), _ = system()
+    rng = np.random.default_rng(1)
+    if wide:
+        matrix, dense = A.T, twin.T.toarray()
+    else:
+        dense = rng.standard_normal((M, 5)) @ rng.standard_normal((5, N))
+        matrix = js.CSRMatrix.fromdense(dense)
+    (m, n), pinv = dense.shape, np.linalg.pinv(dense)
+
+    def solution(b, x0, data):
+        return solver(method)(matrix.with_data(data), b, x0=x0, **TIGHT)[0]
+
+    arguments = (rng.standard_normal(m), rng.standard_normal(n), matrix.data)
+    forward, reverse = (
+        jax.jit(jacobian(solution, (0, 1, 2)))(*arguments) for jacobian in (jax.jacfwd, jax.jacrev)
     )
-
-
-@pytest.mark.parametrize(
-    "method, dtype, fmt, start",
-    [
-        ("lsmr", np.float64, 1, False),
-        ("lsqr", np.float64, 0, True),
-        ("lsmr", np.complex128, 0, False),
-    ],
-)
-def test_derivatives_match_the_dense_normal_equations(method, dtype, fmt, start):
-    """In `A`'s values, `b`, `damp` and `x0` (which `damp` pulls the solution towards), for
-    each format, real and complex (reverse mode transposes the forward one, which
-    `check_grads` tests)."""
-    _, matrices, b = system(dtype)
-    A = matrices[fmt]
-    x0 = np.linspace(-1, 1, N).astype(dtype) if start else None
-    arguments = (A.data, b, 0.3, x0)
-    argnums = (0, 1, 2, 3) if start else (0, 1, 2)
-    got = jax.jit(jax.grad(lambda *a: loss(method, *a, A), argnums))(*arguments)
-    want = jax.jit(jax.grad(lambda *a: dense_loss(*a, A), argnums))(*arguments)
-    for g, w in zip(got, want, strict=True):
-        np.testing.assert_allclose(g, w, rtol=1e-8, atol=1e-11)
+    for got in (forward, reverse):
+        np.testing.assert_allclose(got[0], pinv, rtol=1e-8, atol=1e-9)
+        np.testing.assert_allclose(got[1], np.eye(n) - pinv @ dense, rtol=1e-8, atol=1e-9)
+    np.testing.assert_allclose(reverse[2], forward[2], rtol=1e-8, atol=1e-9)
 
 
 @pytest.mark.slow
@@ -264,6 +272,7 @@ def test_second_derivatives_match_finite_differences():
         (lambda A, b: js.linalg.lsmr(A, b, atol=-1e-6), ValueError, "`atol`"),
         (lambda A, b: js.linalg.lsqr(A, b, btol=np.nan), ValueError, "`btol`"),
         (lambda A, b: js.linalg.lsmr(A, b, conlim=1j), ValueError, "`conlim`"),
+        (lambda A, b: js.linalg.lsqr(A, b, conlim=np.nan), ValueError, "`conlim`"),
         (lambda A, b: js.linalg.lsqr(A, b, iter_lim=-1), ValueError, "`iter_lim`"),
         (lambda A, b: js.linalg.lsqr(A, b, iter_lim=2.5), ValueError, "`iter_lim`"),
         (lambda A, b: js.linalg.lsmr(A, b, maxiter=True), ValueError, "`maxiter`"),
