@@ -15,9 +15,12 @@ The issues' targets, each printed as a ratio against scipy measured in the same 
 
 Medians of single calls with compilation outside the timed region (each call is a whole
 solve). Run: `flock /tmp/jaxsparse-bench.lock python benchmarks/eigen.py [--small]
-[--only eigsh|svd|expm|cg]`.
+[--only eigsh|svd|expm|cg|solvers]`.
 
 4. `svds` and `norm(A, 2)` of a random tall CSR matrix against scipy's (no target).
+5. `lsqr` and `lsmr` of a random tall CSR matrix, and `minres` of an indefinite shifted
+   2-D Laplacian, against scipy's (no target): the same iterations, so the ratio is the
+   cost of a step.
 """
 
 import argparse
@@ -193,6 +196,61 @@ def expm_rows(n: int, repeats: int):
     )
 
 
+def solver_rows(m: int, n: int, side: int, repeats: int):
+    """`lsqr` and `lsmr` of a random tall CSR matrix with 10 entries a row (tolerances
+    1e-8), and `minres` of a 2-D 5-point Laplacian shifted into its spectrum (indefinite;
+    `rtol` 1e-8), jitted, against scipy's; iterations from both."""
+    rng = np.random.default_rng(3)
+    S = sp.random_array((m, n), density=10 / n, format="csr", rng=rng)
+    A = js.CSRMatrix.from_scipy(S)
+    b = rng.standard_normal(m)
+    b_device = jnp.asarray(b)
+    tolerances = {"atol": 1e-8, "btol": 1e-8}
+    for name, limit in (("lsqr", "iter_lim"), ("lsmr", "maxiter")):
+        ours = getattr(js.linalg, name)
+        theirs = getattr(sla, name)
+        solve = jax.jit(
+            lambda A, b, ours=ours, limit=limit: ours(A, b, **tolerances, **{limit: 4 * n})
+        )
+        x, istop, itn = jax.block_until_ready(solve(A, b_device))[:3]
+        reference = theirs(S, b, **tolerances, **{limit: 4 * n})
+        error = np.linalg.norm(np.asarray(x) - reference[0]) / np.linalg.norm(reference[0])
+        row(
+            f"{name}, {m} x {n} (10 a row), atol = btol = 1e-8",
+            measure(blocking(solve, A, b_device), repeats)["median_s"],
+            measure(
+                lambda theirs=theirs, limit=limit: theirs(S, b, **tolerances, **{limit: 4 * n}),
+                repeats,
+            )["median_s"],
+            f"{int(itn)} iterations (scipy {reference[2]}), istop {int(istop)} (scipy "
+            f"{reference[1]}); rel. difference {error:.1e}",
+        )
+    L = laplacian_2d(side, side)
+    shift = 0.5  # inside the spectrum (0, 8), on no eigenvalue: indefinite
+    H = js.DIAMatrix.from_scipy(L)
+    rhs = rng.standard_normal(L.shape[0])
+    rhs_device = jnp.asarray(rhs)
+    maxiter = 5 * L.shape[0]
+    solve = jax.jit(lambda H, r: js.linalg.minres(H, r, rtol=1e-8, shift=shift, maxiter=maxiter))
+    x, info = jax.block_until_ready(solve(H, rhs_device))
+    shifted = (L - shift * sp.eye_array(L.shape[0])).tocsr()
+    residual = np.linalg.norm(rhs - shifted @ np.asarray(x)) / np.linalg.norm(rhs)
+    count = [0]
+    sla.minres(L.tocsr(), rhs, rtol=1e-8, shift=shift, maxiter=maxiter,
+               callback=lambda _: count.__setitem__(0, count[0] + 1))  # fmt: skip
+    scipy_x = sla.minres(L.tocsr(), rhs, rtol=1e-8, shift=shift, maxiter=maxiter)[0]
+    scipy_residual = np.linalg.norm(rhs - shifted @ scipy_x) / np.linalg.norm(rhs)
+    row(
+        f"minres, 5-point {side} x {side} shifted by {shift:g} (indefinite), rtol = 1e-8",
+        measure(blocking(solve, H, rhs_device), repeats)["median_s"],
+        measure(
+            lambda: sla.minres(L.tocsr(), rhs, rtol=1e-8, shift=shift, maxiter=maxiter), repeats
+        )["median_s"],
+        f"info {int(info)}, rel. residual {residual:.1e} (scipy: {count[0]} iterations, "
+        f"{scipy_residual:.1e})",
+    )
+
+
 def cg_rows(side: int, repeats: int):
     rng = np.random.default_rng(2)
     S = diffusion_3d(side, rng)
@@ -307,7 +365,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--small", action="store_true", help="small sizes, for a smoke run")
     parser.add_argument(
-        "--only", choices=("eigsh", "svd", "expm", "cg"), help="run one of the sections"
+        "--only", choices=("eigsh", "svd", "expm", "cg", "solvers"), help="run one of the sections"
     )
     parser.add_argument("--cg-side", type=int, help="the CG problem's grid side (default 100)")
     args = parser.parse_args()
@@ -328,6 +386,9 @@ def main():
         expm_rows(n_expm, repeats)
     if args.only in (None, "cg"):
         cg_rows(side3, repeats)
+    if args.only in (None, "solvers"):
+        sizes = (2_000, 500, 40) if args.small else (200_000, 20_000, 317)
+        solver_rows(*sizes, repeats)
     print(os.popen("uptime").read().strip())
 
 

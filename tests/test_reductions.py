@@ -124,10 +124,22 @@ def _dense(value):
 
 
 # complex64 on every DIA case and on the CSR case that repeats positions: complex values
-# take the same structure paths as real ones, and each CSR case compiles for seconds.
+# take the same structure paths as real ones, and each CSR case compiles for seconds. The
+# tall and dense-row CSR layouts take the paths of the empty-rows and repeats cases: `slow`.
+SLOW_REDUCTION_CASES = ("csr-tall", "csr-dense-row")
+
+
 @pytest.mark.parametrize(
     "case, dtype",
-    [pytest.param(case, jnp.float64, id=f"{case.name}-float64") for case in REDUCTION_CASES]
+    [
+        pytest.param(
+            case,
+            jnp.float64,
+            id=f"{case.name}-float64",
+            marks=[pytest.mark.slow] if case.name in SLOW_REDUCTION_CASES else [],
+        )
+        for case in REDUCTION_CASES
+    ]
     + [
         pytest.param(case, jnp.complex64, id=f"{case.name}-complex64")
         for case in REDUCTION_CASES

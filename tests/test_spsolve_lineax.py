@@ -11,9 +11,23 @@ from helpers import dtype_id, invertible_nonsymmetric, random_values
 import jaxsparse as js
 
 
-@pytest.mark.parametrize("transposed", [False, True], ids=["A", "A.T"])
-@pytest.mark.parametrize("dtype", [jnp.float64, jnp.complex128], ids=dtype_id)
-@pytest.mark.parametrize("fmt", ["dia", "csr"])
+def _solve_cases():
+    """Every format, dtype and transposition; the fast suite takes the half in which each
+    pair of them meets once, the rest is `slow`."""
+    for fmt in ("dia", "csr"):
+        for dtype in (jnp.float64, jnp.complex128):
+            for transposed in (False, True):
+                other_half = (fmt == "csr") ^ (dtype == jnp.complex128) ^ transposed
+                yield pytest.param(
+                    fmt,
+                    dtype,
+                    transposed,
+                    id=f"{fmt}-{dtype_id(dtype)}-{'A.T' if transposed else 'A'}",
+                    marks=[pytest.mark.slow] if other_half else [],
+                )
+
+
+@pytest.mark.parametrize(("fmt", "dtype", "transposed"), list(_solve_cases()))
 def test_linear_solve_and_derivatives_match_dense(fmt, dtype, transposed):
     """Solves with the operator of `A`, and of `A.T` (its `.T`: the plain transpose, not
     `A^H`, as in lineax), from one factorization, and their derivatives in both modes."""
