@@ -165,9 +165,14 @@ def _least_squares(name, A, b, damp, atol, btol, conlim, limit, x0, calc_var):
 
 def _condition_limit(conlim, name: str, real):
     """`conlim` as a tolerance, `+inf` included (no limit, as scipy's)."""
-    if np.ndim(conlim) == 0 and np.isrealobj(conlim) and not isinstance(conlim, jax.core.Tracer):
+    concrete = not isinstance(conlim, (jax.core.Tracer, bool)) and np.ndim(conlim) == 0
+    if concrete and np.isrealobj(conlim):
         if np.isposinf(conlim):
             return np.asarray(conlim, real)
+        if not conlim >= 0:  # NaN, negative or -inf
+            raise ValueError(
+                f"{name}: `conlim` must be >= 0 or inf (either turns the test off), got {conlim!r}."
+            )
     return _tolerance(conlim, "conlim", name, real)
 
 
