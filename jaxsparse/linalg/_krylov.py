@@ -391,13 +391,13 @@ def _minres(maxiter: int, matvec, rhs, precondition, bound, rtol) -> jax.Array:
 
 def _minres_cycle(maxiter, matvec, rhs, precondition, bound, rtol):
     """Paige and Saunders' MINRES from zero, preconditioned by a Hermitian positive definite
-    `precondition`, as scipy's, until its updated residual `||rhs - matvec(x)|| <= bound`,
+    `precondition`, as scipy's, until its updated residual `||rhs - matvec(x)|| <= bound`
     (or its estimate `phibar` has fallen as far), `maxiter` steps, the end of the Krylov
     space (a zero `beta`), or scipy's two other stops (a least-squares point, a numerically
-    singular operator). The residual is updated
-    alongside `x` (through `matvec(w)` for each search direction `w`): scipy's `phibar` is
-    its norm only without a preconditioner. Every scalar is real; inner products conjugate
-    their first vector, so a complex Hermitian operator takes the same steps.
+    singular operator). The residual is updated alongside `x` (through `matvec(w)` for
+    each search direction `w`): scipy's `phibar` is its norm only without a preconditioner.
+    Every scalar is real; inner products conjugate their first vector, so a complex
+    Hermitian operator takes the same steps.
 
     Returns `x`, the steps taken, and whether the updated residual or `phibar` met the
     test."""
