@@ -2,6 +2,7 @@
 
 from ._bands import is_sptriangular as is_sptriangular
 from ._bands import spbandwidth as spbandwidth
+from ._eigs import eigs as eigs
 from ._eigsh import eigsh as eigsh
 from ._expm_multiply import expm_multiply as expm_multiply
 from ._factor import Factorization as Factorization

@@ -1,0 +1,121 @@
+"""The derivatives of `eigs`'s eigenpairs, for simple eigenvalues.
+
+With `u` the left eigenvector of `(lambda, v)` (`u^H A = lambda u^H`), differentiating
+`A v = lambda v` gives
+
+    d lambda = u^H dA v / (u^H v),    (A - lambda I) dv = -(I - v u^H / (u^H v)) dA v.
+
+The second equation fixes `dv` up to a multiple of `v`. Its solution `z` with `u^H z = 0`
+solves the bordered system `[[A - lambda I, v], [u^H, 0]] [z; mu] = [rhs; 0]`, which is
+nonsingular for a simple eigenvalue: one sparse factorization per eigenpair
+(`js.linalg.spsolve` of a CSR matrix of `nnz + 3n` entries). `eigs` returns unit vectors
+whose largest entry `p` is real and positive, so `dv = z + c v` with the real part of `c`
+keeping `||v|| = 1` and its imaginary part keeping `v[p]` real.
+"""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from .._csr import CSRMatrix
+from ._spsolve import spsolve
+
+
+def left_vectors(eigenpairs, A, sigma, values, settings) -> jax.Array:
+    """For each eigenvalue `lambda_i`, the unit left eigenvector `u_i`, from `eigenpairs`
+    (`eigs`'s iteration) on `A^H`; `nan` where none of its values lies within `sqrt(tol)`
+    (relative) of `conj(lambda_i)`. One value more is asked of it, so a complex conjugate
+    pair that `k` splits is found whole."""
+    n = A.shape[0]
+    k = min(settings.k + 1, n - 2)
+    left = dataclasses.replace(settings, k=k, ncv=min(n, max(settings.ncv, k + 2)))
+    conjugates, vectors, _ = eigenpairs(A, sigma, left, adjoint=True)
+    distance = jnp.abs(jnp.conj(conjugates)[None, :] - values[:, None])  # [i, j]
+    nearest = jnp.argmin(distance, axis=1)
+    scale = jnp.maximum(jnp.max(jnp.abs(values)), jnp.finfo(values.dtype).tiny)
+    matched = jnp.min(distance, axis=1) <= np.sqrt(settings.tol) * scale
+    return jnp.where(matched, vectors[:, nearest], jnp.nan)
+
+
+def eigenpair_tangents(A, values, vectors, left, dA_vectors):
+    """`(d lambda, dv)` of every eigenpair (the columns of `vectors`, unit, largest entry
+    real and positive) for `dA_vectors = dA V` (see the module)."""
+    overlaps = jnp.sum(jnp.conj(left) * vectors, axis=0)  # u_i^H v_i
+    values_dot = jnp.sum(jnp.conj(left) * dA_vectors, axis=0) / overlaps
+    rhs = -(dA_vectors - vectors * values_dot)
+    bordered = _bordered_structure(lax.stop_gradient(A).tocsr().astype(vectors.dtype))
+    solve = jax.vmap(_bordered_solve, in_axes=(None, 0, 1, 1, 1), out_axes=1)
+    z = solve(
+        bordered, lax.stop_gradient(values), *(lax.stop_gradient(x) for x in (vectors, left)), rhs
+    )
+    largest = jnp.argmax(jnp.abs(vectors), axis=0)
+    z_largest = jnp.take_along_axis(z, largest[None], axis=0)[0]
+    v_largest = jnp.take_along_axis(vectors, largest[None], axis=0)[0].real
+    c = lax.complex(
+        -jnp.real(jnp.sum(jnp.conj(vectors) * z, axis=0)), -jnp.imag(z_largest) / v_largest
+    )
+    return values_dot, z + vectors * c
+
+
+@dataclasses.dataclass(frozen=True)
+class _Bordered:
+    """`A`'s values and where they, the shift, the border column and the border row go
+    in the bordered CSR matrix's arrays."""
+
+    data: jax.Array  # A's stored values
+    moved: jax.Array  # their positions
+    diagonal: jax.Array  # (n,): where -lambda goes in each row
+    indices: jax.Array
+    indptr: jax.Array
+
+
+def _bordered_structure(A: CSRMatrix) -> _Bordered:
+    """The structure of `[[A - lambda I, v], [u^H, 0]]`: each row of `A` gains two entries
+    at its end (column `i`, repeated columns add up, and column `n`), and the last row
+    holds columns `0 .. n - 1`."""
+    n = A.shape[0]
+    nnz = A.indices.shape[0]
+    index = jnp.int64 if nnz + 3 * n + 1 >= np.iinfo(np.int32).max else jnp.int32
+    indptr = A.indptr.astype(index)
+    rows = jnp.arange(n, dtype=index)
+    stored = jnp.arange(nnz, dtype=index)
+    row_of = jnp.searchsorted(indptr, stored, side="right").astype(index) - 1
+    moved = stored + 2 * row_of
+    diagonal = indptr[1:] + 2 * rows
+    indices = (
+        jnp.zeros((nnz + 3 * n,), index)
+        .at[moved]
+        .set(A.indices.astype(index))
+        .at[diagonal]
+        .set(rows)
+        .at[diagonal + 1]
+        .set(n)
+        .at[nnz + 2 * n :]
+        .set(rows)
+    )
+    bordered_indptr = jnp.concatenate(
+        [indptr + 2 * jnp.arange(n + 1, dtype=index), jnp.full((1,), nnz + 3 * n, index)]
+    )
+    return _Bordered(A.data, moved, diagonal, indices, bordered_indptr)
+
+
+def _bordered_solve(bordered: _Bordered, value, v, u, rhs) -> jax.Array:
+    """`z` with `(A - value I) z + mu v = rhs` and `u^H z = 0`."""
+    n = v.shape[0]
+    nnz = bordered.data.shape[0]
+    data = (
+        jnp.zeros(bordered.indices.shape, v.dtype)
+        .at[bordered.moved]
+        .set(bordered.data)
+        .at[bordered.diagonal]
+        .set(-value)
+        .at[bordered.diagonal + 1]
+        .set(v)
+        .at[nnz + 2 * n :]
+        .set(jnp.conj(u))
+    )
+    matrix = CSRMatrix((data, bordered.indices, bordered.indptr), shape=(n + 1, n + 1))
+    return spsolve(matrix, jnp.concatenate([rhs, jnp.zeros((1,), rhs.dtype)]))[:n]
