@@ -15,12 +15,15 @@ The issues' targets, each printed as a ratio against scipy measured in the same 
 
 Medians of single calls with compilation outside the timed region (each call is a whole
 solve). Run: `flock /tmp/jaxsparse-bench.lock python benchmarks/eigen.py [--small]
-[--only eigsh|svd|expm|cg|solvers]`.
+[--only eigsh|svd|expm|cg|solvers|eigs]`.
 
 4. `svds` and `norm(A, 2)` of a random tall CSR matrix against scipy's (no target).
 5. `lsqr` and `lsmr` of a random tall CSR matrix, and `minres` of an indefinite shifted
    2-D Laplacian, against scipy's (no target): the same number of steps, so the ratio is
    the cost of a step.
+6. `eigs`, the 6 largest in magnitude of a random non-normal CSR matrix, and by
+   shift-invert the 6 nearest 0 of a 2-D convection-diffusion operator (CSR: SuperLU, as
+   scipy; DIA: the banded LU), against ARPACK's (no target).
 """
 
 import argparse
@@ -121,6 +124,60 @@ def eigsh_rows(rows: int, cols: int):
         error = np.max(np.abs(np.sort(np.asarray(w)) - np.sort(reference)) / np.abs(reference))
         row(
             f"eigsh {which}, 6 of {S.shape[0]} (5-point, {rows} x {cols})",
+            ours_s,
+            scipy_s,
+            f"max rel. eigenvalue difference {error:.1e}; one call each",
+        )
+
+
+def convection_diffusion_2d(side: int, wind: float = 20.0):
+    """`-Laplacian + wind * d/dx` on a `side x side` grid, upwind differences: a real
+    matrix with complex eigenvalues."""
+    h = 1.0 / (side + 1)
+    second = (
+        sp.diags_array(
+            [-np.ones(side - 1), 2 * np.ones(side), -np.ones(side - 1)], offsets=[-1, 0, 1]
+        )
+        / h**2
+    )
+    upwind = sp.diags_array([-np.ones(side - 1), np.ones(side)], offsets=[-1, 0]) * (wind / h)
+    eye = sp.eye_array(side)
+    return (sp.kron(eye, second + upwind) + sp.kron(second, eye)).todia()
+
+
+def random_general(n: int, rng):
+    """A random sparse matrix (8 entries a row) on a diagonal spread over [1, 2]: not
+    normal, with its largest eigenvalues separated."""
+    random = sp.random_array((n, n), density=8 / n, rng=rng, format="csr")
+    return (random + sp.diags_array(np.linspace(1.0, 2.0, n))).tocsr()
+
+
+def eigs_rows(side: int, n: int):
+    rng = np.random.default_rng(0)
+    flow = convection_diffusion_2d(side)
+    cases = (
+        ("largest magnitude", random_general(n, rng), "csr", None),
+        ("nearest 0 (shift-invert)", flow.tocsr(), "csr", 0.0),
+        ("nearest 0 (shift-invert)", flow, "dia", 0.0),
+    )
+    for mode, S, fmt, sigma in cases:
+        A = js.CSRMatrix.from_scipy(S) if fmt == "csr" else js.DIAMatrix.from_scipy(S)
+        v0 = rng.standard_normal(S.shape[0])
+        # One timed call each, as for `eigsh`; ours compiled ahead.
+        ours = (
+            jax.jit(lambda A, v0, sigma=sigma: js.linalg.eigs(A, 6, sigma=sigma, v0=v0, tol=1e-10))
+            .lower(A, v0)
+            .compile()
+        )
+        start = time.perf_counter()
+        w = np.asarray(jax.block_until_ready(ours(A, v0))[0])
+        ours_s = time.perf_counter() - start
+        start = time.perf_counter()
+        reference = sla.eigs(S, 6, sigma=sigma, v0=v0, tol=1e-10)[0]
+        scipy_s = time.perf_counter() - start
+        error = max(np.min(np.abs(w - value)) / np.abs(value) for value in reference)
+        row(
+            f"eigs {mode}, 6 of {S.shape[0]} ({fmt.upper()})",
             ours_s,
             scipy_s,
             f"max rel. eigenvalue difference {error:.1e}; one call each",
@@ -365,7 +422,9 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--small", action="store_true", help="small sizes, for a smoke run")
     parser.add_argument(
-        "--only", choices=("eigsh", "svd", "expm", "cg", "solvers"), help="run one of the sections"
+        "--only",
+        choices=("eigsh", "svd", "expm", "cg", "solvers", "eigs"),
+        help="run one of the sections",
     )
     parser.add_argument("--cg-side", type=int, help="the CG problem's grid side (default 100)")
     args = parser.parse_args()
@@ -389,6 +448,8 @@ def main():
     if args.only in (None, "solvers"):
         sizes = (2_000, 500, 40) if args.small else (200_000, 20_000, 317)
         solver_rows(*sizes, repeats)
+    if args.only in (None, "eigs"):
+        eigs_rows(*((40, 2_000) if args.small else (200, 100_000)))
     print(os.popen("uptime").read().strip())
 
 

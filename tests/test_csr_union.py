@@ -182,7 +182,10 @@ def test_sum_from_sources_is_the_sorts_in_every_dtype(dtype):
                 np.testing.assert_array_equal(getattr(got, name), getattr(sort, name), name)
 
 
-@pytest.mark.parametrize("dtype", [jnp.float64, jnp.complex128])
+# complex values take the real ones' gathers: `slow`.
+@pytest.mark.parametrize(
+    "dtype", [jnp.float64, pytest.param(jnp.complex128, marks=pytest.mark.slow)]
+)
 def test_sum_from_sources_differentiates(dtype):
     """Derivatives of `A - B` in both matrices' values, forward and reverse (to second
     order for real values), through the gathers: eagerly known structures and traced ones

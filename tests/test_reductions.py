@@ -125,8 +125,9 @@ def _dense(value):
 
 # complex64 on every DIA case and on the CSR case that repeats positions: complex values
 # take the same structure paths as real ones, and each CSR case compiles for seconds. The
-# tall and dense-row CSR layouts take the paths of the empty-rows and repeats cases: `slow`.
-SLOW_REDUCTION_CASES = ("csr-tall", "csr-dense-row")
+# tall and dense-row CSR layouts take the paths of the empty-rows and repeats cases, and
+# the repeats case in float64 those of its complex64 twin: `slow`.
+SLOW_REDUCTION_CASES = ("csr-tall", "csr-dense-row", "csr-repeated-columns")
 
 
 @pytest.mark.parametrize(

@@ -123,7 +123,7 @@ def eigs(
     if sigma is not None:
         sigma = _scalar(sigma, real, dtype)
     if v0 is not None:
-        v0 = _start(v0, n, dtype)
+        v0 = _start(v0, n, real, dtype)
     values, vectors = _compiled_eigs(A.astype(real), v0, sigma, settings=settings)
     return (values, vectors) if return_eigenvectors else values
 
@@ -145,8 +145,9 @@ def _scalar(sigma, real, dtype) -> jax.Array:
     return sigma.astype(dtype if jnp.issubdtype(sigma.dtype, jnp.complexfloating) else real)
 
 
-def _start(v0, n: int, dtype) -> jax.Array:
-    """`v0` as a complex `(n,)` array of `dtype`, nonzero and finite or an error."""
+def _start(v0, n: int, real, dtype) -> jax.Array:
+    """`v0` as an `(n,)` array, of the real dtype `real` if it is real, else of the
+    complex `dtype`, nonzero and finite or an error."""
     v0 = device_array(v0)
     if v0.shape != (n,):
         raise ValueError(f"eigs: `v0` must have shape ({n},), got {v0.shape}.")
@@ -159,7 +160,7 @@ def _start(v0, n: int, dtype) -> jax.Array:
         raise ValueError(nonfinite)
     v0 = eqx.error_if(v0, ~jnp.any(v0 != 0), zero)
     v0 = eqx.error_if(v0, ~jnp.all(jnp.isfinite(v0)), nonfinite)
-    return v0.astype(dtype)
+    return v0.astype(dtype if jnp.iscomplexobj(v0) else real)
 
 
 def _settings(A, k, which, ncv, maxiter, tol, shift_invert: bool) -> _Settings:
@@ -219,6 +220,8 @@ def _on_parts(apply, complex_operator: bool):
         return apply
 
     def on_parts(X):
+        if not jnp.iscomplexobj(X):
+            return apply(X)
         columns = X[:, None] if X.ndim == 1 else X
         k = columns.shape[1]
         Y = apply(jnp.concatenate([columns.real, columns.imag], axis=1))
@@ -232,7 +235,12 @@ def _eigenpairs(A, sigma, settings: _Settings, *, v0=None, adjoint: bool = False
     """The wanted eigenvalues of `A` (of `A^H` with `adjoint`, whose wanted ones are the
     conjugates of `A`'s), their unit eigenvectors, and whether they converged."""
     n = A.shape[0]
-    dtype = np.result_type(A.dtype, np.complex64)
+    # Real arithmetic where everything is real: half the memory traffic of complex.
+    real = (
+        all(x is None or not jnp.iscomplexobj(x) for x in (A, sigma, v0))
+        and settings.ncv >= 2 * settings.k + 1
+    )
+    dtype = A.dtype if real else np.result_type(A.dtype, np.complex64)
     result = restarted_arnoldi(
         _operator(A, sigma, adjoint),
         arnoldi_start(v0, n, dtype),

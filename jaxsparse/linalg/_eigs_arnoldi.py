@@ -1,8 +1,9 @@
 """Restarted Arnoldi for a few eigenpairs of a general square operator, in JAX.
 
 The basis has a static size `ncv`, so one compiled program serves every restart. A cycle
-extends an orthonormal basis `V` from `kept` to `ncv` vectors with Arnoldi steps (two
-classical Gram-Schmidt passes each), keeping the Krylov decomposition
+extends an orthonormal basis `V` from `kept` to `ncv` vectors with Arnoldi steps
+(classical Gram-Schmidt, with a second pass where the first cancels much of the vector),
+keeping the Krylov decomposition
 
     A V = V S + f b^H        (V: n x ncv, f: the next unit basis vector, b: a row)
 
@@ -22,6 +23,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from ._eigsh_lanczos import kept_vectors, start_vector
@@ -61,6 +63,8 @@ def _components(vectors: jax.Array, earlier: jax.Array, w: jax.Array) -> jax.Arr
 
 
 def _random_vector(key, n: int, dtype) -> jax.Array:
+    if not jnp.issubdtype(dtype, jnp.complexfloating):
+        return jax.random.normal(key, (n,), dtype)
     parts = jax.random.normal(key, (2, n), jnp.finfo(dtype).dtype)
     return lax.complex(parts[0], parts[1]).astype(dtype)
 
@@ -73,30 +77,44 @@ def _extend(matvec, decomposition: _Decomposition, start: int, stop: int, key):
 
     def step(j, state):
         (vectors, rayleigh), current = state
-        earlier = jnp.arange(vectors.shape[0]) <= j
+        earlier = jnp.arange(vectors.shape[0], dtype=jnp.result_type(j)) <= j
         w = matvec(current)
-        # Two classical Gram-Schmidt passes: orthogonal to working precision ("twice is
-        # enough", Giraud, Langou and Rozloznik).
-        first = _components(vectors, earlier, w)
-        w = w - first @ vectors
-        second = _components(vectors, earlier, w)
-        w = w - second @ vectors
-        coefficients = first + second
+        before = jnp.linalg.norm(w)
+        coefficients = _components(vectors, earlier, w)
+        w = w - coefficients @ vectors
         norm = jnp.linalg.norm(w)
         tiny = jnp.finfo(norm.dtype).eps * jnp.maximum(jnp.linalg.norm(coefficients), 1)
-        # An invariant subspace: continue from a random vector orthogonal to the basis,
-        # coupled by zero, so the Rayleigh matrix stays exact.
-        broke_down = norm <= tiny
 
-        def fresh(w):
-            w = _random_vector(jax.random.fold_in(key, j), w.shape[0], w.dtype)
-            for _ in range(2):
-                w = w - _components(vectors, earlier, w) @ vectors
-            return w
+        def refine(w, coefficients):
+            # A second classical Gram-Schmidt pass, then orthogonal to working precision
+            # ("twice is enough"); an invariant subspace continues from a random vector
+            # orthogonal to the basis, coupled by zero, so the Rayleigh matrix stays exact.
+            second = _components(vectors, earlier, w)
+            w = w - second @ vectors
+            norm = jnp.linalg.norm(w)
+            broke_down = norm <= tiny
 
-        w = lax.cond(broke_down, fresh, lambda w: w, w)
+            def fresh(w):
+                w = _random_vector(jax.random.fold_in(key, j), w.shape[0], w.dtype)
+                for _ in range(2):
+                    w = w - _components(vectors, earlier, w) @ vectors
+                return w
+
+            w = lax.cond(broke_down, fresh, lambda w: w, w)
+            return w, coefficients + second, jnp.where(broke_down, 0, norm)
+
+        # The second pass only where the first cancelled more than `1 / sqrt(2)` of the
+        # vector (Daniel, Gragg, Kaufman and Stewart), in one branch, so the common step
+        # passes the basis through no conditional.
+        w, coefficients, coupling = lax.cond(
+            (norm < before / 2**0.5) | (norm <= tiny),
+            refine,
+            lambda w, coefficients: (w, coefficients, norm),
+            w,
+            coefficients,
+        )
         following = w / jnp.linalg.norm(w).astype(w.dtype)
-        coupling = jnp.where(broke_down, 0, norm).astype(w.dtype)
+        coupling = coupling.astype(w.dtype)
         rayleigh = rayleigh.at[:, j].set(coefficients.at[j + 1].set(coupling))
         return _Decomposition(vectors.at[j + 1].set(following), rayleigh), following
 
@@ -118,68 +136,106 @@ def restarted_arnoldi(
 
     **Arguments:**
 
-    - `matvec`: `v -> A v` for a complex `v` of shape `(n,)`.
-    - `v0`: the unit start vector, complex, in the computation's dtype.
+    - `matvec`: `v -> A v` for `v` of shape `(n,)` in `v0`'s dtype.
+    - `v0`: the unit start vector. A real one runs the real iteration (`matvec` real
+      too), which needs `ncv >= 2k + 1`; a complex one the complex iteration.
     - `k`, `ncv`: wanted pairs and the basis size, `k + 1 < ncv <= n` (static).
     - `which`: one of `WHICH`.
     - `tol`: the convergence tolerance relative to the largest Ritz value's magnitude.
     - `maxiter`: the most restart cycles.
 
-    **Returns:** an `ArnoldiResult`.
+    **Returns:** an `ArnoldiResult`, complex.
     """
     n = v0.shape[0]
     dtype = v0.dtype
+    real = not jnp.issubdtype(dtype, jnp.complexfloating)
     kept = kept_vectors(k, ncv)
     key = jax.random.key(1)
     vectors = jnp.zeros((ncv + 1, n), dtype).at[0].set(v0)
     decomposition = _extend(
         matvec, _Decomposition(vectors, jnp.zeros((ncv + 1, ncv), dtype)), 0, kept, key
     )
-    # The wanted Ritz values and the triangle `R` with `Y[:, :k] = Q R`: the Ritz vectors
-    # are `V Q R`, the restarted basis's first `k` vectors combined by `R`.
-    ritz = (jnp.zeros((k,), dtype), jnp.eye(k, dtype=dtype))
+    complex_dtype = np.result_type(dtype, np.complex64)
+    # The wanted Ritz values and their vectors' coefficients `C` in the restarted basis.
+    ritz = (jnp.zeros((k,), complex_dtype), jnp.eye(ncv, k, dtype=complex_dtype))
 
     def cycle(state):
-        decomposition, _, _, cycles = state
-        decomposition = _extend(matvec, decomposition, kept, ncv, jax.random.fold_in(key, cycles))
+        decomposition, size, _, _, cycles = state
+        decomposition = _extend(matvec, decomposition, size, ncv, jax.random.fold_in(key, cycles))
         vectors, rayleigh = decomposition
         S, b = rayleigh[:ncv], rayleigh[ncv]
         values, Y = jnp.linalg.eig(S)
-        values, Y = values.astype(dtype), Y.astype(dtype)
+        values, Y = values.astype(complex_dtype), Y.astype(complex_dtype)
         scale = jnp.max(jnp.abs(values))
-        order = jnp.argsort(wanted_key(values, which), stable=True)[:kept]
+        order = jnp.argsort(wanted_key(values, which), stable=True)
         values, Y = values[order], Y[:, order]
-        residuals = jnp.abs(b @ Y[:, :k])
+        residuals = jnp.abs(b.astype(complex_dtype) @ Y[:, :k])
         converged = jnp.all(residuals <= tol * scale)
-        Q, R = jnp.linalg.qr(Y)
-        restarted = (
-            jnp.zeros_like(vectors).at[:kept].set(Q.T @ vectors[:ncv]).at[kept].set(vectors[ncv])
+        Q, size = (_real_subspace if real else _complex_subspace)(values, Y, k, kept)
+        # `V <- V Q`, `S <- Q^H S Q`, `b <- b Q`, and the next basis vector after them.
+        restarted = (Q.T @ vectors[:ncv]).at[size].set(vectors[ncv])
+        restarted = jnp.concatenate([restarted, jnp.zeros_like(vectors[:1])])
+        rayleigh = jnp.zeros_like(rayleigh).at[:ncv].set(jnp.conj(Q).T @ S @ Q).at[size].set(b @ Q)
+        coefficients = jnp.conj(Q).T.astype(complex_dtype) @ Y[:, :k]
+        return (
+            _Decomposition(restarted, rayleigh),
+            size,
+            (values[:k], coefficients),
+            converged,
+            cycles + 1,
         )
-        rayleigh = (
-            jnp.zeros_like(rayleigh)
-            .at[:kept, :kept]
-            .set(jnp.conj(Q).T @ S @ Q)
-            .at[kept, :kept]
-            .set(b @ Q)
-        )
-        return _Decomposition(restarted, rayleigh), (values[:k], R[:k, :k]), converged, cycles + 1
 
     def unfinished(state):
         # An inf or nan (a singular shift, a value of `A` or `v0`) never converges: stop.
-        decomposition, _, converged, cycles = state
+        decomposition, _, _, converged, cycles = state
         return ~converged & (cycles < maxiter) & jnp.all(jnp.isfinite(decomposition.rayleigh))
 
-    decomposition, (values, R), converged, _ = lax.while_loop(
-        unfinished, cycle, (decomposition, ritz, jnp.zeros((), bool), jnp.zeros((), jnp.int32))
+    start = (decomposition, jnp.asarray(kept, jnp.int32), ritz, jnp.zeros((), bool), jnp.int32(0))
+    decomposition, _, (values, coefficients), converged, _ = lax.while_loop(
+        unfinished, cycle, start
     )
-    vectors = (R.T @ decomposition.vectors[:k]).T
+    basis = decomposition.vectors[:ncv]
+    vectors = (coefficients.T @ basis.astype(complex_dtype)).T
     # A run ended by an inf or nan reports it in its values, whichever cycle met it.
     values = jnp.where(jnp.all(jnp.isfinite(decomposition.rayleigh)), values, jnp.nan)
     return ArnoldiResult(values, vectors, converged)
 
 
+def _complex_subspace(values, Y, k: int, kept: int):
+    """The orthonormal basis `Q` `(ncv, ncv)` of the invariant subspace of the `kept` most
+    wanted Ritz values (in the columns before `kept`, zero after), and `kept`."""
+    Q = jnp.linalg.qr(Y[:, :kept])[0]
+    return jnp.pad(Q, ((0, 0), (0, Y.shape[0] - kept))), jnp.asarray(kept, jnp.int32)
+
+
+def _real_subspace(values, Y, k: int, kept: int):
+    """The real orthonormal basis `Q` `(ncv, ncv)` of the smallest real invariant subspace
+    holding the `k` most wanted Ritz values and as many of the next ones as fit in `kept`
+    dimensions (a complex value brings its conjugate), in the columns before its
+    dimension `size`, zero after; and `size`. A real `S`'s eigenvalues come in exact
+    conjugate pairs (LAPACK's `geev`), each pair spanned by one vector's real and
+    imaginary parts; `ncv >= 2k + 1` bounds `size` by `ncv - 1`."""
+    ncv = Y.shape[0]
+    is_complex = values.imag != 0
+    earlier = jnp.tril(jnp.ones((ncv, ncv), bool), -1)  # [i, j]: j before i
+    pair_seen = jnp.any(earlier & (values[:, None] == jnp.conj(values)[None, :]), axis=1)
+    width = jnp.where(is_complex & pair_seen, 0, jnp.where(is_complex, 2, 1)).astype(jnp.int32)
+    ends = jnp.cumsum(width)
+    slots = jnp.arange(ncv, dtype=jnp.int32)
+    chosen = (slots < k) | (ends <= kept)
+    size = jnp.minimum(jnp.max(jnp.where(chosen, ends, 0)), ncv - 1)
+    starts = ends - width
+    real_part = jnp.where(chosen & (width > 0), Y.real, 0)
+    imaginary_part = jnp.where(chosen & (width == 2), Y.imag, 0)
+    Z = jnp.zeros((ncv, ncv + 1), Y.real.dtype)
+    Z = Z.at[:, jnp.minimum(starts, ncv)].add(real_part)
+    Z = Z.at[:, jnp.minimum(starts + 1, ncv)].add(imaginary_part)[:, :ncv]
+    Q = jnp.linalg.qr(Z)[0]
+    return jnp.where(slots < size, Q, 0), size
+
+
 def arnoldi_start(v0: jax.Array | None, n: int, dtype) -> jax.Array:
-    """The unit complex start vector: `v0`, or a fixed pseudo-random one."""
+    """The unit start vector in `dtype`: `v0`, or a fixed pseudo-random one."""
     if v0 is None:
         v0 = _random_vector(jax.random.key(0), n, dtype)
     return start_vector(v0.astype(dtype), n, dtype)
