@@ -1,8 +1,8 @@
 """`eigs`: a few eigenpairs of a general sparse square matrix, after
 `scipy.sparse.linalg.eigs`.
 
-The iteration is restarted Arnoldi (`_eigs_arnoldi.py`) on the library's products, in
-complex arithmetic, under `jax.jit` and `jax.vmap`. Derivatives come from a custom JVP
+The iteration is restarted Arnoldi (`_eigs_arnoldi.py`) on the library's products, real
+for real problems and complex otherwise, under `jax.jit` and `jax.vmap`. Derivatives come from a custom JVP
 (reverse mode is its transpose), in `_eigs_tangents.py`.
 """
 
@@ -60,8 +60,8 @@ def eigs(
     """`k` eigenvalues and eigenvectors of the square matrix `A`, which need not be
     Hermitian.
 
-    Restarted Arnoldi (Krylov-Schur restarts) in JAX on `A`'s products, in complex
-    arithmetic: it runs under `jax.jit` (the loop over restarts is a `lax.while_loop`),
+    Restarted Arnoldi (Krylov-Schur restarts) in JAX on `A`'s products, in real arithmetic
+    for a real `A` (with a real `sigma` and `v0`, and `ncv >= 2k + 1`), else complex: it runs under `jax.jit` (the loop over restarts is a `lax.while_loop`),
     batches with `jax.vmap` over `A`'s values, and is differentiable in `A`'s values
     (forward and reverse mode). It runs where `jnp.linalg.eig` does (CPUs and
     GPUs), which it calls on the small projected matrix.

@@ -8,11 +8,13 @@ keeping the Krylov decomposition
     A V = V S + f b^H        (V: n x ncv, f: the next unit basis vector, b: a row)
 
 with `S = V^H A V` dense. The restart is Stewart's Krylov-Schur restart, with the
-invariant subspace of `S` for the `kept` most wanted Ritz values taken from their
-eigenvectors (`jnp.linalg.eig`) orthonormalized by a QR factorization, instead of a
-reordered Schur form (which JAX lacks): `V <- V Q`, `S <- Q^H S Q`, `b <- b Q`, and the
-decomposition holds as before. The computation is complex throughout, so a real operator's
-complex conjugate pairs need no special case.
+invariant subspace of `S` for the most wanted Ritz values taken from their eigenvectors
+(`jnp.linalg.eig`) orthonormalized by a QR factorization, instead of a reordered Schur
+form (which JAX lacks): `V <- V Q`, `S <- Q^H S Q`, `b <- b Q`, and the decomposition
+holds as before. A real operator runs in real arithmetic (half the memory traffic of
+complex): its kept subspace is real, spanned by the real and imaginary parts of the
+eigenvectors, so a complex Ritz value brings its conjugate, and the kept dimension varies
+from cycle to cycle (the extension starts where it ends).
 
 A Ritz pair `(theta, V y)` has the residual norm `|b y|` exactly; it converges when that
 is at most `tol` times the largest Ritz value's magnitude (an estimate of `||A||_2`).
