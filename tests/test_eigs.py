@@ -249,3 +249,27 @@ def test_bad_arguments_raise():
         js.linalg.eigs(A, 4, which="SM", ncv=8, maxiter=1, tol=1e-14)
     with pytest.raises(Exception, match="not finite"):
         js.linalg.eigs(A.with_data(A.data.at[2, 3].set(jnp.inf)), 2)
+
+
+def test_an_unmatched_eigenvalue_poisons_only_its_own_derivatives():
+    """Four eigenvalues of equal magnitude (`5 i^j`): `k = 2` takes one of them, and the
+    iteration on `A^H` may take another, so that one has no left eigenvector and `nan`
+    derivatives. The simple eigenvalue 10 keeps its gradient (`conj(u) v` on the
+    pattern: 1 at `(0, 0)`) in reverse mode, where a zero cotangent met `nan`."""
+    n = 30
+    dense = np.diag(np.concatenate([[10.0, 0, 0, 0, 0], np.linspace(0, 1, n - 5)]))
+    for i in range(4):
+        dense[1 + i, 1 + (i + 1) % 4] = 5.0
+    dense[0, 7] = 0.3
+    A = js.CSRMatrix.from_scipy(scipy.sparse.csr_array(dense))
+
+    def values(data):
+        return js.linalg.eigs(A.with_data(data), 2, return_eigenvectors=False)
+
+    np.testing.assert_allclose(np.abs(values(A.data)), [10, 5], rtol=1e-10)
+    tangent = jax.jvp(values, (A.data,), (jnp.ones_like(A.data),))[1]
+    np.testing.assert_allclose(tangent[0], 1, rtol=1e-10)
+    grad = jax.grad(lambda data: values(data)[0].real)(A.data)
+    expected = np.zeros(A.data.shape)
+    expected[0] = 1.0  # the (0, 0) entry; u = e_0 and v = e_0 there
+    np.testing.assert_allclose(np.asarray(grad), expected, atol=1e-10)

@@ -2,8 +2,8 @@
 `scipy.sparse.linalg.eigs`.
 
 The iteration is restarted Arnoldi (`_eigs_arnoldi.py`) on the library's products, real
-for real problems and complex otherwise, under `jax.jit` and `jax.vmap`. Derivatives come from a custom JVP
-(reverse mode is its transpose), in `_eigs_tangents.py`.
+for real problems and complex otherwise, under `jax.jit` and `jax.vmap`. Derivatives come
+from a custom JVP (reverse mode is its transpose), in `_eigs_tangents.py`.
 """
 
 import dataclasses
@@ -61,10 +61,11 @@ def eigs(
     Hermitian.
 
     Restarted Arnoldi (Krylov-Schur restarts) in JAX on `A`'s products, in real arithmetic
-    for a real `A` (with a real `sigma` and `v0`, and `ncv >= 2k + 1`), else complex: it runs under `jax.jit` (the loop over restarts is a `lax.while_loop`),
-    batches with `jax.vmap` over `A`'s values, and is differentiable in `A`'s values
-    (forward and reverse mode). It runs where `jnp.linalg.eig` does (CPUs and
-    GPUs), which it calls on the small projected matrix.
+    for a real `A` (with a real `sigma` and `v0`, and `ncv >= 2k + 1`), else complex: it
+    runs under `jax.jit` (the loop over restarts is a `lax.while_loop`), batches with
+    `jax.vmap` over `A`'s values, and is differentiable in `A`'s values (forward and
+    reverse mode). It runs where `jnp.linalg.eig` does (CPUs and GPUs), which it calls on
+    the small projected matrix.
 
     **Arguments:**
 
@@ -287,8 +288,8 @@ def _eigs_jvp(primals, tangents, *, settings: _Settings):
     if A_dot is None or A_dot.data is None:
         return (values, vectors), (jnp.zeros_like(values), jnp.zeros_like(vectors))
     dA_vectors = product(A.with_data(A_dot.data), vectors)
-    left = left_vectors(_eigenpairs, A, sigma, values, settings)
-    return (values, vectors), eigenpair_tangents(A, values, vectors, left, dA_vectors)
+    left, matched = left_vectors(_eigenpairs, A, sigma, values, settings)
+    return (values, vectors), eigenpair_tangents(A, values, vectors, left, matched, dA_vectors)
 
 
 _compiled_eigs = eqx.filter_jit(_eigs)

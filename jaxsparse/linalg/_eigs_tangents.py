@@ -27,8 +27,8 @@ from ._spsolve import spsolve
 def left_vectors(eigenpairs, A, sigma, values, settings) -> jax.Array:
     """For each eigenvalue `lambda_i`, the unit left eigenvector `u_i`, from `eigenpairs`
     (`eigs`'s iteration) on `A^H`; `nan` where none of its values lies within `sqrt(tol)`
-    (relative) of `conj(lambda_i)`. One value more is asked of it, so a complex conjugate
-    pair that `k` splits is found whole."""
+    (relative) of `conj(lambda_i)`, and whether one does. One value more is asked of it, so
+    a complex conjugate pair that `k` splits is found whole."""
     n = A.shape[0]
     k = min(settings.k + 1, n - 2)
     left = dataclasses.replace(settings, k=k, ncv=min(n, max(settings.ncv, k + 2)))
@@ -37,19 +37,27 @@ def left_vectors(eigenpairs, A, sigma, values, settings) -> jax.Array:
     nearest = jnp.argmin(distance, axis=1)
     scale = jnp.maximum(jnp.max(jnp.abs(values)), jnp.finfo(values.dtype).tiny)
     matched = jnp.min(distance, axis=1) <= np.sqrt(settings.tol) * scale
-    return jnp.where(matched, vectors[:, nearest], jnp.nan)
+    return vectors[:, nearest], matched
 
 
-def eigenpair_tangents(A, values, vectors, left, dA_vectors):
+def eigenpair_tangents(A, values, vectors, left, matched, dA_vectors):
     """`(d lambda, dv)` of every eigenpair (the columns of `vectors`, unit, largest entry
-    real and positive) for `dA_vectors = dA V` (see the module)."""
+    real and positive) for `dA_vectors = dA V` (see the module); `nan` for the pairs not
+    `matched` to a left eigenvector. Those pairs compute with stand-ins (`u = v`, and an
+    identity for the bordered matrix) that keep every number finite, so that in reverse
+    mode they poison only the cotangents that reach them."""
+    left = jnp.where(matched, left, vectors)
     overlaps = jnp.sum(jnp.conj(left) * vectors, axis=0)  # u_i^H v_i
     values_dot = jnp.sum(jnp.conj(left) * dA_vectors, axis=0) / overlaps
     rhs = -(dA_vectors - vectors * values_dot)
     bordered = _bordered_structure(lax.stop_gradient(A).tocsr().astype(vectors.dtype))
-    solve = jax.vmap(_bordered_solve, in_axes=(None, 0, 1, 1, 1), out_axes=1)
+    solve = jax.vmap(_bordered_solve, in_axes=(None, 0, 1, 1, 0, 1), out_axes=1)
     z = solve(
-        bordered, lax.stop_gradient(values), *(lax.stop_gradient(x) for x in (vectors, left)), rhs
+        bordered,
+        lax.stop_gradient(values),
+        *(lax.stop_gradient(x) for x in (vectors, left)),
+        matched,
+        rhs,
     )
     largest = jnp.argmax(jnp.abs(vectors), axis=0)
     z_largest = jnp.take_along_axis(z, largest[None], axis=0)[0]
@@ -57,7 +65,21 @@ def eigenpair_tangents(A, values, vectors, left, dA_vectors):
     c = lax.complex(
         -jnp.real(jnp.sum(jnp.conj(vectors) * z, axis=0)), -jnp.imag(z_largest) / v_largest
     )
-    return values_dot, z + vectors * c
+    return _nan_unless(values_dot, matched), _nan_unless(z + vectors * c, matched)
+
+
+def _nan_unless(tangent, kept):
+    """`tangent` where `kept`, else `nan`, as a linear map whose transpose gives `nan` only
+    where `kept` is false and the cotangent is not zero: a cotangent of zero on a
+    discarded entry (an eigenvalue the loss does not use) leaves the others' gradients
+    finite, where `0 * nan` would not."""
+    scale = jnp.where(kept, 1, jnp.nan).astype(tangent.dtype)
+    return lax.custom_linear_solve(
+        lambda x: x / scale,
+        tangent,
+        solve=lambda _, b: b * scale,
+        transpose_solve=lambda _, c: jnp.where(c == 0, 0, c * scale),
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,14 +124,19 @@ def _bordered_structure(A: CSRMatrix) -> _Bordered:
     return _Bordered(A.data, moved, diagonal, indices, bordered_indptr)
 
 
-def _bordered_solve(bordered: _Bordered, value, v, u, rhs) -> jax.Array:
-    """`z` with `(A - value I) z + mu v = rhs` and `u^H z = 0`."""
+def _bordered_solve(bordered: _Bordered, value, v, u, matched, rhs) -> jax.Array:
+    """`z` with `(A - value I) z + mu v = rhs` and `u^H z = 0`; where not `matched`, the
+    solve of `[[I, e_0], [e_0^T, 0]]` instead (nonsingular, where the bordered matrix of a
+    defective eigenvalue is not)."""
     n = v.shape[0]
     nnz = bordered.data.shape[0]
+    first = jnp.zeros_like(v).at[0].set(1)
+    value = jnp.where(matched, value, -1)
+    v, u = jnp.where(matched, v, first), jnp.where(matched, u, first)
     data = (
         jnp.zeros(bordered.indices.shape, v.dtype)
         .at[bordered.moved]
-        .set(bordered.data)
+        .set(jnp.where(matched, bordered.data, 0))
         .at[bordered.diagonal]
         .set(-value)
         .at[bordered.diagonal + 1]
