@@ -88,9 +88,9 @@ def eigs(
     - `ncv`: the basis size, `k + 1 < ncv <= n` (static; default `min(n, max(2k + 1,
       40))`). Memory is `(ncv + 1) * n` complex values.
     - `maxiter`: the most restart cycles (static; default `10 n`, as scipy).
-    - `tol`: a pair is converged when `||A v - lambda v|| <= tol * |lambda_max|`, where
-      `|lambda_max|` is the largest Ritz value's magnitude (an estimate of `||A||_2`); `0`
-      (the default) means 100 times the machine precision of the dtype.
+    - `tol`: a pair is converged when `||A v - lambda v|| <= tol * ||V^H A V||_2` (the
+      projected matrix's norm estimates `||A||_2`); `0` (the default) means 100 times the
+      machine precision of the dtype.
     - `return_eigenvectors`: if `False`, return the eigenvalues only.
 
     **Returns:** `(w, v)`: the eigenvalues `(k,)`, complex (complex64 for a single-precision
@@ -232,7 +232,7 @@ def _on_parts(apply, complex_operator: bool):
     return on_parts
 
 
-def _eigenpairs(A, sigma, settings: _Settings, *, v0=None, adjoint: bool = False):
+def _eigenpairs(A, sigma, settings: _Settings, *, v0=None, adjoint=False, converging=None):
     """The wanted eigenvalues of `A` (of `A^H` with `adjoint`, whose wanted ones are the
     conjugates of `A`'s), their unit eigenvectors, and whether they converged."""
     n = A.shape[0]
@@ -250,6 +250,7 @@ def _eigenpairs(A, sigma, settings: _Settings, *, v0=None, adjoint: bool = False
         which=_CONJUGATE_WHICH[settings.which] if adjoint else settings.which,
         tol=settings.tol,
         maxiter=settings.maxiter,
+        converging=converging,
     )
     values, vectors = result.values, result.vectors
     if settings.shift_invert:

@@ -16,8 +16,8 @@ complex): its kept subspace is real, spanned by the real and imaginary parts of 
 eigenvectors, so a complex Ritz value brings its conjugate, and the kept dimension varies
 from cycle to cycle (the extension starts where it ends).
 
-A Ritz pair `(theta, V y)` has the residual norm `|b y|` exactly; it converges when that
-is at most `tol` times the largest Ritz value's magnitude (an estimate of `||A||_2`).
+A Ritz pair `(theta, V y)` converges when its computed residual `||A V y - theta V y||`
+is at most `tol` times `||S||_2` (an estimate of `||A||_2`).
 """
 
 from collections.abc import Callable
@@ -133,18 +133,21 @@ def restarted_arnoldi(
     which: str,
     tol: float,
     maxiter: int,
+    converging: int | None = None,
 ) -> ArnoldiResult:
     """The `k` wanted eigenpairs of the operator `matvec` (see the module).
 
     **Arguments:**
 
-    - `matvec`: `v -> A v` for `v` of shape `(n,)` in `v0`'s dtype.
+    - `matvec`: `v -> A v` for `v` of shape `(n,)` in `v0`'s dtype, and `(n, k)` complex.
     - `v0`: the unit start vector. A real one runs the real iteration (`matvec` real
       too), which needs `ncv >= 2k + 1`; a complex one the complex iteration.
     - `k`, `ncv`: wanted pairs and the basis size, `k + 1 < ncv <= n` (static).
     - `which`: one of `WHICH`.
     - `tol`: the convergence tolerance relative to the largest Ritz value's magnitude.
     - `maxiter`: the most restart cycles.
+    - `converging`: how many of the most wanted pairs must converge (default `k`); the
+      others are returned as they are.
 
     **Returns:** an `ArnoldiResult`, complex.
     """
@@ -152,6 +155,7 @@ def restarted_arnoldi(
     dtype = v0.dtype
     real = not jnp.issubdtype(dtype, jnp.complexfloating)
     kept = kept_vectors(k, ncv)
+    converging = k if converging is None else converging
     key = jax.random.key(1)
     vectors = jnp.zeros((ncv + 1, n), dtype).at[0].set(v0)
     decomposition = _extend(
@@ -168,10 +172,16 @@ def restarted_arnoldi(
         S, b = rayleigh[:ncv], rayleigh[ncv]
         values, Y = jnp.linalg.eig(S)
         values, Y = values.astype(complex_dtype), Y.astype(complex_dtype)
-        scale = jnp.max(jnp.abs(values))
+        # `||S||_2` estimates `||A||_2`, which a non-normal matrix's Ritz values can
+        # underestimate by orders of magnitude.
+        scale = jnp.linalg.norm(S, 2)
         order = jnp.argsort(wanted_key(values, which), stable=True)
         values, Y = values[order], Y[:, order]
-        residuals = jnp.abs(b.astype(complex_dtype) @ Y[:, :k])
+        # Residuals computed, not read off the decomposition: with a non-normal `S` the
+        # eigenvectors that span the kept subspace are ill-conditioned, the restarted
+        # decomposition drifts, and `|b y|` would report convergence too early.
+        wanted = _combined(Y[:, :converging], vectors[:ncv]).T
+        residuals = jnp.linalg.norm(matvec(wanted) - wanted * values[:converging], axis=0)
         converged = jnp.all(residuals <= tol * scale)
         Q, size = (_real_subspace if real else _complex_subspace)(values, Y, k, kept)
         # `V <- V Q`, `S <- Q^H S Q`, `b <- b Q`, and the next basis vector after them.
@@ -196,11 +206,18 @@ def restarted_arnoldi(
     decomposition, _, (values, coefficients), converged, _ = lax.while_loop(
         unfinished, cycle, start
     )
-    basis = decomposition.vectors[:ncv]
-    vectors = (coefficients.T @ basis.astype(complex_dtype)).T
+    vectors = _combined(coefficients, decomposition.vectors[:ncv]).T
     # A run ended by an inf or nan reports it in its values, whichever cycle met it.
     values = jnp.where(jnp.all(jnp.isfinite(decomposition.rayleigh)), values, jnp.nan)
     return ArnoldiResult(values, vectors, converged)
+
+
+def _combined(coefficients: jax.Array, rows: jax.Array) -> jax.Array:
+    """`C^T R`: the basis vectors (the rows of `R`) combined by the complex columns of `C`,
+    real and imaginary parts apart for a real basis."""
+    if jnp.iscomplexobj(rows):
+        return coefficients.T.astype(rows.dtype) @ rows
+    return lax.complex(coefficients.real.T @ rows, coefficients.imag.T @ rows)
 
 
 def _complex_subspace(values, Y, k: int, kept: int):

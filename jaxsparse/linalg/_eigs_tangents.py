@@ -32,7 +32,8 @@ def left_vectors(eigenpairs, A, sigma, values, settings) -> jax.Array:
     n = A.shape[0]
     k = min(settings.k + 1, n - 2)
     left = dataclasses.replace(settings, k=k, ncv=min(n, max(settings.ncv, k + 2)))
-    conjugates, vectors, _ = eigenpairs(A, sigma, left, adjoint=True)
+    # The extra value need not converge: it may sit in a cluster the wanted ones do not.
+    conjugates, vectors, _ = eigenpairs(A, sigma, left, adjoint=True, converging=settings.k)
     distance = jnp.abs(jnp.conj(conjugates)[None, :] - values[:, None])  # [i, j]
     nearest = jnp.argmin(distance, axis=1)
     scale = jnp.maximum(jnp.max(jnp.abs(values)), jnp.finfo(values.dtype).tiny)
