@@ -449,7 +449,7 @@ def main():
         sizes = (2_000, 500, 40) if args.small else (200_000, 20_000, 317)
         solver_rows(*sizes, repeats)
     if args.only in (None, "eigs"):
-        eigs_rows(*((40, 2_000) if args.small else (200, 100_000)))
+        eigs_rows(*((40, 2_000) if args.small else (200, 20_000)))
     print(os.popen("uptime").read().strip())
 
 
