@@ -116,7 +116,7 @@ def test_matches_scipy_and_a_real_eigenvalue_has_a_real_eigenvector():
     np.testing.assert_allclose(np.asarray(v)[:, real].imag, 0, atol=1e-12)
     only_values = js.linalg.eigs(A, 3, return_eigenvectors=False)
     np.testing.assert_allclose(np.asarray(only_values), np.asarray(w), atol=1e-12)
-    # `ncv < 2k + 1` and a complex `v0` take the complex iteration: the same values.
+    # A small basis and a complex `v0` give the same values.
     v0 = jnp.ones(A.shape[0], jnp.complex128)
     for options in (dict(ncv=6), dict(v0=v0)):
         other = js.linalg.eigs(A, 3, return_eigenvectors=False, **options)

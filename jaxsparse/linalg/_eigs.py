@@ -1,8 +1,8 @@
 """`eigs`: a few eigenpairs of a general sparse square matrix, after
 `scipy.sparse.linalg.eigs`.
 
-The iteration is restarted Arnoldi (`_eigs_arnoldi.py`) on the library's products, real
-for real problems and complex otherwise, under `jax.jit` and `jax.vmap`. Derivatives come
+The iteration is restarted Arnoldi (`_eigs_arnoldi.py`) on the library's products, in
+complex arithmetic, under `jax.jit` and `jax.vmap`. Derivatives come
 from a custom JVP (reverse mode is its transpose), in `_eigs_tangents.py`.
 """
 
@@ -60,9 +60,8 @@ def eigs(
     """`k` eigenvalues and eigenvectors of the square matrix `A`, which need not be
     Hermitian.
 
-    Restarted Arnoldi (Krylov-Schur restarts) in JAX on `A`'s products, in real arithmetic
-    for a real `A` (with a real `sigma` and `v0`, and `ncv >= 2k + 1`), else complex: it
-    runs under `jax.jit` (the loop over restarts is a `lax.while_loop`), batches with
+    Restarted Arnoldi (Krylov-Schur restarts) in JAX on `A`'s products, in complex
+    arithmetic: it runs under `jax.jit` (the loop over restarts is a `lax.while_loop`), batches with
     `jax.vmap` over `A`'s values, and is differentiable in `A`'s values (forward and
     reverse mode). It runs where `jnp.linalg.eig` does (CPUs and GPUs), which it calls on
     the small projected matrix.
@@ -124,7 +123,7 @@ def eigs(
     if sigma is not None:
         sigma = _scalar(sigma, real, dtype)
     if v0 is not None:
-        v0 = _start(v0, n, real, dtype)
+        v0 = _start(v0, n, dtype)
     values, vectors = _compiled_eigs(A.astype(real), v0, sigma, settings=settings)
     return (values, vectors) if return_eigenvectors else values
 
@@ -146,9 +145,8 @@ def _scalar(sigma, real, dtype) -> jax.Array:
     return sigma.astype(dtype if jnp.issubdtype(sigma.dtype, jnp.complexfloating) else real)
 
 
-def _start(v0, n: int, real, dtype) -> jax.Array:
-    """`v0` as an `(n,)` array, of the real dtype `real` if it is real, else of the
-    complex `dtype`, nonzero and finite or an error."""
+def _start(v0, n: int, dtype) -> jax.Array:
+    """`v0` as a complex `(n,)` array of `dtype`, nonzero and finite or an error."""
     v0 = device_array(v0)
     if v0.shape != (n,):
         raise ValueError(f"eigs: `v0` must have shape ({n},), got {v0.shape}.")
@@ -161,7 +159,7 @@ def _start(v0, n: int, real, dtype) -> jax.Array:
         raise ValueError(nonfinite)
     v0 = eqx.error_if(v0, ~jnp.any(v0 != 0), zero)
     v0 = eqx.error_if(v0, ~jnp.all(jnp.isfinite(v0)), nonfinite)
-    return v0.astype(dtype if jnp.iscomplexobj(v0) else real)
+    return v0.astype(dtype)
 
 
 def _settings(A, k, which, ncv, maxiter, tol, shift_invert: bool) -> _Settings:
@@ -221,8 +219,6 @@ def _on_parts(apply, complex_operator: bool):
         return apply
 
     def on_parts(X):
-        if not jnp.iscomplexobj(X):
-            return apply(X)
         columns = X[:, None] if X.ndim == 1 else X
         k = columns.shape[1]
         Y = apply(jnp.concatenate([columns.real, columns.imag], axis=1))
@@ -236,12 +232,7 @@ def _eigenpairs(A, sigma, settings: _Settings, *, v0=None, adjoint=False, conver
     """The wanted eigenvalues of `A` (of `A^H` with `adjoint`, whose wanted ones are the
     conjugates of `A`'s), their unit eigenvectors, and whether they converged."""
     n = A.shape[0]
-    # Real arithmetic where everything is real: half the memory traffic of complex.
-    real = (
-        all(x is None or not jnp.iscomplexobj(x) for x in (A, sigma, v0))
-        and settings.ncv >= 2 * settings.k + 1
-    )
-    dtype = A.dtype if real else np.result_type(A.dtype, np.complex64)
+    dtype = np.result_type(A.dtype, np.complex64)
     result = restarted_arnoldi(
         _operator(A, sigma, adjoint),
         arnoldi_start(v0, n, dtype),

@@ -11,10 +11,8 @@ with `S = V^H A V` dense. The restart is Stewart's Krylov-Schur restart, with th
 invariant subspace of `S` for the most wanted Ritz values taken from their eigenvectors
 (`jnp.linalg.eig`) orthonormalized by a QR factorization, instead of a reordered Schur
 form (which JAX lacks): `V <- V Q`, `S <- Q^H S Q`, `b <- b Q`, and the decomposition
-holds as before. A real operator runs in real arithmetic (half the memory traffic of
-complex): its kept subspace is real, spanned by the real and imaginary parts of the
-eigenvectors, so a complex Ritz value brings its conjugate, and the kept dimension varies
-from cycle to cycle (the extension starts where it ends).
+holds as before. The computation is complex throughout, so a real operator's complex
+conjugate pairs need no special case.
 
 A Ritz pair `(theta, V y)` converges when its computed residual `||A V y - theta V y||`
 is at most `tol` times `||S||_2` (an estimate of `||A||_2`).
@@ -65,8 +63,6 @@ def _components(vectors: jax.Array, earlier: jax.Array, w: jax.Array) -> jax.Arr
 
 
 def _random_vector(key, n: int, dtype) -> jax.Array:
-    if not jnp.issubdtype(dtype, jnp.complexfloating):
-        return jax.random.normal(key, (n,), dtype)
     parts = jax.random.normal(key, (2, n), jnp.finfo(dtype).dtype)
     return lax.complex(parts[0], parts[1]).astype(dtype)
 
@@ -140,8 +136,7 @@ def restarted_arnoldi(
     **Arguments:**
 
     - `matvec`: `v -> A v` for `v` of shape `(n,)` in `v0`'s dtype, and `(n, k)` complex.
-    - `v0`: the unit start vector. A real one runs the real iteration (`matvec` real
-      too), which needs `ncv >= 2k + 1`; a complex one the complex iteration.
+    - `v0`: the unit start vector, complex.
     - `k`, `ncv`: wanted pairs and the basis size, `k + 1 < ncv <= n` (static).
     - `which`: one of `WHICH`.
     - `tol`: the convergence tolerance relative to the largest Ritz value's magnitude.
@@ -153,7 +148,6 @@ def restarted_arnoldi(
     """
     n = v0.shape[0]
     dtype = v0.dtype
-    real = not jnp.issubdtype(dtype, jnp.complexfloating)
     kept = kept_vectors(k, ncv)
     converging = k if converging is None else converging
     key = jax.random.key(1)
@@ -183,7 +177,7 @@ def restarted_arnoldi(
         wanted = _combined(Y[:, :converging], vectors[:ncv]).T
         residuals = jnp.linalg.norm(matvec(wanted) - wanted * values[:converging], axis=0)
         converged = jnp.all(residuals <= tol * scale)
-        Q, size = (_real_subspace if real else _complex_subspace)(values, Y, k, kept)
+        Q, size = _complex_subspace(Y, kept)
         # `V <- V Q`, `S <- Q^H S Q`, `b <- b Q`, and the next basis vector after them.
         restarted = (Q.T @ vectors[:ncv]).at[size].set(vectors[ncv])
         restarted = jnp.concatenate([restarted, jnp.zeros_like(vectors[:1])])
@@ -213,44 +207,15 @@ def restarted_arnoldi(
 
 
 def _combined(coefficients: jax.Array, rows: jax.Array) -> jax.Array:
-    """`C^T R`: the basis vectors (the rows of `R`) combined by the complex columns of `C`,
-    real and imaginary parts apart for a real basis."""
-    if jnp.iscomplexobj(rows):
-        return coefficients.T.astype(rows.dtype) @ rows
-    return lax.complex(coefficients.real.T @ rows, coefficients.imag.T @ rows)
+    """`C^T R`: the basis vectors (the rows of `R`) combined by the columns of `C`."""
+    return coefficients.T @ rows
 
 
-def _complex_subspace(values, Y, k: int, kept: int):
+def _complex_subspace(Y, kept: int):
     """The orthonormal basis `Q` `(ncv, ncv)` of the invariant subspace of the `kept` most
     wanted Ritz values (in the columns before `kept`, zero after), and `kept`."""
     Q = jnp.linalg.qr(Y[:, :kept])[0]
     return jnp.pad(Q, ((0, 0), (0, Y.shape[0] - kept))), jnp.asarray(kept, jnp.int32)
-
-
-def _real_subspace(values, Y, k: int, kept: int):
-    """The real orthonormal basis `Q` `(ncv, ncv)` of the smallest real invariant subspace
-    holding the `k` most wanted Ritz values and as many of the next ones as fit in `kept`
-    dimensions (a complex value brings its conjugate), in the columns before its
-    dimension `size`, zero after; and `size`. A real `S`'s eigenvalues come in exact
-    conjugate pairs (LAPACK's `geev`), each pair spanned by one vector's real and
-    imaginary parts; `ncv >= 2k + 1` bounds `size` by `ncv - 1`."""
-    ncv = Y.shape[0]
-    is_complex = values.imag != 0
-    earlier = jnp.tril(jnp.ones((ncv, ncv), bool), -1)  # [i, j]: j before i
-    pair_seen = jnp.any(earlier & (values[:, None] == jnp.conj(values)[None, :]), axis=1)
-    width = jnp.where(is_complex & pair_seen, 0, jnp.where(is_complex, 2, 1)).astype(jnp.int32)
-    ends = jnp.cumsum(width)
-    slots = jnp.arange(ncv, dtype=jnp.int32)
-    chosen = (slots < k) | (ends <= kept)
-    size = jnp.minimum(jnp.max(jnp.where(chosen, ends, 0)), ncv - 1)
-    starts = ends - width
-    real_part = jnp.where(chosen & (width > 0), Y.real, 0)
-    imaginary_part = jnp.where(chosen & (width == 2), Y.imag, 0)
-    Z = jnp.zeros((ncv, ncv + 1), Y.real.dtype)
-    Z = Z.at[:, jnp.minimum(starts, ncv)].add(real_part)
-    Z = Z.at[:, jnp.minimum(starts + 1, ncv)].add(imaginary_part)[:, :ncv]
-    Q = jnp.linalg.qr(Z)[0]
-    return jnp.where(slots < size, Q, 0), size
 
 
 def arnoldi_start(v0: jax.Array | None, n: int, dtype) -> jax.Array:

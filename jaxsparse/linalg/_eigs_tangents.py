@@ -37,7 +37,7 @@ def left_vectors(eigenpairs, A, sigma, values, settings) -> jax.Array:
     distance = jnp.abs(jnp.conj(conjugates)[None, :] - values[:, None])  # [i, j]
     nearest = jnp.argmin(distance, axis=1)
     scale = jnp.maximum(jnp.max(jnp.abs(values)), jnp.finfo(values.dtype).tiny)
-    matched = jnp.min(distance, axis=1) <= np.sqrt(settings.tol) * scale
+    matched = jnp.min(distance, axis=1) <= float(np.sqrt(settings.tol)) * scale
     return vectors[:, nearest], matched
 
 
