@@ -23,7 +23,6 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax import lax
 
 from ._eigsh_lanczos import kept_vectors, start_vector
@@ -75,7 +74,7 @@ def _extend(matvec, decomposition: _Decomposition, start: int, stop: int, key):
 
     def step(j, state):
         (vectors, rayleigh), current = state
-        earlier = jnp.arange(vectors.shape[0], dtype=jnp.result_type(j)) <= j
+        earlier = jnp.arange(vectors.shape[0]) <= j
         w = matvec(current)
         before = jnp.linalg.norm(w)
         coefficients = _components(vectors, earlier, w)
@@ -155,17 +154,16 @@ def restarted_arnoldi(
     decomposition = _extend(
         matvec, _Decomposition(vectors, jnp.zeros((ncv + 1, ncv), dtype)), 0, kept, key
     )
-    complex_dtype = np.result_type(dtype, np.complex64)
     # The wanted Ritz values and their vectors' coefficients `C` in the restarted basis.
-    ritz = (jnp.zeros((k,), complex_dtype), jnp.eye(ncv, k, dtype=complex_dtype))
+    ritz = (jnp.zeros((k,), dtype), jnp.eye(kept, k, dtype=dtype))
 
     def cycle(state):
-        decomposition, size, _, _, cycles = state
-        decomposition = _extend(matvec, decomposition, size, ncv, jax.random.fold_in(key, cycles))
+        decomposition, _, _, cycles = state
+        decomposition = _extend(matvec, decomposition, kept, ncv, jax.random.fold_in(key, cycles))
         vectors, rayleigh = decomposition
         S, b = rayleigh[:ncv], rayleigh[ncv]
         values, Y = jnp.linalg.eig(S)
-        values, Y = values.astype(complex_dtype), Y.astype(complex_dtype)
+        values, Y = values.astype(dtype), Y.astype(dtype)
         # `||S||_2` estimates `||A||_2`, which a non-normal matrix's Ritz values can
         # underestimate by orders of magnitude.
         scale = jnp.linalg.norm(S, 2)
@@ -174,48 +172,35 @@ def restarted_arnoldi(
         # Residuals computed, not read off the decomposition: with a non-normal `S` the
         # eigenvectors that span the kept subspace are ill-conditioned, the restarted
         # decomposition drifts, and `|b y|` would report convergence too early.
-        wanted = _combined(Y[:, :converging], vectors[:ncv]).T
+        wanted = (Y[:, :converging].T @ vectors[:ncv]).T
         residuals = jnp.linalg.norm(matvec(wanted) - wanted * values[:converging], axis=0)
         converged = jnp.all(residuals <= tol * scale)
-        Q, size = _complex_subspace(Y, kept)
+        # The kept subspace: the wanted Ritz vectors of `S` orthonormalized, `Y = Q R`.
+        Q, R = jnp.linalg.qr(Y[:, :kept])
         # `V <- V Q`, `S <- Q^H S Q`, `b <- b Q`, and the next basis vector after them.
-        restarted = (Q.T @ vectors[:ncv]).at[size].set(vectors[ncv])
-        restarted = jnp.concatenate([restarted, jnp.zeros_like(vectors[:1])])
-        rayleigh = jnp.zeros_like(rayleigh).at[:ncv].set(jnp.conj(Q).T @ S @ Q).at[size].set(b @ Q)
-        coefficients = jnp.conj(Q).T.astype(complex_dtype) @ Y[:, :k]
-        return (
-            _Decomposition(restarted, rayleigh),
-            size,
-            (values[:k], coefficients),
-            converged,
-            cycles + 1,
+        restarted = (
+            jnp.zeros_like(vectors).at[:kept].set(Q.T @ vectors[:ncv]).at[kept].set(vectors[ncv])
         )
+        rayleigh = (
+            jnp.zeros_like(rayleigh)
+            .at[:kept, :kept]
+            .set(jnp.conj(Q).T @ S @ Q)
+            .at[kept, :kept]
+            .set(b @ Q)
+        )
+        return _Decomposition(restarted, rayleigh), (values[:k], R[:, :k]), converged, cycles + 1
 
     def unfinished(state):
         # An inf or nan (a singular shift, a value of `A` or `v0`) never converges: stop.
-        decomposition, _, _, converged, cycles = state
+        decomposition, _, converged, cycles = state
         return ~converged & (cycles < maxiter) & jnp.all(jnp.isfinite(decomposition.rayleigh))
 
-    start = (decomposition, jnp.asarray(kept, jnp.int32), ritz, jnp.zeros((), bool), jnp.int32(0))
-    decomposition, _, (values, coefficients), converged, _ = lax.while_loop(
-        unfinished, cycle, start
-    )
-    vectors = _combined(coefficients, decomposition.vectors[:ncv]).T
+    start = (decomposition, ritz, jnp.zeros((), bool), jnp.int32(0))
+    decomposition, (values, coefficients), converged, _ = lax.while_loop(unfinished, cycle, start)
+    vectors = (coefficients.T @ decomposition.vectors[:kept]).T
     # A run ended by an inf or nan reports it in its values, whichever cycle met it.
     values = jnp.where(jnp.all(jnp.isfinite(decomposition.rayleigh)), values, jnp.nan)
     return ArnoldiResult(values, vectors, converged)
-
-
-def _combined(coefficients: jax.Array, rows: jax.Array) -> jax.Array:
-    """`C^T R`: the basis vectors (the rows of `R`) combined by the columns of `C`."""
-    return coefficients.T @ rows
-
-
-def _complex_subspace(Y, kept: int):
-    """The orthonormal basis `Q` `(ncv, ncv)` of the invariant subspace of the `kept` most
-    wanted Ritz values (in the columns before `kept`, zero after), and `kept`."""
-    Q = jnp.linalg.qr(Y[:, :kept])[0]
-    return jnp.pad(Q, ((0, 0), (0, Y.shape[0] - kept))), jnp.asarray(kept, jnp.int32)
 
 
 def arnoldi_start(v0: jax.Array | None, n: int, dtype) -> jax.Array:
