@@ -18,7 +18,7 @@ from .._base import SparseMatrix, is_concrete
 from .._batching import refuse_batch
 from ._eigs_arnoldi import WHICH, arnoldi_start, restarted_arnoldi
 from ._eigs_tangents import eigenpair_tangents, left_vectors
-from ._eigsh import _integer
+from ._eigsh import _integer, static_tolerance
 from ._eigsh_shift_invert import shifted
 from ._spsolve import factorized
 from ._working_dtype import working_dtype
@@ -60,7 +60,7 @@ def eigs(
     """`k` eigenvalues and eigenvectors of the square matrix `A`, which need not be
     Hermitian.
 
-    Restarted Arnoldi (Krylov-Schur restarts) in JAX on `A`'s products, in complex
+    Restarted Arnoldi (implicit restarts, as ARPACK) in JAX on `A`'s products, in complex
     arithmetic: it runs under `jax.jit` (the loop over restarts is a `lax.while_loop`), batches with
     `jax.vmap` over `A`'s values, and is differentiable in `A`'s values (forward and
     reverse mode). It runs where `jnp.linalg.eig` does (CPUs and GPUs), which it calls on
@@ -182,11 +182,7 @@ def _settings(A, k, which, ncv, maxiter, tol, shift_invert: bool) -> _Settings:
         maxiter = 10 * n
     if type(maxiter) is not int or maxiter < 1:
         raise ValueError(f"eigs: `maxiter` must be a positive int, got {maxiter!r}.")
-    if not tol >= 0:
-        raise ValueError(f"eigs: `tol` must be >= 0, got {tol!r}.")
-    if tol == 0:
-        tol = 100 * float(jnp.finfo(working_dtype(A.dtype)).eps)
-    return _Settings(k, ncv, which, float(tol), maxiter, shift_invert)
+    return _Settings(k, ncv, which, static_tolerance(tol, A.dtype, "eigs"), maxiter, shift_invert)
 
 
 def _operator(A, sigma, adjoint: bool):
@@ -272,8 +268,26 @@ def _eigs(A, v0, sigma, *, settings: _Settings):
     return values, _phase_normalized(vectors)
 
 
+@jax.custom_jvp
+def _first_order_only(x):
+    """`x`, whose derivative raises: the JVP rule below is not itself differentiable (it
+    calls `jnp.linalg.eig`, whose eigenvectors JAX does not differentiate)."""
+    return x
+
+
+@_first_order_only.defjvp
+def _first_order_only_jvp(primals, tangents):
+    raise NotImplementedError(
+        "eigs: only first derivatives are implemented (forward or reverse mode); a second "
+        "derivative, such as `jax.hessian`, is not."
+    )
+
+
 @_eigs.def_jvp
 def _eigs_jvp(primals, tangents, *, settings: _Settings):
+    primals = jax.tree.map(
+        lambda x: _first_order_only(x) if eqx.is_inexact_array(x) else x, primals
+    )
     A, v0, sigma = primals
     values, vectors = _eigs(A, v0, sigma, settings=settings)
     A_dot = tangents[0]

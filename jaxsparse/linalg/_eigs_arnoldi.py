@@ -3,19 +3,21 @@
 The basis has a static size `ncv`, so one compiled program serves every restart. A cycle
 extends an orthonormal basis `V` from `kept` to `ncv` vectors with Arnoldi steps
 (classical Gram-Schmidt, with a second pass where the first cancels much of the vector),
-keeping the Krylov decomposition
+keeping the Arnoldi decomposition
 
-    A V = V S + f b^H        (V: n x ncv, f: the next unit basis vector, b: a row)
+    A V = V H + beta f e_ncv^T        (V: n x ncv, f: the next unit basis vector)
 
-with `S = V^H A V` dense. The restart is Stewart's Krylov-Schur restart, with the
-invariant subspace of `S` for the most wanted Ritz values taken from their eigenvectors
-(`jnp.linalg.eig`) orthonormalized by a QR factorization, instead of a reordered Schur
-form (which JAX lacks): `V <- V Q`, `S <- Q^H S Q`, `b <- b Q`, and the decomposition
-holds as before. The computation is complex throughout, so a real operator's complex
-conjugate pairs need no special case.
+with `H = V^H A V` upper Hessenberg. The restart is Sorensen's implicit restart with exact
+shifts, as ARPACK's: one shifted QR step `H - mu I = Q R`, `H <- Q^H H Q`, `V <- V Q` per
+unwanted Ritz value `mu`, after which the first `kept` columns are again an Arnoldi
+decomposition, started from the old start vector filtered by the polynomial with the
+unwanted values as roots. Every transformation is unitary to working precision, so the
+decomposition does not drift however ill-conditioned `H`'s eigenvectors are. The
+computation is complex throughout, so a real operator's complex conjugate pairs need no
+special case.
 
 A Ritz pair `(theta, V y)` converges when its computed residual `||A V y - theta V y||`
-is at most `tol` times `||S||_2` (an estimate of `||A||_2`).
+is at most `tol` times `||H||_2` (an estimate of `||A||_2`).
 """
 
 from collections.abc import Callable
@@ -41,7 +43,7 @@ class ArnoldiResult(NamedTuple):
 
 class _Decomposition(NamedTuple):
     vectors: jax.Array  # (ncv + 1, n): rows are the orthonormal basis, then f
-    rayleigh: jax.Array  # (ncv + 1, ncv): S above its last row b
+    rayleigh: jax.Array  # (ncv + 1, ncv): H above its last row beta e_ncv^T
 
 
 def wanted_key(values: jax.Array, which: str) -> jax.Array:
@@ -54,6 +56,20 @@ def wanted_key(values: jax.Array, which: str) -> jax.Array:
         "LI": -values.imag,
         "SI": values.imag,
     }[which]
+
+
+def wanted_order(values: jax.Array, which: str, pairing) -> jax.Array:
+    """Indices of `values` from most to least wanted. For the keys a conjugation does not
+    change (all but `"LI"` and `"SI"`), two non-real values within `pairing` of each
+    other's conjugate share the more wanted one's key and come positive imaginary part
+    first, so rounding cannot swap the two members of a complex conjugate pair."""
+    key = wanted_key(values, which)
+    if which in ("LM", "SM", "LR", "SR"):
+        complex_ = jnp.abs(values.imag) > pairing
+        pair = jnp.abs(values[:, None] - jnp.conj(values)[None, :]) <= pairing
+        pair = pair & complex_[:, None] & complex_[None, :]
+        key = jnp.minimum(key, jnp.min(jnp.where(pair, key[None, :], jnp.inf), axis=1))
+    return jnp.lexsort((-values.imag, key))
 
 
 def _components(vectors: jax.Array, earlier: jax.Array, w: jax.Array) -> jax.Array:
@@ -119,6 +135,52 @@ def _extend(matvec, decomposition: _Decomposition, start: int, stop: int, key):
     return lax.fori_loop(start, stop, step, state)[0]
 
 
+def _implicit_restart(decomposition: _Decomposition, shifts: jax.Array, kept: int, key):
+    """The decomposition compressed to its first `kept` columns by one shifted QR step per
+    value in `shifts` (see the module)."""
+    vectors, rayleigh = decomposition
+    ncv = rayleigh.shape[1]
+    eye = jnp.eye(ncv, dtype=rayleigh.dtype)
+
+    def shifted_qr_step(i, state):
+        H, Q = state
+        step, _ = jnp.linalg.qr(H - shifts[i] * eye)
+        # `Q^H H Q` stays Hessenberg; the rounding below the subdiagonal is dropped.
+        return jnp.triu(jnp.conj(step).T @ H @ step, -1), Q @ step
+
+    H, Q = lax.fori_loop(0, shifts.shape[0], shifted_qr_step, (rayleigh[:ncv], eye))
+    kept_rows = Q[:, :kept].T @ vectors[:ncv]
+    # The new residual `V Q e_(kept+1) h + beta f q`, orthogonal to the kept vectors in
+    # exact arithmetic; one more projection keeps it so in rounding.
+    beta, corner = rayleigh[ncv, ncv - 1], Q[ncv - 1, kept - 1]
+    residual = H[kept, kept - 1] * (Q[:, kept] @ vectors[:ncv]) + beta * corner * vectors[ncv]
+    residual = residual - (jnp.conj(kept_rows) @ residual) @ kept_rows
+    norm = jnp.linalg.norm(residual)
+    tiny = jnp.finfo(norm.dtype).eps * jnp.maximum(jnp.linalg.norm(H), 1)
+
+    def fresh(_):
+        # The kept vectors span an invariant subspace: go on from a random vector
+        # orthogonal to them, coupled by zero.
+        w = _random_vector(key, residual.shape[0], residual.dtype)
+        for _ in range(2):
+            w = w - (jnp.conj(kept_rows) @ w) @ kept_rows
+        return w / jnp.linalg.norm(w).astype(w.dtype)
+
+    following = lax.cond(
+        norm <= tiny, fresh, lambda _: residual / norm.astype(residual.dtype), None
+    )
+    coupling = jnp.where(norm <= tiny, 0, norm).astype(rayleigh.dtype)
+    restarted = jnp.zeros_like(vectors).at[:kept].set(kept_rows).at[kept].set(following)
+    rayleigh = (
+        jnp.zeros_like(rayleigh)
+        .at[:kept, :kept]
+        .set(H[:kept, :kept])
+        .at[kept, kept - 1]
+        .set(coupling)
+    )
+    return _Decomposition(restarted, rayleigh)
+
+
 def restarted_arnoldi(
     matvec: Callable[[jax.Array], jax.Array],
     v0: jax.Array,
@@ -138,7 +200,7 @@ def restarted_arnoldi(
     - `v0`: the unit start vector, complex.
     - `k`, `ncv`: wanted pairs and the basis size, `k + 1 < ncv <= n` (static).
     - `which`: one of `WHICH`.
-    - `tol`: the convergence tolerance relative to the largest Ritz value's magnitude.
+    - `tol`: the convergence tolerance relative to `||H||_2`.
     - `maxiter`: the most restart cycles.
     - `converging`: how many of the most wanted pairs must converge (default `k`); the
       others are returned as they are.
@@ -154,41 +216,29 @@ def restarted_arnoldi(
     decomposition = _extend(
         matvec, _Decomposition(vectors, jnp.zeros((ncv + 1, ncv), dtype)), 0, kept, key
     )
-    # The wanted Ritz values and their vectors' coefficients `C` in the restarted basis.
-    ritz = (jnp.zeros((k,), dtype), jnp.eye(kept, k, dtype=dtype))
+    ritz = (jnp.zeros((k,), dtype), jnp.zeros((n, k), dtype))
 
     def cycle(state):
         decomposition, _, _, cycles = state
-        decomposition = _extend(matvec, decomposition, kept, ncv, jax.random.fold_in(key, cycles))
-        vectors, rayleigh = decomposition
-        S, b = rayleigh[:ncv], rayleigh[ncv]
-        values, Y = jnp.linalg.eig(S)
+        cycle_key = jax.random.fold_in(key, cycles)
+        decomposition = _extend(matvec, decomposition, kept, ncv, cycle_key)
+        H = decomposition.rayleigh[:ncv]
+        values, Y = jnp.linalg.eig(H)
         values, Y = values.astype(dtype), Y.astype(dtype)
-        # `||S||_2` estimates `||A||_2`, which a non-normal matrix's Ritz values can
+        # `||H||_2` estimates `||A||_2`, which a non-normal matrix's Ritz values can
         # underestimate by orders of magnitude.
-        scale = jnp.linalg.norm(S, 2)
-        order = jnp.argsort(wanted_key(values, which), stable=True)
+        scale = jnp.linalg.norm(H, 2)
+        order = wanted_order(values, which, float(tol) ** 0.5 * scale)
         values, Y = values[order], Y[:, order]
-        # Residuals computed, not read off the decomposition: with a non-normal `S` the
-        # eigenvectors that span the kept subspace are ill-conditioned, the restarted
-        # decomposition drifts, and `|b y|` would report convergence too early.
-        wanted = (Y[:, :converging].T @ vectors[:ncv]).T
-        residuals = jnp.linalg.norm(matvec(wanted) - wanted * values[:converging], axis=0)
+        # Residuals computed, not read off the decomposition (`beta |y_ncv|`), which
+        # rounding makes optimistic for a strongly non-normal `A`.
+        wanted = (Y[:, :k].T @ decomposition.vectors[:ncv]).T
+        residuals = jnp.linalg.norm(
+            matvec(wanted[:, :converging]) - wanted[:, :converging] * values[:converging], axis=0
+        )
         converged = jnp.all(residuals <= tol * scale)
-        # The kept subspace: the wanted Ritz vectors of `S` orthonormalized, `Y = Q R`.
-        Q, R = jnp.linalg.qr(Y[:, :kept])
-        # `V <- V Q`, `S <- Q^H S Q`, `b <- b Q`, and the next basis vector after them.
-        restarted = (
-            jnp.zeros_like(vectors).at[:kept].set(Q.T @ vectors[:ncv]).at[kept].set(vectors[ncv])
-        )
-        rayleigh = (
-            jnp.zeros_like(rayleigh)
-            .at[:kept, :kept]
-            .set(jnp.conj(Q).T @ S @ Q)
-            .at[kept, :kept]
-            .set(b @ Q)
-        )
-        return _Decomposition(restarted, rayleigh), (values[:k], R[:, :k]), converged, cycles + 1
+        decomposition = _implicit_restart(decomposition, values[kept:], kept, cycle_key)
+        return decomposition, (values[:k], wanted), converged, cycles + 1
 
     def unfinished(state):
         # An inf or nan (a singular shift, a value of `A` or `v0`) never converges: stop.
@@ -196,8 +246,7 @@ def restarted_arnoldi(
         return ~converged & (cycles < maxiter) & jnp.all(jnp.isfinite(decomposition.rayleigh))
 
     start = (decomposition, ritz, jnp.zeros((), bool), jnp.int32(0))
-    decomposition, (values, coefficients), converged, _ = lax.while_loop(unfinished, cycle, start)
-    vectors = (coefficients.T @ decomposition.vectors[:kept]).T
+    decomposition, (values, vectors), converged, _ = lax.while_loop(unfinished, cycle, start)
     # A run ended by an inf or nan reports it in its values, whichever cycle met it.
     values = jnp.where(jnp.all(jnp.isfinite(decomposition.rayleigh)), values, jnp.nan)
     return ArnoldiResult(values, vectors, converged)

@@ -26,19 +26,23 @@ from ._spsolve import spsolve
 
 def left_vectors(eigenpairs, A, sigma, values, settings) -> jax.Array:
     """For each eigenvalue `lambda_i`, the unit left eigenvector `u_i`, from `eigenpairs`
-    (`eigs`'s iteration) on `A^H`; `nan` where none of its values lies within `sqrt(tol)`
-    (relative) of `conj(lambda_i)`, and whether one does. One value more is asked of it, so
-    a complex conjugate pair that `k` splits is found whole."""
+    (`eigs`'s iteration) on `A^H`, and whether `lambda_i` counts as simple: exactly one of
+    the left iteration's values lies within `sqrt(tol)` (relative) of `conj(lambda_i)`, and
+    no other of `values` within that of `lambda_i`. One value more is asked of it, so a
+    complex conjugate pair that `k` splits is found whole."""
     n = A.shape[0]
     k = min(settings.k + 1, n - 2)
     left = dataclasses.replace(settings, k=k, ncv=min(n, max(settings.ncv, k + 2)))
     # The extra value need not converge: it may sit in a cluster the wanted ones do not.
     conjugates, vectors, _ = eigenpairs(A, sigma, left, adjoint=True, converging=settings.k)
     distance = jnp.abs(jnp.conj(conjugates)[None, :] - values[:, None])  # [i, j]
-    nearest = jnp.argmin(distance, axis=1)
     scale = jnp.maximum(jnp.max(jnp.abs(values)), jnp.finfo(values.dtype).tiny)
-    matched = jnp.min(distance, axis=1) <= float(np.sqrt(settings.tol)) * scale
-    return vectors[:, nearest], matched
+    threshold = float(np.sqrt(settings.tol)) * scale
+    # A repeated eigenvalue has no derivative: with two values near `lambda_i` on either
+    # side, `u_i^H v_i` would be arbitrary inside the eigenspace.
+    alone = jnp.sum(jnp.abs(values[None, :] - values[:, None]) <= threshold, axis=1) == 1
+    matched = (jnp.sum(distance <= threshold, axis=1) == 1) & alone
+    return vectors[:, jnp.argmin(distance, axis=1)], matched
 
 
 def eigenpair_tangents(A, values, vectors, left, matched, dA_vectors):

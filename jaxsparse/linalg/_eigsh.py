@@ -181,11 +181,24 @@ def _settings(A, k, which, ncv, maxiter, tol, shift_invert: bool, name: str) -> 
         maxiter = 10 * n
     if type(maxiter) is not int or maxiter < 1:
         raise ValueError(f"{name}: `maxiter` must be a positive int, got {maxiter!r}.")
-    if not tol >= 0:
+    tol = static_tolerance(tol, A.dtype, name)
+    return _Settings(k, ncv, which, tol, maxiter, shift_invert, name)
+
+
+def static_tolerance(tol, dtype, name: str) -> float:
+    """`tol` as a Python float: a concrete real number >= 0 (a static setting of the
+    compiled iteration), where `0` means 100 times the machine precision of `dtype`."""
+    if isinstance(tol, jax.core.Tracer):
+        raise TypeError(f"{name}: `tol` must be concrete (it is static), got a traced value.")
+    try:
+        if isinstance(tol, (bool, str, bytes)) or np.ndim(tol) != 0 or np.iscomplexobj(tol):
+            raise TypeError
+        value = float(tol)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name}: `tol` must be a real number, got {tol!r}.") from None
+    if not value >= 0:
         raise ValueError(f"{name}: `tol` must be >= 0, got {tol!r}.")
-    if tol == 0:
-        tol = 100 * float(jnp.finfo(working_dtype(A.dtype)).eps)
-    return _Settings(k, ncv, which, float(tol), maxiter, shift_invert, name)
+    return value if value > 0 else 100 * float(jnp.finfo(working_dtype(dtype)).eps)
 
 
 @eqx.filter_custom_jvp
