@@ -97,8 +97,9 @@ def eigs(
     applied to `1 / (lambda - sigma)`), and the unit
     eigenvectors `(n, k)` as columns, each scaled so that its largest entry is real and
     positive (a real eigenvalue of a real `A` then has a real eigenvector); or `w` alone.
-    Where `k` would split a complex conjugate pair of a real `A` (`"LM"`, `"SM"`, `"LR"`,
-    `"SR"`), which of the two is returned is left to rounding. If the iteration has not
+    The two members of a complex conjugate pair of a real `A` (`"LM"`, `"SM"`, `"LR"`,
+    `"SR"`) come positive imaginary part first, so where `k` splits a pair, the one
+    returned has a positive imaginary part. If the iteration has not
     converged after `maxiter` cycles, it raises an error (`eqx.error_if`, also inside
     `jit`; scipy raises `ArpackNoConvergence`); an inf or nan met on the way ends the
     iteration at once with an error that says so.
@@ -107,8 +108,10 @@ def eigs(
     the left eigenvector `u` from a second iteration on `A^H` in the same mode; an
     eigenvector by the solution of a bordered system `[[A - lambda I, v], [u^H, 0]]` (one
     sparse factorization per eigenpair, `js.linalg.spsolve`), for the normalization above
-    (unit norm, largest entry real). Where no eigenvalue of `A^H` matches, the tangents are
-    `nan`.
+    (unit norm, largest entry real). An eigenvalue that is not simple (no eigenvalue of
+    `A^H` within `sqrt(tol)` of its conjugate, or more than one, or another computed
+    eigenvalue that near) has `nan` tangents. Second derivatives raise
+    `NotImplementedError`.
     """
     if not isinstance(A, SparseMatrix):
         raise TypeError(f"eigs: `A` must be a jaxsparse matrix, got {type(A).__name__}.")
