@@ -205,7 +205,8 @@ def test_transposed_solves_with_many_columns(name, trans):
 @pytest.mark.parametrize("dtype", [jnp.float64, jnp.complex64], ids=dtype_id)
 @pytest.mark.parametrize("offsets", [(-1, 0, 1), (-2, 3, 0, -5, 1)])
 def test_band_factors_are_lapacks(offsets, dtype):
-    """The native factors equal LAPACK's `?gbtrf` (scipy), the host path's too."""
+    """The native factors equal LAPACK's `?gbtrf` (scipy) in its memory order (the
+    transpose of its band array), the host path's too."""
     rng = np.random.default_rng(3)
     n = 30
     data = random_values(rng, (len(offsets), n), dtype)
@@ -219,26 +220,29 @@ def test_band_factors_are_lapacks(offsets, dtype):
         lapack_band[kl + ku - offset, columns] = values[columns]
     gbtrf = scipy.linalg.lapack.get_lapack_funcs("gbtrf", dtype=data.dtype)
     expected_band, expected_pivots, expected_info = gbtrf(lapack_band, kl, ku)
-    np.testing.assert_allclose(band, expected_band, rtol=1e-5)
+    np.testing.assert_allclose(band, expected_band.T, rtol=1e-5)
     np.testing.assert_array_equal(pivots, expected_pivots)
     assert int(info) == expected_info == 0
     host = native_banded_lu.banded_lu(jnp.asarray(data), offsets=offsets, kl=kl, ku=ku, host=True)
-    np.testing.assert_allclose(host[0], expected_band, rtol=1e-5)
-    b = jnp.asarray(random_values(rng, (n, 2), dtype))
+    np.testing.assert_allclose(host[0], expected_band.T, rtol=1e-5)
+    # 1, 3 and 17 columns: the native solve's paths for a vector, pairs and a remainder,
+    # and many columns at once, split over threads.
+    b = jnp.asarray(random_values(rng, (n, 17), dtype))
     for op in "NTH":
         solve = functools.partial(
             native_banded_lu.banded_lu_solve,
             band,
             pivots,
             jnp.asarray(data),
-            b,
             offsets=offsets,
             kl=kl,
             ku=ku,
             op=op,
         )
-        native_x, host_x = solve(), solve(host=True)
-        np.testing.assert_allclose(native_x, host_x, rtol=1e-4, atol=1e-5)
+        host_x = solve(b, host=True)
+        for width in (1, 3, 17):
+            native_x = solve(b[:, :width])
+            np.testing.assert_allclose(native_x, host_x[:, :width], rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("name", ["dia-pentadiagonal", "csr-random"])

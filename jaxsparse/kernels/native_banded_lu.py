@@ -4,9 +4,10 @@
 factors kept (`native/banded_solve.cc`; on GPUs a tridiagonal band on the device,
 `device_tridiagonal.py`, and LAPACK on the host elsewhere).
 
-Both produce the same factors: LAPACK's band layout as a row-major `(2 * kl + ku + 1, n)`
-array, `band[kl + ku + i - j, j] == A[i, j]`, 0-based int32 pivots, and LAPACK's `info`
-(0, or the 1-based column of the first zero pivot). Factors are plain arrays, so they are
+Both produce the same factors: LAPACK's band in LAPACK's memory order, a row-major
+`(n, 2 * kl + ku + 1)` array whose row `j` is LAPACK's column `j`, `band[j, kl + ku + i - j]
+== A[i, j]` (the transpose of LAPACK's `(2 * kl + ku + 1, n)` array), 0-based int32 pivots,
+and LAPACK's `info` (0, or the 1-based column of the first zero pivot). Factors are plain arrays, so they are
 pytree leaves that `jit`, `vmap` and `eqx.filter_*` carry like any other.
 
 Batches: the factorization of values `(..., ndiag, n)` is one call over every member.
@@ -45,7 +46,7 @@ def native_available(dtype) -> bool:
 def _factor_shapes(data, kl, ku):
     lead, n = data.shape[:-2], data.shape[-1]
     return (
-        jax.ShapeDtypeStruct((*lead, 2 * kl + ku + 1, n), data.dtype),
+        jax.ShapeDtypeStruct((*lead, n, 2 * kl + ku + 1), data.dtype),
         jax.ShapeDtypeStruct((*lead, n), np.int32),
         jax.ShapeDtypeStruct(lead, np.int32),
     )
@@ -85,7 +86,7 @@ def _factor_on_host(data, *, offsets, kl, ku):
     for index in np.ndindex(*lead):
         band = _band_on_host(data[index], offsets, kl, ku)
         lu, piv, status = gbtrf(band, kl, ku)
-        bands[index], pivots[index] = lu, piv
+        bands[index], pivots[index] = lu.T, piv
         info[index] = max(status, 0)
     return bands, pivots, info
 
@@ -136,7 +137,7 @@ def _solve_on_host(band, pivots, b, *, kl, ku, op):
     gbtrs = _lapack("gbtrs", b.dtype)
     x = np.empty_like(b)
     for index in np.ndindex(*b.shape[:-2]):
-        x[index], _ = gbtrs(band[index], kl, ku, b[index], pivots[index], trans=SOLVE_OPS[op])
+        x[index], _ = gbtrs(band[index].T, kl, ku, b[index], pivots[index], trans=SOLVE_OPS[op])
     return x
 
 

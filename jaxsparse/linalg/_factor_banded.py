@@ -1,7 +1,7 @@
 """`BandedLU` and `DenseLU`: the factorizations of a square `DIAMatrix`.
 
 A DIA matrix with `kl` sub- and `ku` superdiagonals factors as a band, LU with partial
-pivoting (LAPACK's `gbtrf`), into a fixed-size `(2 * kl + ku + 1, n)` array and `n`
+pivoting (LAPACK's `gbtrf`), into a fixed-size `(n, 2 * kl + ku + 1)` array and `n`
 pivots: no handles, so a factorization made inside `jit` is an ordinary array that `vmap`
 batches and that is freed like any other. On CPU the native kernels factor and solve;
 on other platforms LAPACK runs on the host (`kernels/native_banded_lu.py`), except the
@@ -76,8 +76,8 @@ def _same_bits(a: jax.Array, b: jax.Array) -> jax.Array:
 class BandedLU(_StoredFactors):
     """The LU factorization with partial pivoting of a square banded `DIAMatrix`.
 
-    `band[kl + ku + i - j, j]` holds `U[i, j]` for `i <= j` and the multipliers of `L`
-    below, as LAPACK's `?gbtrf` leaves them; `pivots[j]` is the row that row `j` was
+    `band[j, kl + ku + i - j]` holds `U[i, j]` for `i <= j` and the multipliers of `L`
+    below, as LAPACK's `?gbtrf` leaves them (`band.T` is LAPACK's band array); `pivots[j]` is the row that row `j` was
     swapped with (0-based). `info` is 0, or the 1-based column of the first zero pivot:
     then the matrix is singular and every solve returns `nan`. `factored`: the matrix
     factored; a solve whose `matrix` differs from it returns `nan`.

@@ -67,7 +67,7 @@ def factorized(A) -> Factorization:
     make over and over:
 
     - `DIAMatrix`: `BandedLU`, LU with partial pivoting of the band (LAPACK's `gbtrf`),
-      factors in a fixed-size `(2 * kl + ku + 1, n)` array; native kernels on CPU, LAPACK
+      factors in a fixed-size `(n, 2 * kl + ku + 1)` array; native kernels on CPU, LAPACK
       on the host elsewhere (on GPUs a tridiagonal band's solves run on the device). A
       band at least as tall as the matrix is factored densely (`DenseLU`). Both keep the
       matrix they factored: a solve whose `matrix` was replaced afterwards gives `nan`.

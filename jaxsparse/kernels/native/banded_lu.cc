@@ -1,12 +1,14 @@
 // Banded LU with partial pivoting for CPU (LAPACK's gbtrf/gbtrs semantics), float32,
 // float64, complex64 and complex128, built from a DIA matrix's diagonals.
 //
-// The factors use LAPACK's band layout with rows and columns swapped into a row-major
-// `(2 * kl + ku + 1, n)` array: band[kv + i - j, j] == A[i, j] with kv = kl + ku, the top
-// kl rows room for the fill-in that row interchanges bring; after the factorization rows
-// [0, kv] hold U and rows (kv, kv + kl] the multipliers of L, and pivots[j] is the row
-// swapped with row j. A zero pivot sets `info` to its 1-based column (LAPACK's rule), and
-// a solve with such factors divides by zero: inf or nan, never an error.
+// The factors use LAPACK's band layout in LAPACK's memory order, a row-major
+// `(n, 2 * kl + ku + 1)` array whose row j is LAPACK's column j: band[j, kv + i - j] ==
+// A[i, j] with kv = kl + ku, the first kl entries of a row room for the fill-in that row
+// interchanges bring; after the factorization entries [0, kv] of row j hold U's column j
+// and entries (kv, kv + kl] the multipliers of L, and pivots[j] is the row swapped with
+// row j. A column of the band is then contiguous, which the factorization's updates and
+// the solves' sweeps walk along. A zero pivot sets `info` to its 1-based column (LAPACK's rule),
+// and a solve with such factors divides by zero: inf or nan, never an error.
 //
 // Batches: every leading axis before a buffer's last two (last one for pivots and info) is
 // a batch axis; the batch is their product and the members are split over XLA's intra-op
@@ -33,7 +35,7 @@ using banded::Conj;
 using banded::Magnitude;
 using banded::Op;
 
-// One matrix's band: row-major (rows, n), band(kv + i - j, j) == A[i, j]. KL and KU are
+// One matrix's band: row-major (n, rows), band(j, kv + i - j) == A[i, j]. KL and KU are
 // the bandwidths when known at compile time (narrow bands: loops of fixed length that the
 // compiler unrolls), -1 when they are read from `kl` and `ku`.
 template <typename T, int KL = -1, int KU = -1>
@@ -43,7 +45,8 @@ struct Band {
   int64_t kl() const { return KL >= 0 ? KL : runtime_kl; }
   int64_t ku() const { return KU >= 0 ? KU : runtime_ku; }
   int64_t kv() const { return kl() + ku(); }
-  T& at(int64_t i, int64_t j) const { return values[(kv() + i - j) * n + j]; }
+  int64_t rows() const { return 2 * kl() + ku() + 1; }
+  T& at(int64_t i, int64_t j) const { return values[j * rows() + kv() + i - j]; }
 };
 
 // gbtf2: the unblocked LU of one band, in place; returns LAPACK's info.
@@ -81,12 +84,13 @@ int32_t FactorBand(const Band<T, KL, KU>& a, int32_t* pivots) {
 }
 
 // gbtrs on columns [c0, c1) of one member's right-hand sides x (n, k), in place. W is the
-// number of columns when it is 1 (a vector: no inner loop), else 0.
+// number of columns when it is known at compile time (1 or 2: loops the compiler unrolls),
+// else 0.
 template <int W, typename T, int KL, int KU>
 void SolveBand(const Band<const T, KL, KU>& a, const int32_t* pivots, Op op, T* x, int64_t k,
                int64_t c0, int64_t c1) {
   const int64_t n = a.n, kv = a.kv();
-  if constexpr (W == 1) c1 = c0 + 1;
+  if constexpr (W > 0) c1 = c0 + W;
   auto row = [&](int64_t i) { return x + i * k; };
   auto entry = [&](int64_t i, int64_t j) {
     const T value = a.at(i, j);
@@ -103,15 +107,15 @@ void SolveBand(const Band<const T, KL, KU>& a, const int32_t* pivots, Op op, T* 
         for (int64_t c = c0; c < c1; ++c) xt[c] -= l * xj[c];
       }
     }
-    for (int64_t j = n - 1; j >= 0; --j) {  // U x = y, row by row from the bottom
+    for (int64_t j = n - 1; j >= 0; --j) {  // U x = y, column by column from the right
       T* xj = row(j);
-      for (int64_t i = j + 1; i <= std::min(n - 1, j + kv); ++i) {
-        const T u = a.at(j, i);
-        const T* xi = row(i);
-        for (int64_t c = c0; c < c1; ++c) xj[c] -= u * xi[c];
-      }
       const T inverse = T(1) / a.at(j, j);
       for (int64_t c = c0; c < c1; ++c) xj[c] *= inverse;
+      for (int64_t i = std::max<int64_t>(0, j - kv); i < j; ++i) {
+        const T u = a.at(i, j);
+        T* xi = row(i);
+        for (int64_t c = c0; c < c1; ++c) xi[c] -= u * xj[c];
+      }
     }
     return;
   }
@@ -135,6 +139,17 @@ void SolveBand(const Band<const T, KL, KU>& a, const int32_t* pivots, Op op, T* 
     }
     if (pivots[j] != j) std::swap_ranges(xj + c0, xj + c1, row(pivots[j]) + c0);
   }
+}
+
+// gbtrs on columns [c0, c1): a few columns in pairs, each pair's sweeps reading the band
+// once with the columns' loops unrolled; many at once, whose loops vectorize.
+template <typename T, int KL, int KU>
+void SolveColumns(const Band<const T, KL, KU>& a, const int32_t* pivots, Op op, T* x, int64_t k,
+                  int64_t c0, int64_t c1) {
+  if (c1 - c0 >= 8) return SolveBand<0>(a, pivots, op, x, k, c0, c1);
+  int64_t c = c0;
+  for (; c + 2 <= c1; c += 2) SolveBand<2>(a, pivots, op, x, k, c, c + 2);
+  if (c < c1) SolveBand<1>(a, pivots, op, x, k, c, c + 1);
 }
 
 // Calls fn(Band<T, KL, KU>) with the bandwidths as compile-time constants for the narrow
@@ -164,9 +179,9 @@ ffi::Error Factor(ffi::ThreadPool& pool, const ffi::AnyBuffer& data,
   int64_t kl, ku;
   banded::Bandwidths(offsets.begin(), offsets.size(), n, kl, ku);
   const int64_t rows = 2 * kl + ku + 1;
-  if (band_dims[band_dims.size() - 2] != rows || band_dims.back() != n) {
-    return ffi::Error::InvalidArgument("banded LU: the band must be (..., " + std::to_string(rows) +
-                                       ", " + std::to_string(n) + ")");
+  if (band_dims[band_dims.size() - 2] != n || band_dims.back() != rows) {
+    return ffi::Error::InvalidArgument("banded LU: the band must be (..., " + std::to_string(n) +
+                                       ", " + std::to_string(rows) + ")");
   }
   if (band->element_type() != data.element_type()) {
     return ffi::Error::InvalidArgument("banded LU: the band must have the values' dtype");
@@ -195,7 +210,7 @@ ffi::Error Factor(ffi::ThreadPool& pool, const ffi::AnyBuffer& data,
         if (offset <= -n || offset >= n) continue;
         // data[d, j] == A[j - offset, j], inside the matrix for 0 <= j - offset < n.
         const int64_t lo = std::max<int64_t>(0, offset), hi = std::min(n, n + offset);
-        std::copy(member + d * n + lo, member + d * n + hi, band_values + (kv - offset) * n + lo);
+        for (int64_t j = lo; j < hi; ++j) band_values[j * rows + kv - offset] = member[d * n + j];
       }
       WithBand(band_values, n, kl, ku,
                [&](auto a) { all_info[b] = FactorBand(a, all_pivots + b * n); });
@@ -213,8 +228,8 @@ ffi::Error Solve(ffi::ThreadPool& pool, const ffi::AnyBuffer& band, const ffi::A
   if (band_dims.size() < 2 || rhs_dims.size() < 2) {
     return ffi::Error::InvalidArgument("banded solve: band (..., rows, n) and b (..., n, k)");
   }
-  const int64_t n = band_dims.back(), k = rhs_dims.back(), rows = 2 * kl + ku + 1;
-  if (band_dims[band_dims.size() - 2] != rows || rhs_dims[rhs_dims.size() - 2] != n) {
+  const int64_t n = band_dims[band_dims.size() - 2], k = rhs_dims.back(), rows = 2 * kl + ku + 1;
+  if (band_dims.back() != rows || rhs_dims[rhs_dims.size() - 2] != n) {
     return ffi::Error::InvalidArgument("banded solve: band and b disagree with kl, ku and n");
   }
   if (pivots.element_type() != ffi::DataType::S32 || Trailing(pivots, 1) != n) {
@@ -234,9 +249,13 @@ ffi::Error Solve(ffi::ThreadPool& pool, const ffi::AnyBuffer& band, const ffi::A
   T* x = Data<T>(out);
   std::copy(Data<T>(rhs), Data<T>(rhs) + batch * n * k, x);
   // Each thread takes whole members, or blocks of one member's columns when there are
-  // fewer members than threads: a column's two sweeps touch nothing else.
+  // fewer members than threads: a column's two sweeps touch nothing else. A block has at
+  // least kMinBlockColumns columns: with fewer, a sweep is bound by reading the band, which
+  // every block reads again.
+  constexpr int64_t kMinBlockColumns = 8;
   const int64_t work = batch * n * k * (2 * kl + ku + 2);
-  const int64_t column_blocks = batch >= pool.num_threads() ? 1 : std::min<int64_t>(k, 8);
+  const int64_t column_blocks =
+      batch >= pool.num_threads() ? 1 : std::clamp<int64_t>(k / kMinBlockColumns, 1, 8);
   const int64_t items = batch * column_blocks;
   const int64_t parts = NumParts(pool, work, items);
   ParallelFor(pool, parts, [&](int64_t part) {
@@ -247,11 +266,7 @@ ffi::Error Solve(ffi::ThreadPool& pool, const ffi::AnyBuffer& band, const ffi::A
       const int64_t c0 = PieceStart(k, column_blocks, block);
       const int64_t c1 = PieceStart(k, column_blocks, block + 1);
       WithBand(bands + f * rows * n, n, kl, ku, [&](auto a) {
-        if (k == 1) {
-          SolveBand<1>(a, all_pivots + f * n, static_cast<Op>(op), x + b * n, 1, 0, 1);
-        } else {
-          SolveBand<0>(a, all_pivots + f * n, static_cast<Op>(op), x + b * n * k, k, c0, c1);
-        }
+        SolveColumns(a, all_pivots + f * n, static_cast<Op>(op), x + b * n * k, k, c0, c1);
       });
     }
   });
@@ -283,7 +298,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxsparseDiaBandedLu, jaxsparse::BandedLuImpl,
                               xla::ffi::Ffi::Bind()
                                   .Ctx<xla::ffi::ThreadPool>()
                                   .Arg<xla::ffi::AnyBuffer>()  // DIA data (..., ndiag, n)
-                                  .Ret<xla::ffi::AnyBuffer>()  // band (..., 2kl+ku+1, n)
+                                  .Ret<xla::ffi::AnyBuffer>()  // band (..., n, 2kl+ku+1)
                                   .Ret<xla::ffi::AnyBuffer>()  // pivots (..., n), int32
                                   .Ret<xla::ffi::AnyBuffer>()  // info (...), int32
                                   .Attr<xla::ffi::Span<const int64_t>>("offsets"));
@@ -291,7 +306,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxsparseDiaBandedLu, jaxsparse::BandedLuImpl,
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxsparseBandedLuSolve, jaxsparse::BandedLuSolveImpl,
                               xla::ffi::Ffi::Bind()
                                   .Ctx<xla::ffi::ThreadPool>()
-                                  .Arg<xla::ffi::AnyBuffer>()  // band (..., 2kl+ku+1, n)
+                                  .Arg<xla::ffi::AnyBuffer>()  // band (..., n, 2kl+ku+1)
                                   .Arg<xla::ffi::AnyBuffer>()  // pivots (..., n), int32
                                   .Arg<xla::ffi::AnyBuffer>()  // b (..., n, k)
                                   .Ret<xla::ffi::AnyBuffer>()  // x (..., n, k)
