@@ -7,8 +7,9 @@ factors kept (`native/banded_solve.cc`; on GPUs a tridiagonal band on the device
 Both produce the same factors: LAPACK's band in LAPACK's memory order, a row-major
 `(n, 2 * kl + ku + 1)` array whose row `j` is LAPACK's column `j`, `band[j, kl + ku + i - j]
 == A[i, j]` (the transpose of LAPACK's `(2 * kl + ku + 1, n)` array), 0-based int32 pivots,
-and LAPACK's `info` (0, or the 1-based column of the first zero pivot). Factors are plain arrays, so they are
-pytree leaves that `jit`, `vmap` and `eqx.filter_*` carry like any other.
+and LAPACK's `info` (0, or the 1-based column of the first zero pivot). Factors are plain
+arrays, so they are pytree leaves that `jit`, `vmap` and `eqx.filter_*` carry like any
+other.
 
 Batches: the factorization of values `(..., ndiag, n)` is one call over every member.
 A solve with shared factors and batched right-hand sides puts the batch into columns, one
