@@ -78,9 +78,10 @@ class BandedLU(_StoredFactors):
 
     `band[j, kl + ku + i - j]` holds `U[i, j]` for `i <= j` and the multipliers of `L`
     below, as LAPACK's `?gbtrf` leaves them (`band.T` is LAPACK's band array);
-    `pivots[j]` is the row that row `j` was swapped with (0-based). `info` is 0, or the 1-based column of the first zero pivot:
-    then the matrix is singular and every solve returns `nan`. `factored`: the matrix
-    factored; a solve whose `matrix` differs from it returns `nan`.
+    `pivots[j]` is the row that row `j` was swapped with (0-based). `info` is 0, or the
+    1-based column of the first zero pivot: then the matrix is singular and every solve
+    returns `nan`. `factored`: the matrix factored; a solve whose `matrix` differs from it
+    returns `nan`.
     """
 
     matrix: DIAMatrix
