@@ -141,15 +141,22 @@ void SolveBand(const Band<const T, KL, KU>& a, const int32_t* pivots, Op op, T* 
   }
 }
 
-// gbtrs on columns [c0, c1): a few columns in pairs, each pair's sweeps reading the band
-// once with the columns' loops unrolled; many at once, whose loops vectorize.
+// gbtrs on columns [c0, c1). A wide band (bandwidths known at run time) solves a few
+// columns in pairs, each pair's sweeps reading the band once with the columns' loops
+// unrolled; a narrow band, or many columns, all at once.
 template <typename T, int KL, int KU>
 void SolveColumns(const Band<const T, KL, KU>& a, const int32_t* pivots, Op op, T* x, int64_t k,
                   int64_t c0, int64_t c1) {
-  if (c1 - c0 >= 8) return SolveBand<0>(a, pivots, op, x, k, c0, c1);
-  int64_t c = c0;
-  for (; c + 2 <= c1; c += 2) SolveBand<2>(a, pivots, op, x, k, c, c + 2);
-  if (c < c1) SolveBand<1>(a, pivots, op, x, k, c, c + 1);
+  if (c1 - c0 == 1) return SolveBand<1>(a, pivots, op, x, k, c0, c1);
+  if constexpr (KL < 0) {
+    if (c1 - c0 < 8) {
+      int64_t c = c0;
+      for (; c + 2 <= c1; c += 2) SolveBand<2>(a, pivots, op, x, k, c, c + 2);
+      if (c < c1) SolveBand<1>(a, pivots, op, x, k, c, c + 1);
+      return;
+    }
+  }
+  SolveBand<0>(a, pivots, op, x, k, c0, c1);
 }
 
 // Calls fn(Band<T, KL, KU>) with the bandwidths as compile-time constants for the narrow
