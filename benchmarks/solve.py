@@ -11,6 +11,8 @@ Sections, each result checked against scipy before it is timed, medians in ms:
   <= 1.2);
 - reuse: one factorization and 100 solves against 100 calls of `spsolve`, both formats
   (target >= 5x);
+- wide: `factorized` of a 2-D grid's matrix as one DIA band (`--band-grid` and twice it),
+  the factorization and solves of one and two columns, against scipy's `splu` (no target);
 - gradient: a jitted gradient step (solve and adjoint solve, with respect to the values
   and `b`) against the jitted solve (target <= 2.2x), in single calls and per step inside a
   jitted loop (where XLA's buffers are reused: a single call's fresh buffers of more than
@@ -69,7 +71,7 @@ def parse_args(argv=None):
     )
     parser.add_argument("--quick", action="store_true", help="tiny sizes, for the smoke test")
     # Memory first: resident memory is read while the process holds nothing else.
-    parser.add_argument("--sections", default="memory,banded,csr,reuse,gradient")
+    parser.add_argument("--sections", default="memory,banded,csr,reuse,wide,gradient")
     args = parser.parse_args(argv)
     if args.quick:
         args.rows, args.grid, args.band_grid, args.reuse_grid = 2000, 20, 10, 10
@@ -240,6 +242,40 @@ def reuse_section(args, rng) -> list[str]:
         reuse_ms = _ms(lambda: jax.block_until_ready(reused()), True)
         lines.append(f"{name:>14} {many_ms:12.1f} {reuse_ms:11.1f} {many_ms / reuse_ms:8.1f}")
     return lines
+
+
+def wide_section(args, rng) -> list[str]:
+    """`factorized` of a DIA matrix whose band is as wide as a 2-D grid's side (the banded
+    LU at run-time bandwidths) against scipy's `splu` (SuperLU, fill-reducing ordering)."""
+    lines = ["factorized, 2-D Laplacian as one DIA band, against scipy splu (ms)"]
+    lines.append(
+        f"{'side':>6} {'factor':>8} {'splu':>8} {'solve 1':>8} {'splu 1':>8} {'solve 2':>8} "
+        f"{'splu 2':>8}"
+    )
+    for side in (args.band_grid, 2 * args.band_grid):
+        times = _wide_band_times(laplacian_2d(side), rng, args.quick)
+        lines.append(f"{side:>6} " + " ".join(f"{t:8.2f}" for t in times))
+    return lines
+
+
+def _wide_band_times(S, rng, quick: bool) -> list[float]:
+    """Factorization, then solves of one and two columns: ours, then scipy's, each."""
+    factor = jax.jit(js.linalg.factorized)
+    solve_with = jax.jit(lambda f, b: f.solve(b))
+    A = js.DIAMatrix.from_scipy(S.todia())
+    factors = factor(A)
+    lu = scipy.sparse.linalg.splu(S.tocsc())
+    times = [
+        _ms(lambda: jax.block_until_ready(factor(A)), quick),
+        _ms(lambda: scipy.sparse.linalg.splu(S.tocsc()), quick),
+    ]
+    for k in (1, 2):
+        b = rng.standard_normal((S.shape[0], k)).squeeze()
+        device_b = jnp.asarray(b)
+        _checked(solve_with(factors, device_b), lu.solve(b), f"{S.shape[0]} rows, {k} columns")
+        times.append(_ms(lambda b=device_b: solve_with(factors, b).block_until_ready(), quick))
+        times.append(_ms(lambda b=b: lu.solve(b), quick))
+    return times
 
 
 def _loop_gradient(gradient):
@@ -470,6 +506,7 @@ SECTIONS = {
     "banded": banded_section,
     "csr": csr_section,
     "reuse": reuse_section,
+    "wide": wide_section,
     "gradient": gradient_section,
     "memory": memory_section,
     "routes": routes_section,
