@@ -220,9 +220,10 @@ def test_bad_arguments_raise():
         js.linalg.eigs(A, 4, ncv=5)
     with pytest.raises(ValueError, match="`maxiter`"):
         js.linalg.eigs(A, 2, maxiter=0)
-    with pytest.raises(ValueError, match="`tol`"):
-        js.linalg.eigs(A, 2, tol=-1.0)
-    for tol in ("1e-3", None, 1j, jnp.ones(2)):
+    for tol in (-1.0, np.inf):
+        with pytest.raises(ValueError, match="`tol` must be finite and >= 0"):
+            js.linalg.eigs(A, 2, tol=tol)
+    for tol in ("1e-3", None, 1j, jnp.ones(2), np.bool_(True)):
         with pytest.raises(TypeError, match="`tol` must be a real number"):
             js.linalg.eigs(A, 2, tol=tol)
     for name in ("M", "Minv", "OPinv", "OPpart"):
@@ -330,3 +331,40 @@ def test_converges_where_the_eigenvectors_of_the_projection_are_ill_conditioned(
     w, v = js.linalg.eigs(A, 6, which="SM", ncv=20)
     residual = twin @ np.asarray(v) - np.asarray(v) * np.asarray(w)
     assert np.max(np.linalg.norm(residual, axis=0)) <= 1e-13 * norm
+
+
+def test_values_of_a_complex_matrix_or_a_shifted_real_one_keep_their_own_order():
+    """Conjugate pairs belong to real operators only: a complex matrix's `5 - 1j` stays
+    ahead of `4.99 + 1j` (single precision, whose tolerance is coarse). Shift-invert with a
+    real `sigma` orders by `1 / (lambda - sigma)`, yet a pair of `A`'s eigenvalues still
+    comes positive imaginary part first."""
+    diagonal = np.array([5 - 1j, 4.99 + 1j, *np.linspace(0, 3, 38)])
+    A = js.CSRMatrix.from_scipy(scipy.sparse.diags(diagonal).tocsr()).astype(jnp.complex64)
+    for which in ("LR", "LM"):
+        w = js.linalg.eigs(A, 1, which=which, return_eigenvectors=False)
+        np.testing.assert_allclose(np.asarray(w), [5 - 1j], atol=1e-5)
+    n = 100
+    random = scipy.sparse.random(n, n, density=0.05, random_state=1)
+    twin = (random + scipy.sparse.diags(np.linspace(1, 3, n))).tocsr()
+    w = np.asarray(js.linalg.eigs(js.CSRMatrix.from_scipy(twin), 5, sigma=2.0)[0])
+    dense = np.linalg.eigvals(twin.toarray())
+    expected = dense[np.lexsort((-dense.imag, np.abs(dense - 2.0)))][:5]
+    np.testing.assert_allclose(w, expected, atol=1e-9)
+    assert np.sum(np.abs(w.imag) > 0.01) == 4  # two pairs, each positive imaginary part first
+
+
+def test_close_but_distinct_eigenvalues_keep_their_derivatives():
+    """Eigenvalues 400, 399 and 398 in single precision (gaps of 0.25%, far above what its
+    tolerance resolves) are simple: each moves by 1 when the diagonal does."""
+    n = 400
+    random = scipy.sparse.random(n, n, density=0.01, random_state=0) * 0.01
+    twin = (scipy.sparse.diags(np.arange(1.0, n + 1)) + random).tocsr()
+    A = js.CSRMatrix.from_scipy(twin).astype(jnp.float32)
+    rows = np.repeat(np.arange(n), np.diff(twin.indptr))
+    diagonal = jnp.asarray(rows == twin.indices, jnp.float32)
+    _, tangent = jax.jvp(
+        lambda data: js.linalg.eigs(A.with_data(data), 3, return_eigenvectors=False),
+        (A.data,),
+        (diagonal,),
+    )
+    np.testing.assert_allclose(np.asarray(tangent), 1, atol=1e-3)

@@ -88,8 +88,8 @@ def eigs(
       40))`). Memory is `(ncv + 1) * n` complex values.
     - `maxiter`: the most restart cycles (static; default `10 n`, as scipy).
     - `tol`: a pair is converged when `||A v - lambda v|| <= tol * ||V^H A V||_2` (the
-      projected matrix's norm estimates `||A||_2`); `0` (the default) means 100 times the
-      machine precision of the dtype.
+      projected matrix's norm estimates `||A||_2`), a finite real number; `0` (the
+      default) means 100 times the machine precision of the dtype.
     - `return_eigenvectors`: if `False`, return the eigenvalues only.
 
     **Returns:** `(w, v)`: the eigenvalues `(k,)`, complex (complex64 for a single-precision
@@ -97,8 +97,8 @@ def eigs(
     applied to `1 / (lambda - sigma)`), and the unit
     eigenvectors `(n, k)` as columns, each scaled so that its largest entry is real and
     positive (a real eigenvalue of a real `A` then has a real eigenvector); or `w` alone.
-    The two members of a complex conjugate pair of a real `A` (`"LM"`, `"SM"`, `"LR"`,
-    `"SR"`) come positive imaginary part first, so where `k` splits a pair, the one
+    The two members of a complex conjugate pair of a real `A` with a real or no `sigma`
+    (`"LM"`, `"SM"`, `"LR"`, `"SR"`) come positive imaginary part first, so where `k` splits a pair, the one
     returned has a positive imaginary part. If the iteration has not
     converged after `maxiter` cycles, it raises an error (`eqx.error_if`, also inside
     `jit`; scipy raises `ArpackNoConvergence`); an inf or nan met on the way ends the
@@ -108,10 +108,10 @@ def eigs(
     the left eigenvector `u` from a second iteration on `A^H` in the same mode; an
     eigenvector by the solution of a bordered system `[[A - lambda I, v], [u^H, 0]]` (one
     sparse factorization per eigenpair, `js.linalg.spsolve`), for the normalization above
-    (unit norm, largest entry real). An eigenvalue that is not simple (no eigenvalue of
-    `A^H` within `sqrt(tol)` of its conjugate, or more than one, or another computed
-    eigenvalue that near) has `nan` tangents. Second derivatives raise
-    `NotImplementedError`.
+    (unit norm, largest entry real). An eigenvalue that is not simple has `nan` tangents:
+    no eigenvalue of `A^H` within `sqrt(tol)` (relative) of its conjugate (defective), or
+    another computed eigenvalue within the iteration's resolution (`10 * tol * ||A|| /
+    |u^H v|`, repeated). Second derivatives raise `NotImplementedError`.
     """
     if not isinstance(A, SparseMatrix):
         raise TypeError(f"eigs: `A` must be a jaxsparse matrix, got {type(A).__name__}.")
@@ -229,9 +229,16 @@ def _on_parts(apply, complex_operator: bool):
 
 def _eigenpairs(A, sigma, settings: _Settings, *, v0=None, adjoint=False, converging=None):
     """The wanted eigenvalues of `A` (of `A^H` with `adjoint`, whose wanted ones are the
-    conjugates of `A`'s), their unit eigenvectors, and whether they converged."""
+    conjugates of `A`'s), their unit eigenvectors, whether they converged, and the
+    iteration's estimate of its operator's norm."""
     n = A.shape[0]
     dtype = np.result_type(A.dtype, np.complex64)
+    real = not jnp.issubdtype(A.dtype, jnp.complexfloating) and (
+        sigma is None or not jnp.issubdtype(sigma.dtype, jnp.complexfloating)
+    )
+    # A real operator's conjugate pairs come positive imaginary part first in `A`'s
+    # eigenvalues, which shift-invert's `1 / (lambda - sigma)` turns negative.
+    pairs = 0 if not real else -1 if settings.shift_invert else 1
     result = restarted_arnoldi(
         _operator(A, sigma, adjoint),
         arnoldi_start(v0, n, dtype),
@@ -241,13 +248,14 @@ def _eigenpairs(A, sigma, settings: _Settings, *, v0=None, adjoint=False, conver
         tol=settings.tol,
         maxiter=settings.maxiter,
         converging=converging,
+        pairs=pairs,
     )
     values, vectors = result.values, result.vectors
     if settings.shift_invert:
         # The iteration's values are `1 / (lambda - sigma)`; `A`'s own are the Rayleigh
         # quotients of the unit eigenvectors, exact for exact eigenvectors.
         values = jnp.sum(jnp.conj(vectors) * product(A, vectors, adjoint), axis=0)
-    return values, vectors, result.converged
+    return values, vectors, result.converged, result.scale
 
 
 def _phase_normalized(vectors: jax.Array) -> jax.Array:
@@ -259,7 +267,7 @@ def _phase_normalized(vectors: jax.Array) -> jax.Array:
 
 @eqx.filter_custom_jvp
 def _eigs(A, v0, sigma, *, settings: _Settings):
-    values, vectors, converged = _eigenpairs(A, sigma, settings, v0=v0)
+    values, vectors, converged, _ = _eigenpairs(A, sigma, settings, v0=v0)
     finite = jnp.all(jnp.isfinite(values))
     values = eqx.error_if(values, ~finite, f"eigs: {_NONFINITE_RESULT[settings.shift_invert]}")
     values = eqx.error_if(
@@ -297,7 +305,7 @@ def _eigs_jvp(primals, tangents, *, settings: _Settings):
     if A_dot is None or A_dot.data is None:
         return (values, vectors), (jnp.zeros_like(values), jnp.zeros_like(vectors))
     dA_vectors = product(A.with_data(A_dot.data), vectors)
-    left, matched = left_vectors(_eigenpairs, A, sigma, values, settings)
+    left, matched = left_vectors(_eigenpairs, A, sigma, values, vectors, settings)
     return (values, vectors), eigenpair_tangents(A, values, vectors, left, matched, dA_vectors)
 
 

@@ -33,12 +33,14 @@ WHICH = ("LM", "SM", "LR", "SR", "LI", "SI")
 
 
 class ArnoldiResult(NamedTuple):
-    """The `k` wanted Ritz values (in `which`'s order), their unit vectors `(n, k)`, and
-    whether they converged."""
+    """The `k` wanted Ritz values (in `which`'s order), their unit vectors `(n, k)`,
+    whether they converged, and `||H||_2` (the estimate of the operator's norm that the
+    tolerance is relative to)."""
 
     values: jax.Array
     vectors: jax.Array
     converged: jax.Array
+    scale: jax.Array
 
 
 class _Decomposition(NamedTuple):
@@ -58,18 +60,25 @@ def wanted_key(values: jax.Array, which: str) -> jax.Array:
     }[which]
 
 
-def wanted_order(values: jax.Array, which: str, pairing) -> jax.Array:
-    """Indices of `values` from most to least wanted. For the keys a conjugation does not
-    change (all but `"LI"` and `"SI"`), two non-real values within `pairing` of each
-    other's conjugate share the more wanted one's key and come positive imaginary part
-    first, so rounding cannot swap the two members of a complex conjugate pair."""
+def wanted_order(values: jax.Array, which: str, pairing, pairs: int = 0) -> jax.Array:
+    """Indices of `values` from most to least wanted. With `pairs` (+1 or -1: the Ritz
+    values of a real operator, which come in complex conjugate pairs), for the keys a
+    conjugation does not change (all but `"LI"` and `"SI"`), two non-real values that are
+    each other's nearest conjugate, within `pairing`, share the more wanted one's key and
+    come in the order of `pairs * imag` (largest first), so rounding cannot swap the two
+    members of a pair."""
     key = wanted_key(values, which)
-    if which in ("LM", "SM", "LR", "SR"):
-        complex_ = jnp.abs(values.imag) > pairing
-        pair = jnp.abs(values[:, None] - jnp.conj(values)[None, :]) <= pairing
-        pair = pair & complex_[:, None] & complex_[None, :]
-        key = jnp.minimum(key, jnp.min(jnp.where(pair, key[None, :], jnp.inf), axis=1))
-    return jnp.lexsort((-values.imag, key))
+    if not pairs or which in ("LI", "SI"):
+        return jnp.argsort(key, stable=True)
+    non_real = jnp.abs(values.imag) > pairing
+    distance = jnp.abs(values[:, None] - jnp.conj(values)[None, :])
+    distance = jnp.where(non_real[:, None] & non_real[None, :], distance, jnp.inf)
+    partner = jnp.argmin(distance, axis=1)
+    paired = (partner[partner] == jnp.arange(values.shape[0])) & (
+        jnp.min(distance, axis=1) <= pairing
+    )
+    key = jnp.where(paired, jnp.minimum(key, key[partner]), key)
+    return jnp.lexsort((-pairs * values.imag, key))
 
 
 def _components(vectors: jax.Array, earlier: jax.Array, w: jax.Array) -> jax.Array:
@@ -191,6 +200,7 @@ def restarted_arnoldi(
     tol: float,
     maxiter: int,
     converging: int | None = None,
+    pairs: int = 0,
 ) -> ArnoldiResult:
     """The `k` wanted eigenpairs of the operator `matvec` (see the module).
 
@@ -204,11 +214,14 @@ def restarted_arnoldi(
     - `maxiter`: the most restart cycles.
     - `converging`: how many of the most wanted pairs must converge (default `k`); the
       others are returned as they are.
+    - `pairs`: for a real operator, the order of a complex conjugate pair's members (see
+      `wanted_order`); 0 for a complex one, where values have no partners.
 
     **Returns:** an `ArnoldiResult`, complex.
     """
     n = v0.shape[0]
     dtype = v0.dtype
+    norm_dtype = jnp.finfo(dtype).dtype
     kept = kept_vectors(k, ncv)
     converging = k if converging is None else converging
     key = jax.random.key(1)
@@ -216,7 +229,7 @@ def restarted_arnoldi(
     decomposition = _extend(
         matvec, _Decomposition(vectors, jnp.zeros((ncv + 1, ncv), dtype)), 0, kept, key
     )
-    ritz = (jnp.zeros((k,), dtype), jnp.zeros((n, k), dtype))
+    ritz = (jnp.zeros((k,), dtype), jnp.zeros((n, k), dtype), jnp.zeros((), norm_dtype))
 
     def cycle(state):
         decomposition, _, _, cycles = state
@@ -228,7 +241,7 @@ def restarted_arnoldi(
         # `||H||_2` estimates `||A||_2`, which a non-normal matrix's Ritz values can
         # underestimate by orders of magnitude.
         scale = jnp.linalg.norm(H, 2)
-        order = wanted_order(values, which, float(tol) ** 0.5 * scale)
+        order = wanted_order(values, which, float(tol) ** 0.5 * scale, pairs)
         values, Y = values[order], Y[:, order]
         # Residuals computed, not read off the decomposition (`beta |y_ncv|`), which
         # rounding makes optimistic for a strongly non-normal `A`.
@@ -238,7 +251,7 @@ def restarted_arnoldi(
         )
         converged = jnp.all(residuals <= tol * scale)
         decomposition = _implicit_restart(decomposition, values[kept:], kept, cycle_key)
-        return decomposition, (values[:k], wanted), converged, cycles + 1
+        return decomposition, (values[:k], wanted, scale), converged, cycles + 1
 
     def unfinished(state):
         # An inf or nan (a singular shift, a value of `A` or `v0`) never converges: stop.
@@ -246,10 +259,10 @@ def restarted_arnoldi(
         return ~converged & (cycles < maxiter) & jnp.all(jnp.isfinite(decomposition.rayleigh))
 
     start = (decomposition, ritz, jnp.zeros((), bool), jnp.int32(0))
-    decomposition, (values, vectors), converged, _ = lax.while_loop(unfinished, cycle, start)
+    decomposition, (values, vectors, scale), converged, _ = lax.while_loop(unfinished, cycle, start)
     # A run ended by an inf or nan reports it in its values, whichever cycle met it.
     values = jnp.where(jnp.all(jnp.isfinite(decomposition.rayleigh)), values, jnp.nan)
-    return ArnoldiResult(values, vectors, converged)
+    return ArnoldiResult(values, vectors, converged, scale)
 
 
 def arnoldi_start(v0: jax.Array | None, n: int, dtype) -> jax.Array:

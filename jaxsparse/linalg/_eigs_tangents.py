@@ -24,25 +24,40 @@ from .._csr import CSRMatrix
 from ._spsolve import spsolve
 
 
-def left_vectors(eigenpairs, A, sigma, values, settings) -> jax.Array:
-    """For each eigenvalue `lambda_i`, the unit left eigenvector `u_i`, from `eigenpairs`
-    (`eigs`'s iteration) on `A^H`, and whether `lambda_i` counts as simple: exactly one of
-    the left iteration's values lies within `sqrt(tol)` (relative) of `conj(lambda_i)`, and
-    no other of `values` within that of `lambda_i`. One value more is asked of it, so a
-    complex conjugate pair that `k` splits is found whole."""
+def left_vectors(eigenpairs, A, sigma, values, vectors, settings) -> jax.Array:
+    """For the eigenpairs `(values, vectors)`, the unit left eigenvectors `u_i`, from
+    `eigenpairs` (`eigs`'s iteration) on `A^H` (one value more is asked of it, so a
+    complex conjugate pair that `k` splits is found whole), each the one whose value is
+    nearest `conj(lambda_i)`; and whether `lambda_i` counts as simple:
+
+    - that value lies within `sqrt(tol)` (relative) of `conj(lambda_i)`: a defective
+      eigenvalue's left and right iterations find values much further apart;
+    - no other value on either side lies within the eigenvalues' resolution, `10 * tol`
+      times the operator's norm over `|u_i^H v_i|` (the first-order error of an
+      eigenvalue whose residual is within `tol`; through `1 / (lambda - sigma)` in
+      shift-invert mode): closer values are one repeated eigenvalue as far as the
+      iteration can tell."""
     n = A.shape[0]
     k = min(settings.k + 1, n - 2)
     left = dataclasses.replace(settings, k=k, ncv=min(n, max(settings.ncv, k + 2)))
     # The extra value need not converge: it may sit in a cluster the wanted ones do not.
-    conjugates, vectors, _ = eigenpairs(A, sigma, left, adjoint=True, converging=settings.k)
+    conjugates, found_vectors, _, norm = eigenpairs(
+        A, sigma, left, adjoint=True, converging=settings.k
+    )
     distance = jnp.abs(jnp.conj(conjugates)[None, :] - values[:, None])  # [i, j]
+    nearest = jnp.argmin(distance, axis=1)
+    u = found_vectors[:, nearest]
     scale = jnp.maximum(jnp.max(jnp.abs(values)), jnp.finfo(values.dtype).tiny)
-    threshold = float(np.sqrt(settings.tol)) * scale
-    # A repeated eigenvalue has no derivative: with two values near `lambda_i` on either
-    # side, `u_i^H v_i` would be arbitrary inside the eigenspace.
-    alone = jnp.sum(jnp.abs(values[None, :] - values[:, None]) <= threshold, axis=1) == 1
-    matched = (jnp.sum(distance <= threshold, axis=1) == 1) & alone
-    return vectors[:, jnp.argmin(distance, axis=1)], matched
+    found = jnp.min(distance, axis=1) <= float(np.sqrt(settings.tol)) * scale
+    overlap = jnp.abs(jnp.sum(jnp.conj(u) * vectors, axis=0))
+    resolution = 10 * settings.tol * norm / jnp.maximum(overlap, jnp.finfo(overlap.dtype).tiny)
+    if settings.shift_invert:
+        resolution = resolution * jnp.abs(values - sigma.astype(values.dtype)) ** 2
+    gaps = jnp.abs(values[None, :] - values[:, None])
+    alone = (jnp.sum(gaps <= resolution[:, None], axis=1) == 1) & (
+        jnp.sum(distance <= resolution[:, None], axis=1) <= 1
+    )
+    return u, found & alone
 
 
 def eigenpair_tangents(A, values, vectors, left, matched, dA_vectors):

@@ -191,13 +191,18 @@ def static_tolerance(tol, dtype, name: str) -> float:
     if isinstance(tol, jax.core.Tracer):
         raise TypeError(f"{name}: `tol` must be concrete (it is static), got a traced value.")
     try:
-        if isinstance(tol, (bool, str, bytes)) or np.ndim(tol) != 0 or np.iscomplexobj(tol):
+        if (
+            isinstance(tol, (bool, np.bool_, str, bytes))
+            or np.ndim(tol) != 0
+            or not np.issubdtype(np.result_type(tol), np.number)
+            or np.iscomplexobj(tol)
+        ):
             raise TypeError
         value = float(tol)
     except (TypeError, ValueError):
         raise TypeError(f"{name}: `tol` must be a real number, got {tol!r}.") from None
-    if not value >= 0:
-        raise ValueError(f"{name}: `tol` must be >= 0, got {tol!r}.")
+    if not 0 <= value < np.inf:
+        raise ValueError(f"{name}: `tol` must be finite and >= 0, got {tol!r}.")
     return value if value > 0 else 100 * float(jnp.finfo(working_dtype(dtype)).eps)
 
 
