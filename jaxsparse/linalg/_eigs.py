@@ -98,9 +98,9 @@ def eigs(
     eigenvectors `(n, k)` as columns, each scaled so that its largest entry is real and
     positive (a real eigenvalue of a real `A` then has a real eigenvector); or `w` alone.
     The two members of a complex conjugate pair of a real `A` with a real or no `sigma`
-    (`"LM"`, `"SM"`, `"LR"`, `"SR"`) come positive imaginary part first, so where `k` splits a pair, the one
-    returned has a positive imaginary part. If the iteration has not
-    converged after `maxiter` cycles, it raises an error (`eqx.error_if`, also inside
+    (`"LM"`, `"SM"`, `"LR"`, `"SR"`) come positive imaginary part first, so where `k`
+    splits a pair, the one returned has a positive imaginary part. If the iteration has
+    not converged after `maxiter` cycles, it raises an error (`eqx.error_if`, also inside
     `jit`; scipy raises `ArpackNoConvergence`); an inf or nan met on the way ends the
     iteration at once with an error that says so.
 
