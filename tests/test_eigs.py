@@ -172,10 +172,12 @@ def _derivative_check(fmt, which, sigma):
     check_grads(pairs, (A.data,), order=1, modes=("fwd", "rev"), eps=1e-6, atol=1e-5, rtol=1e-5)
 
 
+# Plain mode's tangents are also checked by the tests below (against exact derivatives):
+# the quick suite keeps shift-invert's, the rest are `slow`, which CI runs.
 @pytest.mark.parametrize(
     "fmt, which, sigma",
     [
-        ("csr", "LM", None),
+        pytest.param("csr", "LM", None, marks=pytest.mark.slow),
         ("dia", "LM", 2.0 + 0.3j),
         pytest.param("dia", "LI", None, marks=pytest.mark.slow),
     ],
@@ -184,6 +186,9 @@ def test_derivatives_match_finite_differences(fmt, which, sigma):
     _derivative_check(fmt, which, sigma)
 
 
+# Reverse mode is also checked by the unmatched-eigenvalue test below: `slow`, which CI
+# runs.
+@pytest.mark.slow
 def test_eigenvalue_gradient_is_the_left_and_right_vectors_on_the_pattern():
     """The gradient of a simple eigenvalue with respect to the stored values is
     `conj(u_i) v_j / (u^H v)` at entry `(i, j)`, with `u` and `v` from dense `eig`."""

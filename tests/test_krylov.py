@@ -199,6 +199,8 @@ def test_derivatives_match_spsolves(method):
         check_grads(lambda d: loss(iterative, d, b), (D.data,), order=1, modes=("fwd", "rev"))
 
 
+# Second order differentiates the first-order rules checked above: `slow`, which CI runs.
+@pytest.mark.slow
 def test_second_derivatives_match_dense_solves():
     """Real CG's second derivative in `A`'s values: its transposed solve transposes each
     stored value apart (a symmetric shortcut would not)."""

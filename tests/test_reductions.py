@@ -488,7 +488,9 @@ def test_csr_slices_under_jit_raise_unless_statically_empty():
         assert got.shape == expected.shape and got.nnz == 0
 
 
-@pytest.mark.parametrize("fmt", ["dia", "csr"])
+# The DIA case checks the same derivative and batching rules in the quick suite; CSR's
+# case is `slow`, which CI runs.
+@pytest.mark.parametrize("fmt", ["dia", pytest.param("csr", marks=pytest.mark.slow)])
 def test_vector_norms_differentiate_and_batch(fmt):
     matrix = differentiable_matrix(fmt, np.random.default_rng(8), density=0.6)
     matrix = matrix.with_data(matrix.data + jnp.sign(matrix.data))  # no total near 0
