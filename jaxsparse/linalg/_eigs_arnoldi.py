@@ -11,9 +11,9 @@ with `H = V^H A V` upper Hessenberg. The restart is Sorensen's implicit restart 
 shifts, as ARPACK's: one shifted QR step `H - mu I = Q R`, `H <- Q^H H Q`, `V <- V Q` per
 unwanted Ritz value `mu`, after which the first `kept` columns are again an Arnoldi
 decomposition, started from the old start vector filtered by the polynomial with the
-unwanted values as roots. Every transformation is unitary to working precision, so the
-decomposition does not drift however ill-conditioned `H`'s eigenvectors are. The
-computation is complex throughout, so a real operator's complex conjugate pairs need no
+unwanted values as roots. Every transformation is unitary to working precision, so
+ill-conditioned eigenvectors of `H` cost the decomposition no accuracy. The computation is
+complex throughout, so a real operator's complex conjugate pairs need no
 special case.
 
 A Ritz pair `(theta, V y)` converges when its computed residual `||A V y - theta V y||`
@@ -244,7 +244,7 @@ def restarted_arnoldi(
         order = wanted_order(values, which, float(tol) ** 0.5 * scale, pairs)
         values, Y = values[order], Y[:, order]
         # Residuals computed, not read off the decomposition (`beta |y_ncv|`), which
-        # rounding makes optimistic for a strongly non-normal `A`.
+        # assumes the decomposition exact: rounding accumulates over many restarts.
         wanted = (Y[:, :k].T @ decomposition.vectors[:ncv]).T
         residuals = jnp.linalg.norm(
             matvec(wanted[:, :converging]) - wanted[:, :converging] * values[:converging], axis=0
