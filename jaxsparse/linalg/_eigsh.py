@@ -186,15 +186,15 @@ def _settings(A, k, which, ncv, maxiter, tol, shift_invert: bool, name: str) -> 
 
 
 def static_tolerance(tol, dtype, name: str) -> float:
-    """`tol` as a Python float: a concrete real number >= 0 (a static setting of the
-    compiled iteration), where `0` means 100 times the machine precision of `dtype`."""
+    """`tol` as a Python float: a concrete, finite real number >= 0 (a static setting of
+    the compiled iteration), where `0` means 100 times the machine precision of `dtype`."""
     if isinstance(tol, jax.core.Tracer):
         raise TypeError(f"{name}: `tol` must be concrete (it is static), got a traced value.")
     try:
         if (
             isinstance(tol, (bool, np.bool_, str, bytes))
             or np.ndim(tol) != 0
-            or not np.issubdtype(np.result_type(tol), np.number)
+            or (hasattr(tol, "dtype") and not np.issubdtype(tol.dtype, np.number))
             or np.iscomplexobj(tol)
         ):
             raise TypeError
