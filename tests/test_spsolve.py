@@ -243,6 +243,22 @@ def test_band_factors_are_lapacks(offsets, dtype):
         for width in (1, 3, 17):
             native_x = solve(b[:, :width])
             np.testing.assert_allclose(native_x, host_x[:, :width], rtol=1e-4, atol=1e-5)
+    # Factors edited by hand: a pivot outside [j, j + kl] is refused, never followed.
+    for pivot in (n + 5, -1):
+        for host in (False, True):
+            bad = functools.partial(
+                native_banded_lu.banded_lu_solve,
+                band,
+                pivots.at[3].set(pivot),
+                jnp.asarray(data),
+                b,
+                offsets=offsets,
+                kl=kl,
+                ku=ku,
+                host=host,
+            )
+            with pytest.raises(Exception, match=r"pivots\[j\] must lie in"):
+                jax.block_until_ready(bad())
 
 
 @pytest.mark.parametrize("name", ["dia-pentadiagonal", "csr-random"])

@@ -135,6 +135,11 @@ def _solve_native(band, pivots, b, *, kl, ku, op):
 
 def _solve_on_host(band, pivots, b, *, kl, ku, op):
     band, pivots, b = np.asarray(band), np.asarray(pivots), np.asarray(b)
+    # LAPACK swaps row j with row pivots[j]: factors edited by hand must not move a row
+    # from outside the matrix or the band (the native solve refuses them alike).
+    j = np.arange(pivots.shape[-1])
+    if np.any((pivots < j) | (pivots > np.minimum(j.size - 1, j + kl))):
+        raise ValueError("banded solve: pivots[j] must lie in [j, j + kl]")
     gbtrs = _lapack("gbtrs", b.dtype)
     x = np.empty_like(b)
     for index in np.ndindex(*b.shape[:-2]):
