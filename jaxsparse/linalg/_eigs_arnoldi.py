@@ -91,6 +91,15 @@ def _random_vector(key, n: int, dtype) -> jax.Array:
     return lax.complex(parts[0], parts[1]).astype(dtype)
 
 
+def _random_orthogonal(key, n: int, dtype, remove) -> jax.Array:
+    """A random unit vector orthogonal to a basis, `remove(w)` taking `w`'s components along
+    the basis away: twice, so orthogonal to working precision."""
+    w = _random_vector(key, n, dtype)
+    for _ in range(2):
+        w = remove(w)
+    return w / jnp.linalg.norm(w).astype(w.dtype)
+
+
 def _extend(matvec, decomposition: _Decomposition, start: int, stop: int, key):
     """Arnoldi steps `start .. stop - 1`: each adds one basis vector and one column of the
     Rayleigh matrix. Rows past the current step are masked out of the projections, so one
@@ -117,10 +126,12 @@ def _extend(matvec, decomposition: _Decomposition, start: int, stop: int, key):
             broke_down = norm <= tiny
 
             def fresh(w):
-                w = _random_vector(jax.random.fold_in(key, j), w.shape[0], w.dtype)
-                for _ in range(2):
-                    w = w - _components(vectors, earlier, w) @ vectors
-                return w
+                return _random_orthogonal(
+                    jax.random.fold_in(key, j),
+                    w.shape[0],
+                    w.dtype,
+                    lambda w: w - _components(vectors, earlier, w) @ vectors,
+                )
 
             w = lax.cond(broke_down, fresh, lambda w: w, w)
             return w, coefficients + second, jnp.where(broke_down, 0, norm)
@@ -170,10 +181,12 @@ def _implicit_restart(decomposition: _Decomposition, shifts: jax.Array, kept: in
     def fresh(_):
         # The kept vectors span an invariant subspace: go on from a random vector
         # orthogonal to them, coupled by zero.
-        w = _random_vector(key, residual.shape[0], residual.dtype)
-        for _ in range(2):
-            w = w - (jnp.conj(kept_rows) @ w) @ kept_rows
-        return w / jnp.linalg.norm(w).astype(w.dtype)
+        return _random_orthogonal(
+            key,
+            residual.shape[0],
+            residual.dtype,
+            lambda w: w - (jnp.conj(kept_rows) @ w) @ kept_rows,
+        )
 
     following = lax.cond(
         norm <= tiny, fresh, lambda _: residual / norm.astype(residual.dtype), None

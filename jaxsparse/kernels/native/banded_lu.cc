@@ -255,10 +255,11 @@ ffi::Error Solve(ffi::ThreadPool& pool, const ffi::AnyBuffer& band, const ffi::A
   const int32_t* all_pivots = reinterpret_cast<const int32_t*>(pivots.untyped_data());
   // The sweeps swap row j with row pivots[j]: factors that did not come from `Factor` (a
   // pytree edited by hand) must not move a row from outside the matrix or the band.
-  for (int64_t i = 0; i < factor_batch * n; ++i) {
-    const int64_t j = i % n, pivot = all_pivots[i];
-    if (pivot < j || pivot > std::min(n - 1, j + kl)) {
-      return ffi::Error::InvalidArgument("banded solve: pivots[j] must lie in [j, j + kl]");
+  for (const int32_t* member = all_pivots; member < all_pivots + factor_batch * n; member += n) {
+    for (int64_t j = 0; j < n; ++j) {
+      if (member[j] < j || member[j] > std::min(n - 1, j + kl)) {
+        return ffi::Error::InvalidArgument("banded solve: pivots[j] must lie in [j, j + kl]");
+      }
     }
   }
   T* x = Data<T>(out);
